@@ -1,0 +1,4 @@
+"""Shared pytest configuration: the real PostgreSQL and Kubernetes fixtures live in
+plugin modules so that every test folder can use them."""
+
+pytest_plugins: list[str] = []

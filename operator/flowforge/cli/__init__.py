@@ -1,0 +1,1 @@
+"""The ``flowforge`` command line (also usable as ``kubectl flowforge``)."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 COMMAND_MODULES: tuple[str, ...] = (
     "flowforge.cli.definitions",
+    "flowforge.cli.db",
 )
 
 EXIT_OK = 0

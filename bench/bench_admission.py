@@ -1,0 +1,311 @@
+"""Benchmark: admission latency of WorkflowDefinitions of 10, 1,000 and 10,000 tasks.
+
+Starts (or reuses, with --cluster-dir) the local control plane, a PostgreSQL server, the
+webhook server (`python -m flowforge.operator.webhook_server`) and its webhook
+configurations, then times for each size, over --rounds rounds after one warm-up:
+
+* `kubectl apply --server-side --dry-run=server -f FILE`: what a user waits for, including
+  kubectl's own start-up (server-side apply, because a 10,000-task document does not fit
+  client-side apply's last-applied annotation, limited to 256 KiB);
+* the same create with `dryRun=All` from the Python client: apiserver plus webhook;
+* the same create with the webhook configurations removed: the apiserver alone;
+* the AdmissionReview POSTed straight to the webhook server: the webhook alone.
+
+Prints p50 and p99 (nearest rank) in milliseconds. No target is asserted.
+Run: ``.venv/bin/python bench/bench_admission.py [--rounds 20] [--cluster-dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import math
+import random
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from kubernetes import client, config
+
+from flowforge.kube.webhook_config import (
+    VALIDATE_DEFINITION_HANDLER_ID,
+    apply_webhook_configurations,
+    delete_webhook_configurations,
+    local_endpoint,
+)
+from flowforge.localdev import postgres as localdev_postgres
+from flowforge.localdev.binaries import repo_root
+from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
+from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.store.migrate import migrate
+
+SIZES = (10, 1_000, 10_000)
+NAMESPACE = "default"
+
+
+def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
+    """A valid DAG: each task depends on up to three of the 20 declared before it."""
+    rng = random.Random(seed)
+    keys = [f"task-{index:05d}" for index in range(tasks)]
+    documents: list[dict[str, Any]] = []
+    for index, key in enumerate(keys):
+        document: dict[str, Any] = {"key": key, "type": "step", "config": {"index": index}}
+        window = keys[max(0, index - 20) : index]
+        if window:
+            document["dependsOn"] = sorted(rng.sample(window, min(len(window), 3)))
+        documents.append(document)
+    return {
+        "apiVersion": "flowforge.io/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": f"bench-{tasks}", "namespace": NAMESPACE},
+        "spec": {
+            "workflow": f"bench-{tasks}",
+            "version": 1,
+            "taskTypes": {"step": {"image": "busybox:1.36"}},
+            "tasks": documents,
+        },
+    }
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def timed(rounds: int, action: Callable[[], None]) -> list[float]:
+    action()  # warm-up: connections, caches, kopf's first handler call
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        action()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def post_review(certs: WebhookCertificates, port: int, body: bytes) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(certs.ca_cert_path))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    try:
+        connection.request("POST", f"/{VALIDATE_DEFINITION_HANDLER_ID}", body=body)
+        response = connection.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"webhook answered {response.status}: {payload[:300]!r}")
+        result: dict[str, Any] = json.loads(payload)["response"]
+        return result
+    finally:
+        connection.close()
+
+
+def admission_review(obj: dict[str, Any]) -> bytes:
+    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": "workflowdefinitions"}
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "flowforge.io", "version": "v1alpha1", "kind": obj["kind"]},
+                "resource": resource,
+                "namespace": NAMESPACE,
+                "operation": "CREATE",
+                "userInfo": {"username": "bench"},
+                "object": obj,
+                "dryRun": True,
+            },
+        }
+    ).encode()
+
+
+@contextlib.contextmanager
+def local_cluster(cluster_dir: Path | None, scratch: Path) -> Iterator[Cluster]:
+    state_dir = cluster_dir or scratch / "cluster"
+    cluster = start_cluster(state_dir=state_dir)
+    try:
+        crds = repo_root() / "crds"
+        kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
+        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        yield cluster
+    finally:
+        if cluster_dir is None:
+            stop_cluster(state_dir)
+
+
+@contextlib.contextmanager
+def local_store(scratch: Path) -> Iterator[str]:
+    directory = scratch / "postgres"
+    server = localdev_postgres.start(directory, settings={"fsync": "off"})
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as connection:
+            connection.execute("CREATE DATABASE flowforge_bench")
+        dsn = psycopg.conninfo.make_conninfo(server.dsn, dbname="flowforge_bench")
+        asyncio.run(migrate(dsn))
+        yield dsn
+    finally:
+        localdev_postgres.stop(directory)
+
+
+@contextlib.contextmanager
+def webhook_server(
+    cluster: Cluster, dsn: str, scratch: Path
+) -> Iterator[tuple[WebhookCertificates, int]]:
+    certs = generate_webhook_certificates(scratch / "certs")
+    port = free_port()
+    log_path = scratch / "webhook-server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowforge.operator.webhook_server",
+                *("--port", str(port), "--certs", str(scratch / "certs")),
+                *("--dsn", dsn, "--kubeconfig", str(cluster.kubeconfig)),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"webhook server exited:\n{log_path.read_text()[-3000:]}")
+            try:
+                post_review(certs, port, b"probe")
+            except RuntimeError:
+                break  # a 400 for the probe: it serves
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        yield certs, port
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def wait_until_enforced(cluster: Cluster) -> None:
+    cyclic = definition(2)
+    cyclic["spec"]["tasks"][0]["dependsOn"] = ["task-00001"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = kubectl(
+            cluster, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(cyclic), check=False
+        )
+        if "dependency cycle" in result.stderr:
+            return
+        time.sleep(0.3)
+    raise RuntimeError("the apiserver never called the webhook")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--cluster-dir", type=Path, help="reuse a running local control plane")
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="flowforge-bench-admission-"))
+    results: list[tuple[str, int, list[float]]] = []
+    try:
+        with (
+            local_cluster(args.cluster_dir, scratch) as cluster,
+            local_store(scratch) as dsn,
+            webhook_server(cluster, dsn, scratch) as (certs, port),
+        ):
+            manifests: dict[int, Path] = {}
+            for size in SIZES:
+                manifests[size] = scratch / f"definition-{size}.json"
+                manifests[size].write_text(json.dumps(definition(size)))
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(cluster.kubeconfig)
+            )
+            custom: Any = client.CustomObjectsApi(api_client)
+
+            def create_dry_run(size: int) -> Callable[[], None]:
+                body = definition(size)
+
+                def create() -> None:
+                    custom.create_namespaced_custom_object(
+                        "flowforge.io",
+                        "v1alpha1",
+                        NAMESPACE,
+                        "workflowdefinitions",
+                        body,
+                        dry_run="All",
+                    )
+
+                return create
+
+            for size in SIZES:
+                results.append(
+                    (
+                        "apiserver without webhook (client, dryRun=All)",
+                        size,
+                        timed(args.rounds, create_dry_run(size)),
+                    )
+                )
+            apply_webhook_configurations(
+                local_endpoint(port=port, ca_pem=certs.ca_pem), kubeconfig=cluster.kubeconfig
+            )
+            try:
+                wait_until_enforced(cluster)
+                for size in SIZES:
+                    review = admission_review(definition(size))
+
+                    def direct(review: bytes = review) -> None:
+                        if not post_review(certs, port, review)["allowed"]:
+                            raise RuntimeError("a valid definition was denied")
+
+                    def through_kubectl(path: Path = manifests[size]) -> None:
+                        kubectl(
+                            cluster, "apply", "--server-side", "--dry-run=server", "-f", str(path)
+                        )
+
+                    results.append(("webhook alone (HTTPS POST)", size, timed(args.rounds, direct)))
+                    results.append(
+                        (
+                            "apiserver + webhook (client, dryRun=All)",
+                            size,
+                            timed(args.rounds, create_dry_run(size)),
+                        )
+                    )
+                    results.append(
+                        (
+                            "kubectl apply --server-side --dry-run=server",
+                            size,
+                            timed(args.rounds, through_kubectl),
+                        )
+                    )
+            finally:
+                delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print(f"admission latency, {args.rounds} rounds after one warm-up (milliseconds)")
+    print(f"{'path':<50} {'tasks':>6} {'p50':>9} {'p99':>9}")
+    for label, size, samples in results:
+        print(
+            f"{label:<50} {size:>6} {percentile(samples, 0.50):>9.1f} "
+            f"{percentile(samples, 0.99):>9.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Outcome transactions per second: record an outcome and release its dependent.
+
+Starts PostgreSQL 15 from the machine's binaries in a temporary directory with default
+durability (fsync on, synchronous_commit on), or uses ``--dsn`` / ``FLOWFORGE_BENCH_DSN``
+(the database is migrated; the bench's rows are left in it). For each writer count, one
+run holds N independent pairs ``root-i -> child-i``; every root is marked running first,
+then the writers record the roots' successes concurrently. Each ``record_outcome`` is one
+fenced compare-and-set transaction that also releases the child and appends the events,
+followed by the run-settle probe. Prints transactions per second for 1 and 4 writers.
+
+    .venv/bin/python bench/bench_store.py [--pairs 2000] [--writers 1 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from flowforge.domain.validation import parse_definition
+from flowforge.localdev import postgres as localdev
+from flowforge.store.connection import Pool
+from flowforge.store.definitions import load_definition, publish_definition
+from flowforge.store.lease import Fence, acquire_lease
+from flowforge.store.migrate import migrate
+from flowforge.store.pool import open_pool
+from flowforge.store.runs import create_run
+from flowforge.store.transitions import mark_running, record_outcome
+
+NAMESPACE = "bench"
+
+
+async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> int:
+    tasks: list[dict[str, object]] = []
+    for n in range(pairs):
+        tasks.append({"key": f"root-{n}", "type": "py"})
+        tasks.append({"key": f"child-{n}", "type": "py", "dependsOn": [f"root-{n}"]})
+    spec = parse_definition(
+        {
+            "workflow": label,
+            "version": 1,
+            "taskTypes": {"py": {"image": "python:3.12-slim"}},
+            "tasks": tasks,
+        }
+    )
+    await publish_definition(pool, namespace=NAMESPACE, definition=spec)
+    stored = await load_definition(pool, namespace=NAMESPACE, workflow=label, version=1)
+    run = await create_run(
+        pool,
+        fence=fence,
+        namespace=NAMESPACE,
+        name=label,
+        uid=str(uuid.uuid4()),
+        definition=stored,
+    )
+    for n in range(pairs):
+        await mark_running(pool, fence=fence, run_id=run.run.id, task_key=f"root-{n}", attempt=1)
+    return run.run.id
+
+
+async def _measure(pool: Pool, fence: Fence, *, run_id: int, pairs: int, writers: int) -> float:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(pairs):
+        queue.put_nowait(n)
+    released = 0
+
+    async def writer() -> None:
+        nonlocal released
+        while not queue.empty():
+            n = queue.get_nowait()
+            result = await record_outcome(
+                pool, fence=fence, run_id=run_id, task_key=f"root-{n}", attempt=1, succeeded=True
+            )
+            released += len(result.released)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    elapsed = time.perf_counter() - started
+    if released != pairs:
+        raise SystemExit(f"expected {pairs} releases, saw {released}")
+    return pairs / elapsed
+
+
+async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> None:
+    await migrate(dsn)
+    pool = await open_pool(dsn, min_size=max(writer_counts), max_size=max(writer_counts))
+    try:
+        lease = await acquire_lease(pool, holder=f"bench-{os.getpid()}", ttl=timedelta(hours=1))
+        if lease is None:
+            raise SystemExit("the operator lease is held by someone else")
+        label = uuid.uuid4().hex[:8]
+        for writers in writer_counts:
+            run_id = await _prepare_run(
+                pool, lease.fence, pairs=pairs, label=f"bench-{label}-{writers}"
+            )
+            rate = await _measure(pool, lease.fence, run_id=run_id, pairs=pairs, writers=writers)
+            print(
+                f"writers={writers}: {rate:,.0f} outcome transactions/s "
+                f"({pairs} outcomes, each releasing one dependent)"
+            )
+    finally:
+        await pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=os.environ.get("FLOWFORGE_BENCH_DSN"))
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--writers", type=int, nargs="+", default=[1, 4])
+    args = parser.parse_args()
+    if args.dsn:
+        asyncio.run(_bench(args.dsn, pairs=args.pairs, writer_counts=args.writers))
+        return
+    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
+    try:
+        server = localdev.start(directory)
+        print(f"local PostgreSQL 15 in {directory}, default durability (fsync on)")
+        asyncio.run(_bench(server.dsn, pairs=args.pairs, writer_counts=args.writers))
+    finally:
+        localdev.stop(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The exceptions FlowForge raises, in one tree.
+
+::
+
+    FlowForgeError
+    ├── UserError                    the caller's input is wrong; retrying will not help
+    │   ├── DefinitionError          one problem in one WorkflowDefinition (kind, path, message)
+    │   │   ├── DefinitionSchemaError        kind "schema"
+    │   │   ├── DuplicateTaskKeyError        kind "duplicate-key"
+    │   │   ├── UnknownTaskTypeError         kind "unknown-task-type"
+    │   │   ├── UnknownDependencyError       kind "unknown-dependency"
+    │   │   ├── CompensationError            kind "compensation"
+    │   │   └── CyclicDependencyError        kind "cycle"
+    │   ├── InvalidDefinitionError   every DefinitionError of one definition, in order
+    │   ├── DefinitionConflictError  same (workflow, version), different content
+    │   └── ManifestError            a YAML file that cannot be read or parsed
+    └── InfrastructureError          the system failed (database, API server); retryable
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+
+class FlowForgeError(Exception):
+    """Base of every error FlowForge raises on purpose."""
+
+
+class UserError(FlowForgeError):
+    """The caller's input is wrong; the same input will fail the same way."""
+
+
+class InfrastructureError(FlowForgeError):
+    """A part FlowForge depends on failed; the operation may succeed if retried."""
+
+
+class DefinitionError(UserError):
+    """One problem in a WorkflowDefinition, located by a Kubernetes-style field path."""
+
+    kind: ClassVar[str] = "definition"
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "path": self.path, "message": self.message}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DefinitionError):
+            return NotImplemented
+        return (self.kind, self.path, self.message) == (other.kind, other.path, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.path, self.message))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, path={self.path!r})"
+
+
+class DefinitionSchemaError(DefinitionError):
+    """The definition does not have the shape the JSON Schema describes."""
+
+    kind = "schema"
+
+
+class DuplicateTaskKeyError(DefinitionError):
+    """Two tasks share a key."""
+
+    kind = "duplicate-key"
+
+
+class UnknownTaskTypeError(DefinitionError):
+    """A task names a type that is not an entry of ``taskTypes``."""
+
+    kind = "unknown-task-type"
+
+
+class UnknownDependencyError(DefinitionError):
+    """A task depends on a key that names no forward task."""
+
+    kind = "unknown-dependency"
+
+
+class CompensationError(DefinitionError):
+    """A compensation task breaks one of the compensation rules."""
+
+    kind = "compensation"
+
+
+class CyclicDependencyError(DefinitionError):
+    """The forward tasks' dependencies form a cycle; ``cycle`` lists it, first key repeated last."""
+
+    kind = "cycle"
+
+    def __init__(self, cycle: Iterable[str], *, path: str = "spec.tasks") -> None:
+        self.cycle: tuple[str, ...] = tuple(cycle)
+        super().__init__(f"dependency cycle detected: {' -> '.join(self.cycle)}", path=path)
+
+
+class InvalidDefinitionError(UserError):
+    """A definition with one or more problems; ``errors`` lists all of them, in order."""
+
+    def __init__(self, errors: Iterable[DefinitionError]) -> None:
+        self.errors: tuple[DefinitionError, ...] = tuple(errors)
+        super().__init__("\n".join(f"{error.path}: {error.message}" for error in self.errors))
+
+
+class DefinitionConflictError(UserError):
+    """A published (workflow, version) already holds different content."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        workflow: str,
+        version: int,
+        existing_fingerprint: str,
+        new_fingerprint: str,
+    ) -> None:
+        self.namespace = namespace
+        self.workflow = workflow
+        self.version = version
+        self.existing_fingerprint = existing_fingerprint
+        self.new_fingerprint = new_fingerprint
+        super().__init__(
+            f"workflow {workflow!r} version {version} in namespace {namespace!r} is already "
+            f"published with fingerprint {existing_fingerprint}; this content has fingerprint "
+            f"{new_fingerprint}. A published version is immutable: publish a new version."
+        )
+
+
+class ManifestError(UserError):
+    """A manifest file that cannot be read or is not valid YAML/JSON as Kubernetes reads it."""
+
+    def __init__(self, message: str, *, source: str, line: int | None = None) -> None:
+        self.source = source
+        self.line = line
+        self.message = message
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,118 @@
+"""Typed, immutable models of a WorkflowDefinition's ``spec``.
+
+Attributes are snake_case; the document's camelCase names are the aliases, so
+``DefinitionSpec.model_validate(document)`` reads a spec and ``to_document()`` writes it back.
+Build them through :func:`flowforge.domain.validation.parse_definition`, which checks shape
+and graph first; the models themselves only hold data and derive views of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from flowforge.domain.graph import DependencyGraph
+
+_MODEL_CONFIG = ConfigDict(
+    frozen=True,
+    populate_by_name=True,
+    alias_generator=to_camel,
+    extra="forbid",
+)
+
+
+class EnvVar(BaseModel):
+    """One environment variable of a task's container."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    value: str | None = None
+
+
+class ContainerTemplate(BaseModel):
+    """The template of the Job that runs the tasks of one type."""
+
+    model_config = _MODEL_CONFIG
+
+    image: str
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+    env: tuple[EnvVar, ...] | None = None
+    resources: dict[str, dict[str, int | str]] | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+    service_account_name: str | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: tuple[dict[str, Any], ...] | None = None
+
+
+class TaskSpec(BaseModel):
+    """A forward task of the DAG or, when ``compensate_for`` is set, a compensator."""
+
+    model_config = _MODEL_CONFIG
+
+    key: str
+    type: str
+    depends_on: tuple[str, ...] = ()
+    config: dict[str, Any] = Field(default_factory=dict)
+    retries: int = 0
+    timeout_seconds: int | None = None
+    compensate_for: str | None = None
+
+    @property
+    def is_compensator(self) -> bool:
+        return self.compensate_for is not None
+
+
+class DefinitionSpec(BaseModel):
+    """The ``spec`` of a WorkflowDefinition: identity, task types and tasks."""
+
+    model_config = _MODEL_CONFIG
+
+    workflow: str
+    version: int
+    description: str = ""
+    task_types: dict[str, ContainerTemplate] = Field(default_factory=dict)
+    tasks: tuple[TaskSpec, ...]
+
+    @cached_property
+    def _tasks_by_key(self) -> Mapping[str, TaskSpec]:
+        return MappingProxyType({task.key: task for task in self.tasks})
+
+    @cached_property
+    def forward_tasks(self) -> tuple[TaskSpec, ...]:
+        """The tasks of the DAG, in declaration order."""
+        return tuple(task for task in self.tasks if task.compensate_for is None)
+
+    @cached_property
+    def compensators(self) -> Mapping[str, TaskSpec]:
+        """Forward task key -> the task that compensates it."""
+        return MappingProxyType(
+            {task.compensate_for: task for task in self.tasks if task.compensate_for is not None}
+        )
+
+    def task(self, key: str) -> TaskSpec:
+        """The task with ``key``; KeyError when there is none."""
+        return self._tasks_by_key[key]
+
+    @cached_property
+    def graph(self) -> DependencyGraph:
+        """The dependency graph of the forward tasks."""
+        return DependencyGraph({task.key: task.depends_on for task in self.forward_tasks})
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """``sha256:<hex>`` over everything that decides what a run does."""
+        from flowforge.domain.fingerprint import fingerprint
+
+        return fingerprint(self)
+
+    def to_document(self) -> dict[str, Any]:
+        """The camelCase ``spec`` document; ``model_validate`` of it gives an equal spec."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)

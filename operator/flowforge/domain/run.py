@@ -1,0 +1,224 @@
+"""The WorkflowRun resource's spec and status, as pydantic models and JSON Schemas.
+
+The spec is what a user asks for (which workflow, which version, parameters,
+cancellation). The status is a projection of the run's rows in PostgreSQL, written
+for humans and tools; it is bounded (at most MAX_TASK_SUMMARIES tasks listed) and
+never the system of record. Field names are camelCase on the wire, as Kubernetes
+resources expect; the pydantic attributes are snake_case.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
+
+MAX_TASK_SUMMARIES = 100
+MAX_COMPENSATION_STEPS = 100
+MAX_CONDITIONS = 16
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _WireModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class RunSpec(_WireModel):
+    """What a user asks for: one execution of a published workflow definition."""
+
+    workflow: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=NAME_PATTERN,
+        description="Name of the workflow to run (the `spec.workflow` of a WorkflowDefinition). "
+        "Cannot change after creation.",
+    )
+    version: int | None = Field(
+        default=None,
+        ge=1,
+        description="Version of the workflow definition to run. When omitted at creation, the "
+        "latest published version is filled in. Cannot change once set.",
+    )
+    parameters: dict[str, str] = Field(
+        default_factory=dict,
+        description="Run parameters handed to every task, as string keys and string values.",
+    )
+    cancel: bool = Field(
+        default=False,
+        description="Set to true to cancel the run: no new task starts, running tasks are "
+        "stopped and the compensators of succeeded tasks run in reverse dependency order.",
+    )
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_WireModel):
+    """One observation about the run, in the shape of Kubernetes' metav1.Condition."""
+
+    type: str = Field(
+        min_length=1, max_length=316, description="Kind of observation, e.g. Ready or Compensating."
+    )
+    status: ConditionStatus = Field(
+        description="Whether the condition holds: True, False or Unknown."
+    )
+    reason: str = Field(
+        default="",
+        max_length=1024,
+        description="One CamelCase word a program can match on, explaining the last transition.",
+    )
+    message: str = Field(
+        default="", max_length=32768, description="Human-readable detail about the last transition."
+    )
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the condition last changed status (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition was computed from."
+    )
+
+
+class RunProgress(_WireModel):
+    """How many forward tasks of the run are in each state."""
+
+    total: int = Field(default=0, ge=0, description="Number of forward tasks in the run.")
+    waiting: int = Field(default=0, ge=0, description="Tasks waiting for their dependencies.")
+    ready: int = Field(default=0, ge=0, description="Tasks released and about to start.")
+    running: int = Field(default=0, ge=0, description="Tasks whose Job is running.")
+    succeeded: int = Field(default=0, ge=0, description="Tasks that succeeded.")
+    failed: int = Field(default=0, ge=0, description="Tasks that failed after their retries.")
+    skipped: int = Field(
+        default=0, ge=0, description="Tasks never started because an upstream task failed."
+    )
+    cancelled: int = Field(default=0, ge=0, description="Tasks stopped by a cancel request.")
+
+    def display(self) -> str:
+        """The `succeeded/total` text shown in the Progress printer column."""
+        return f"{self.succeeded}/{self.total}"
+
+
+class TaskSummary(_WireModel):
+    """The state of one forward task, as last observed."""
+
+    name: str = Field(min_length=1, description="The task's key in the workflow definition.")
+    state: TaskState = Field(description="The task's state.")
+    attempt: int = Field(
+        default=0, ge=0, description="Attempt number of the latest try (0 before the first try)."
+    )
+    job_name: str | None = Field(
+        default=None, description="Name of the Job running the latest attempt, if any."
+    )
+    exit_code: int | None = Field(
+        default=None, description="Container exit code of the latest finished attempt."
+    )
+    message: str = Field(
+        default="", max_length=1024, description="Short explanation of the state, e.g. an error."
+    )
+    started_at: datetime | None = Field(
+        default=None, description="When the first attempt started (RFC 3339)."
+    )
+    finished_at: datetime | None = Field(
+        default=None, description="When the task reached its final state (RFC 3339)."
+    )
+
+
+class CompensationStep(_WireModel):
+    """One compensator of the rollback and its state."""
+
+    name: str = Field(min_length=1, description="The compensator's key in the workflow definition.")
+    compensates: str = Field(
+        min_length=1, description="Key of the succeeded forward task this compensator undoes."
+    )
+    role: TaskRole = Field(
+        default=TaskRole.COMPENSATION, description="Always `compensation` for a rollback step."
+    )
+    state: CompensationState = Field(description="The compensator's state.")
+    attempt: int = Field(default=0, ge=0, description="Attempt number of the latest try.")
+    message: str = Field(
+        default="", max_length=1024, description="Short explanation of the state, e.g. an error."
+    )
+
+
+class CompensationSummary(_WireModel):
+    """Progress of the saga rollback, present once a task of the run has failed for good."""
+
+    active: bool = Field(
+        default=False, description="True while compensators are pending or running."
+    )
+    current: str | None = Field(
+        default=None, description="Key of the compensator running now, if any."
+    )
+    steps: list[CompensationStep] = Field(
+        default_factory=list,
+        max_length=MAX_COMPENSATION_STEPS,
+        description="Compensators in the order the rollback runs them (reverse dependency "
+        f"order); at most {MAX_COMPENSATION_STEPS} are listed.",
+    )
+
+
+class RunStatus(_WireModel):
+    """The observed state of a run, projected from its rows in PostgreSQL."""
+
+    phase: RunPhase | None = Field(
+        default=None,
+        description="Lifecycle phase: pending, running, succeeded, failed or cancelled. A run "
+        "that is rolling back stays running until every triggered compensator has settled.",
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status reflects."
+    )
+    started_at: datetime | None = Field(
+        default=None, description="When the run started executing (RFC 3339)."
+    )
+    finished_at: datetime | None = Field(
+        default=None, description="When the run reached a final phase (RFC 3339)."
+    )
+    definition_fingerprint: str | None = Field(
+        default=None,
+        description="SHA-256 fingerprint of the definition version the run executes.",
+    )
+    progress: str | None = Field(
+        default=None,
+        description="Succeeded over total forward tasks, e.g. `3/4`, as shown by kubectl get.",
+    )
+    counts: RunProgress | None = Field(
+        default=None, description="Number of forward tasks in each state."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Latest observations of the run's state, one per condition type.",
+    )
+    tasks: list[TaskSummary] = Field(
+        default_factory=list,
+        max_length=MAX_TASK_SUMMARIES,
+        description=f"Per-task summary of at most {MAX_TASK_SUMMARIES} forward tasks; "
+        "tasksTruncated tells when the run has more (the database holds every task).",
+    )
+    tasks_truncated: bool = Field(
+        default=False, description="True when the run has more tasks than the summary may list."
+    )
+    compensation: CompensationSummary | None = Field(
+        default=None, description="Progress of the saga rollback, once one is triggered."
+    )
+    message: str = Field(
+        default="", max_length=4096, description="Human-readable explanation of the phase."
+    )
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema(by_alias=True, mode="validation")
+
+
+RUN_SPEC_SCHEMA: dict[str, Any] = _schema(RunSpec)
+RUN_STATUS_SCHEMA: dict[str, Any] = _schema(RunStatus)

@@ -1,0 +1,278 @@
+"""The JSON Schema (Draft 2020-12) of a WorkflowDefinition's ``spec``, as data.
+
+It is the one description of the shape: the validator here, the admission webhook and the
+CustomResourceDefinition (generated from it) all use it. It deliberately sticks to keywords a
+Kubernetes structural schema can express (no ``$ref``, no ``propertyNames``); ``uniqueItems``
+must become ``x-kubernetes-list-type: set`` when the CRD is generated. The ``x-kubernetes-*``
+keys are annotations for that generation and mean nothing to JSON Schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+DNS1123_LABEL_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN_PATTERN: Final = (
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+TASK_KEY_MAX_LENGTH: Final = 50
+MAX_TASKS: Final = 10_000
+MAX_TASK_TYPES: Final = 256
+MAX_RETRIES: Final = 100
+MAX_TIMEOUT_SECONDS: Final = 30 * 24 * 3600
+MAX_VERSION: Final = 2**31 - 1
+
+PATTERN_DESCRIPTIONS: Final[dict[str, str]] = {
+    DNS1123_LABEL_PATTERN: (
+        "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a "
+        "letter or digit)"
+    ),
+    DNS1123_SUBDOMAIN_PATTERN: ("a DNS-1123 subdomain (DNS-1123 labels joined by '.')"),
+}
+
+
+def _task_key(description: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "description": description,
+        "minLength": 1,
+        "maxLength": TASK_KEY_MAX_LENGTH,
+        "pattern": DNS1123_LABEL_PATTERN,
+    }
+
+
+def _string_map(description: str, *, max_value_length: int, max_entries: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "maxProperties": max_entries,
+        "additionalProperties": {"type": "string", "maxLength": max_value_length},
+    }
+
+
+def _string_list(description: str, *, max_items: int) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": description,
+        "maxItems": max_items,
+        "items": {"type": "string", "maxLength": 32_768},
+    }
+
+
+_QUANTITY: Final[dict[str, Any]] = {
+    "anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 64}],
+    "x-kubernetes-int-or-string": True,
+}
+
+CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "The template of the Kubernetes Job that runs each task of this type.",
+    "additionalProperties": False,
+    "required": ["image"],
+    "properties": {
+        "image": {
+            "type": "string",
+            "description": "The container image, e.g. python:3.12-slim.",
+            "minLength": 1,
+            "maxLength": 1024,
+        },
+        "command": _string_list(
+            "The container's entrypoint; the image's ENTRYPOINT when omitted.", max_items=256
+        ),
+        "args": _string_list(
+            "Arguments to the entrypoint; the image's CMD when omitted.", max_items=256
+        ),
+        "env": {
+            "type": "array",
+            "description": "Environment variables set in the container.",
+            "maxItems": 512,
+            "items": {
+                "type": "object",
+                "description": "One environment variable.",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "description": "The variable's name.",
+                        "minLength": 1,
+                        "maxLength": 253,
+                    },
+                    "value": {
+                        "type": "string",
+                        "description": "The variable's value; empty when omitted.",
+                        "maxLength": 32_768,
+                    },
+                },
+            },
+        },
+        "resources": {
+            "type": "object",
+            "description": "Compute resources of the container, as in a Pod spec.",
+            "additionalProperties": False,
+            "properties": {
+                "limits": {
+                    "type": "object",
+                    "description": "The most the container may use, e.g. {cpu: '1', memory: 1Gi}.",
+                    "maxProperties": 32,
+                    "additionalProperties": _QUANTITY,
+                },
+                "requests": {
+                    "type": "object",
+                    "description": "What the scheduler reserves, e.g. {cpu: 250m, memory: 256Mi}.",
+                    "maxProperties": 32,
+                    "additionalProperties": _QUANTITY,
+                },
+            },
+        },
+        "annotations": _string_map(
+            "Annotations added to the task's Pod.", max_value_length=65_536, max_entries=128
+        ),
+        "labels": _string_map(
+            "Labels added to the task's Pod.", max_value_length=63, max_entries=64
+        ),
+        "serviceAccountName": {
+            "type": "string",
+            "description": "The service account the task's Pod runs as.",
+            "maxLength": 253,
+            "pattern": DNS1123_SUBDOMAIN_PATTERN,
+        },
+        "nodeSelector": _string_map(
+            "Node labels the task's Pod must be scheduled on.",
+            max_value_length=253,
+            max_entries=64,
+        ),
+        "tolerations": {
+            "type": "array",
+            "description": "Taints the task's Pod tolerates, as in a Pod spec.",
+            "maxItems": 64,
+            "items": {
+                "type": "object",
+                "description": "One toleration.",
+                "additionalProperties": False,
+                "properties": {
+                    "key": {
+                        "type": "string",
+                        "description": "The taint key; empty with operator Exists matches all.",
+                        "maxLength": 316,
+                    },
+                    "operator": {
+                        "type": "string",
+                        "description": "Exists or Equal (the default).",
+                        "enum": ["Exists", "Equal"],
+                    },
+                    "value": {
+                        "type": "string",
+                        "description": "The taint value, for operator Equal.",
+                        "maxLength": 63,
+                    },
+                    "effect": {
+                        "type": "string",
+                        "description": "The taint effect to match; empty matches all effects.",
+                        "enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"],
+                    },
+                    "tolerationSeconds": {
+                        "type": "integer",
+                        "description": "How long a NoExecute taint is tolerated.",
+                    },
+                },
+            },
+        },
+    },
+}
+
+TASK_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "One task: a forward task of the DAG, or the compensator of one.",
+    "additionalProperties": False,
+    "required": ["key", "type"],
+    "properties": {
+        "key": _task_key(
+            "The task's name, unique in the definition; a DNS-1123 label of at most "
+            f"{TASK_KEY_MAX_LENGTH} characters."
+        ),
+        "type": {
+            "type": "string",
+            "description": "The name of the entry of taskTypes whose template runs this task.",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": DNS1123_LABEL_PATTERN,
+        },
+        "dependsOn": {
+            "type": "array",
+            "description": (
+                "Keys of the forward tasks that must succeed before this one starts. "
+                "Not allowed on a compensation task."
+            ),
+            "maxItems": MAX_TASKS,
+            "uniqueItems": True,
+            "items": _task_key("The key of a forward task this task depends on."),
+        },
+        "config": {
+            "type": "object",
+            "description": "Free-form JSON object handed to the task's container.",
+            "maxProperties": 1024,
+            "x-kubernetes-preserve-unknown-fields": True,
+        },
+        "retries": {
+            "type": "integer",
+            "description": "How many times a failed attempt is retried (0: never).",
+            "minimum": 0,
+            "maximum": MAX_RETRIES,
+        },
+        "timeoutSeconds": {
+            "type": "integer",
+            "description": "How long one attempt may run before it counts as failed.",
+            "minimum": 1,
+            "maximum": MAX_TIMEOUT_SECONDS,
+        },
+        "compensateFor": _task_key(
+            "Makes this a compensation task: the key of the forward task it undoes when a "
+            "run fails after that task succeeded."
+        ),
+    },
+}
+
+DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "description": "A versioned, immutable DAG of tasks, identified by (workflow, version).",
+    "additionalProperties": False,
+    "required": ["workflow", "version", "tasks"],
+    "properties": {
+        "workflow": {
+            "type": "string",
+            "description": "The workflow's name (a DNS-1123 label); with version, its identity.",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": DNS1123_LABEL_PATTERN,
+        },
+        "version": {
+            "type": "integer",
+            "description": (
+                "The version of the workflow; a published version is immutable, so a "
+                "change needs a new version."
+            ),
+            "minimum": 1,
+            "maximum": MAX_VERSION,
+        },
+        "description": {
+            "type": "string",
+            "description": "What the workflow does; part of the fingerprint.",
+            "maxLength": 4096,
+        },
+        "taskTypes": {
+            "type": "object",
+            "description": "Job templates by name; every task names one of them in its type.",
+            "maxProperties": MAX_TASK_TYPES,
+            "additionalProperties": CONTAINER_TEMPLATE_SCHEMA,
+        },
+        "tasks": {
+            "type": "array",
+            "description": "The tasks: forward tasks and their compensators; at least one.",
+            "minItems": 1,
+            "maxItems": MAX_TASKS,
+            "items": TASK_SCHEMA,
+        },
+    },
+}

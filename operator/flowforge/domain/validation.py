@@ -1,0 +1,210 @@
+"""The two validators of a WorkflowDefinition, in the order that matters.
+
+1. Shape (JSON Schema): when the spec has any shape error, only shape errors are reported,
+   because fixing the shape is the cheaper fix and the graph of a malformed spec is noise.
+2. Graph: duplicate keys, unknown task types, unknown dependencies, compensation rules and
+   cycles, all of them, in document order (the cycle last).
+
+The same functions serve the admission webhook, the offline CLI and the operator's load path.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from flowforge.domain.errors import (
+    CompensationError,
+    CyclicDependencyError,
+    DefinitionError,
+    DefinitionSchemaError,
+    DuplicateTaskKeyError,
+    InvalidDefinitionError,
+    UnknownDependencyError,
+    UnknownTaskTypeError,
+)
+from flowforge.domain.graph import DependencyGraph
+from flowforge.domain.models import DefinitionSpec, TaskSpec
+from flowforge.domain.schema import shape_errors
+
+
+def validate_spec(spec: object) -> list[DefinitionError]:
+    """Every problem of ``spec`` (a ``spec`` document); empty when it is valid."""
+    errors, _ = _check(spec)
+    return errors
+
+
+def parse_definition(spec: object) -> DefinitionSpec:
+    """The typed definition of a valid ``spec`` document; InvalidDefinitionError otherwise."""
+    errors, definition = _check(spec)
+    if errors or definition is None:
+        raise InvalidDefinitionError(errors)
+    return definition
+
+
+def _check(spec: object) -> tuple[list[DefinitionError], DefinitionSpec | None]:
+    shape = shape_errors(spec)
+    if shape:
+        return list(shape), None
+    try:
+        definition = DefinitionSpec.model_validate(spec)
+    except ValidationError as exc:  # the schema admits nothing the model rejects; be safe
+        return [
+            DefinitionSchemaError(error["msg"], path=_pydantic_path(error["loc"]))
+            for error in exc.errors()
+        ], None
+    errors = graph_errors(definition)
+    return errors, (None if errors else definition)
+
+
+def _pydantic_path(location: tuple[int | str, ...]) -> str:
+    return "spec" + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in location
+    )
+
+
+def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
+    """The graph rules, for a spec whose shape is valid; document order, the cycle last."""
+    first_index: dict[str, int] = {}
+    duplicates = False
+    forward_keys: set[str] = set()
+    compensator_keys: set[str] = set()
+    for index, task in enumerate(definition.tasks):
+        first_index.setdefault(task.key, index)
+        (forward_keys if task.compensate_for is None else compensator_keys).add(task.key)
+
+    errors: list[DefinitionError] = []
+    compensated_by: dict[str, int] = {}
+    dangling_edges = False
+    for index, task in enumerate(definition.tasks):
+        if (
+            first_index[task.key] == index
+            and task.type in definition.task_types
+            and task.compensate_for is None
+            and forward_keys.issuperset(task.depends_on)
+        ):
+            continue  # the common case, decided without building paths
+        where = f"spec.tasks[{index}]"
+        if first_index[task.key] != index:
+            duplicates = True
+            errors.append(
+                DuplicateTaskKeyError(
+                    f'duplicate task key "{task.key}" (first declared at '
+                    f"spec.tasks[{first_index[task.key]}])",
+                    path=f"{where}.key",
+                )
+            )
+        if task.type not in definition.task_types:
+            errors.append(_unknown_type(task, definition, path=f"{where}.type"))
+        if task.compensate_for is None:
+            for position, dependency in enumerate(task.depends_on):
+                if dependency in forward_keys:
+                    continue
+                dangling_edges = True
+                errors.append(
+                    _bad_dependency(
+                        task,
+                        dependency,
+                        is_compensator=dependency in compensator_keys,
+                        path=f"{where}.dependsOn[{position}]",
+                    )
+                )
+        else:
+            errors.extend(
+                _compensation_errors(
+                    task,
+                    where=where,
+                    forward_keys=forward_keys,
+                    compensator_keys=compensator_keys,
+                    compensated_by=compensated_by,
+                    index=index,
+                )
+            )
+    if not duplicates:
+        cycle = _find_cycle(definition, forward_keys=forward_keys, dangling_edges=dangling_edges)
+        if cycle is not None:
+            errors.append(CyclicDependencyError(cycle))
+    return errors
+
+
+def _find_cycle(
+    definition: DefinitionSpec, *, forward_keys: set[str], dangling_edges: bool
+) -> tuple[str, ...] | None:
+    if not dangling_edges:
+        # the definition's own graph: its order is then computed once, here, and reused
+        return definition.graph.find_cycle()
+    graph = DependencyGraph(
+        {
+            task.key: [key for key in task.depends_on if key in forward_keys]
+            for task in definition.forward_tasks
+        }
+    )
+    return graph.find_cycle()
+
+
+def _unknown_type(task: TaskSpec, definition: DefinitionSpec, *, path: str) -> DefinitionError:
+    known = ", ".join(sorted(definition.task_types)) or "none"
+    return UnknownTaskTypeError(
+        f'task "{task.key}" has type "{task.type}", which is not in taskTypes (declared: {known})',
+        path=path,
+    )
+
+
+def _bad_dependency(
+    task: TaskSpec, dependency: str, *, is_compensator: bool, path: str
+) -> DefinitionError:
+    if is_compensator:
+        return CompensationError(
+            f'task "{task.key}" depends on compensation task "{dependency}"; a forward task '
+            "cannot depend on a compensator",
+            path=path,
+        )
+    return UnknownDependencyError(
+        f'task "{task.key}" depends on unknown task "{dependency}"', path=path
+    )
+
+
+def _compensation_errors(
+    task: TaskSpec,
+    *,
+    where: str,
+    forward_keys: set[str],
+    compensator_keys: set[str],
+    compensated_by: dict[str, int],
+    index: int,
+) -> list[DefinitionError]:
+    errors: list[DefinitionError] = []
+    target = task.compensate_for
+    if task.depends_on:
+        errors.append(
+            CompensationError(
+                f'compensation task "{task.key}" must not declare dependsOn; it runs on its own '
+                "during rollback",
+                path=f"{where}.dependsOn",
+            )
+        )
+    path = f"{where}.compensateFor"
+    if target == task.key:
+        errors.append(CompensationError(f'task "{task.key}" cannot compensate itself', path=path))
+    elif target in compensator_keys:
+        errors.append(
+            CompensationError(
+                f'task "{task.key}" compensates "{target}", which is itself a compensation task',
+                path=path,
+            )
+        )
+    elif target not in forward_keys:
+        errors.append(
+            CompensationError(f'task "{task.key}" compensates unknown task "{target}"', path=path)
+        )
+    elif target in compensated_by:
+        errors.append(
+            CompensationError(
+                f'task "{target}" already has a compensation task (spec.tasks'
+                f"[{compensated_by[target]}]); a forward task has at most one",
+                path=path,
+            )
+        )
+    else:
+        assert target is not None
+        compensated_by[target] = index
+    return errors

@@ -1,0 +1,1 @@
+"""Kubernetes access: Job manifests and a thin async API client."""

@@ -1,0 +1,152 @@
+"""The Job manifest for one attempt of one task: a pure function of its inputs.
+
+The container template arrives in Kubernetes' own camelCase shape (image, command, args,
+env, resources, annotations, labels, serviceAccountName, nodeSelector, tolerations), so this
+module does not depend on how the domain models it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowforge.domain.execution import job_name
+from flowforge.domain.states import TaskRole
+
+GROUP = "flowforge.io"
+RUN_API_VERSION = "flowforge.io/v1alpha1"
+RUN_KIND = "WorkflowRun"
+LABEL_RUN = "flowforge.io/run"
+LABEL_TASK = "flowforge.io/task"
+LABEL_ATTEMPT = "flowforge.io/attempt"
+LABEL_ROLE = "flowforge.io/role"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "flowforge"
+ANNOTATION_RUN_UID = "flowforge.io/run-uid"
+ANNOTATION_RUN_NAME = "flowforge.io/run-name"
+CONTAINER_NAME = "task"
+MAX_LABEL_VALUE = 63
+
+_LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
+_PARAM_INVALID = re.compile(r"[^A-Z0-9_]+")
+
+
+def label_value(text: str) -> str:
+    """A valid label value for ``text``: itself when it fits, else truncated plus a hash."""
+    cleaned = _LABEL_INVALID.sub("-", text).strip("-._")
+    if cleaned == text and len(text) <= MAX_LABEL_VALUE:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{cleaned[: MAX_LABEL_VALUE - 11].rstrip('-._')}-{digest}"
+
+
+def parameter_env_name(name: str) -> str:
+    return "FLOWFORGE_PARAM_" + _PARAM_INVALID.sub("_", name.upper()).strip("_")
+
+
+def _env_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything that decides the Job of one attempt."""
+
+    namespace: str
+    run_name: str
+    run_uid: str
+    task_key: str
+    attempt: int
+    role: TaskRole
+    template: Mapping[str, Any]
+    config: Mapping[str, Any] = field(default_factory=dict)
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    timeout_seconds: int | None = None
+
+    @property
+    def name(self) -> str:
+        return job_name(run_name=self.run_name, run_uid=self.run_uid, task_key=self.task_key,
+                        attempt=self.attempt, role=self.role)
+
+
+def job_labels(request: JobRequest) -> dict[str, str]:
+    return {
+        LABEL_RUN: label_value(request.run_name),
+        LABEL_TASK: label_value(request.task_key),
+        LABEL_ATTEMPT: str(request.attempt),
+        LABEL_ROLE: request.role.value,
+        "app.kubernetes.io/name": "flowforge",
+        "app.kubernetes.io/component": "task",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        "app.kubernetes.io/instance": label_value(request.run_name),
+    }
+
+
+def _environment(request: JobRequest) -> list[dict[str, Any]]:
+    ours: dict[str, str] = {
+        "FLOWFORGE_RUN": request.run_name,
+        "FLOWFORGE_TASK": request.task_key,
+        "FLOWFORGE_ATTEMPT": str(request.attempt),
+        "FLOWFORGE_ROLE": request.role.value,
+        "FLOWFORGE_CONFIG": json.dumps(dict(request.config), sort_keys=True),
+        "FLOWFORGE_PARAMETERS": json.dumps(dict(request.parameters), sort_keys=True),
+    }
+    for name in sorted(request.parameters):
+        ours[parameter_env_name(name)] = _env_text(request.parameters[name])
+    env: list[dict[str, Any]] = [
+        dict(entry) for entry in request.template.get("env") or []
+        if entry.get("name") not in ours
+    ]
+    env.extend({"name": key, "value": value} for key, value in ours.items())
+    return env
+
+
+def build_job(request: JobRequest) -> dict[str, Any]:
+    """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``."""
+    template = request.template
+    labels = job_labels(request)
+    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": template["image"],
+                                 "env": _environment(request)}
+    for key in ("command", "args", "resources"):
+        if template.get(key):
+            container[key] = template[key]
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    for key in ("serviceAccountName", "nodeSelector", "tolerations"):
+        if template.get(key):
+            pod_spec[key] = template[key]
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {
+                "labels": {**(template.get("labels") or {}), **labels},
+                "annotations": dict(template.get("annotations") or {}),
+            },
+            "spec": pod_spec,
+        },
+    }
+    if request.timeout_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = int(request.timeout_seconds)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": request.name,
+            "namespace": request.namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_RUN_UID: request.run_uid,
+                            ANNOTATION_RUN_NAME: request.run_name},
+            "ownerReferences": [{
+                "apiVersion": RUN_API_VERSION,
+                "kind": RUN_KIND,
+                "name": request.run_name,
+                "uid": request.run_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": job_spec,
+    }

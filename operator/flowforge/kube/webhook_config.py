@@ -1,0 +1,208 @@
+"""The Validating/MutatingWebhookConfiguration objects for FlowForge's admission webhooks.
+
+We write these ourselves instead of letting kopf manage them (`settings.admission.managed`),
+so that a crashed replica never leaves stale entries behind and RBAC stays minimal.
+Each webhook calls exactly one kopf handler: the handler id is the last URL path segment.
+
+Rules cover only our two resources, so a broken webhook server can never block anything
+else in the cluster; `failurePolicy: Fail` because an unchecked definition is worse than a
+refused one; `sideEffects: NoneOnDryRun` because admission publishes definitions to the
+store, but never on dry run.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+GROUP = "flowforge.io"
+VERSION = "v1alpha1"
+DEFINITIONS_PLURAL = "workflowdefinitions"
+RUNS_PLURAL = "workflowruns"
+
+VALIDATE_DEFINITION_HANDLER_ID = "validate-workflowdefinition"
+VALIDATE_RUN_HANDLER_ID = "validate-workflowrun"
+MUTATE_RUN_HANDLER_ID = "mutate-workflowrun"
+
+CONFIGURATION_NAME = "flowforge-admission"
+TIMEOUT_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class AdmissionHandlerSpec:
+    """One webhook entry: which handler, for which resource and operations."""
+
+    handler_id: str
+    plural: str
+    operations: tuple[str, ...]
+    webhook_name: str
+
+
+VALIDATING_HANDLERS = (
+    AdmissionHandlerSpec(
+        handler_id=VALIDATE_DEFINITION_HANDLER_ID,
+        plural=DEFINITIONS_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name="workflowdefinitions.validate.flowforge.io",
+    ),
+    AdmissionHandlerSpec(
+        handler_id=VALIDATE_RUN_HANDLER_ID,
+        plural=RUNS_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name="workflowruns.validate.flowforge.io",
+    ),
+)
+MUTATING_HANDLERS = (
+    AdmissionHandlerSpec(
+        handler_id=MUTATE_RUN_HANDLER_ID,
+        plural=RUNS_PLURAL,
+        operations=("CREATE",),
+        webhook_name="workflowruns.mutate.flowforge.io",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class WebhookEndpoint:
+    """Where the apiserver reaches the webhook server: a URL base or a Service, plus the CA."""
+
+    ca_pem: bytes
+    url_base: str | None = None
+    service_namespace: str | None = None
+    service_name: str | None = None
+    service_port: int = 443
+
+    def client_config(self, handler_id: str) -> dict[str, Any]:
+        config: dict[str, Any] = {"caBundle": base64.b64encode(self.ca_pem).decode("ascii")}
+        if self.url_base is not None:
+            config["url"] = f"{self.url_base.rstrip('/')}/{handler_id}"
+        else:
+            config["service"] = {
+                "namespace": self.service_namespace,
+                "name": self.service_name,
+                "port": self.service_port,
+                "path": f"/{handler_id}",
+            }
+        return config
+
+
+def local_endpoint(*, port: int, ca_pem: bytes, host: str = "127.0.0.1") -> WebhookEndpoint:
+    """The webhook server runs on this machine (tests, `make dev`)."""
+    return WebhookEndpoint(ca_pem=ca_pem, url_base=f"https://{host}:{port}")
+
+
+def in_cluster_endpoint(
+    *, namespace: str, service_name: str, ca_pem: bytes, port: int = 443
+) -> WebhookEndpoint:
+    """The webhook server runs in the cluster behind a Service (the Helm chart)."""
+    return WebhookEndpoint(
+        ca_pem=ca_pem,
+        service_namespace=namespace,
+        service_name=service_name,
+        service_port=port,
+    )
+
+
+def _webhook(handler: AdmissionHandlerSpec, endpoint: WebhookEndpoint) -> dict[str, Any]:
+    return {
+        "name": handler.webhook_name,
+        "clientConfig": endpoint.client_config(handler.handler_id),
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "resources": [handler.plural],
+                "operations": list(handler.operations),
+                "scope": "Namespaced",
+            }
+        ],
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "NoneOnDryRun",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "admissionReviewVersions": ["v1"],
+    }
+
+
+def build_validating_configuration(
+    endpoint: WebhookEndpoint, *, name: str = CONFIGURATION_NAME
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "flowforge"}},
+        "webhooks": [_webhook(handler, endpoint) for handler in VALIDATING_HANDLERS],
+    }
+
+
+def build_mutating_configuration(
+    endpoint: WebhookEndpoint, *, name: str = CONFIGURATION_NAME
+) -> dict[str, Any]:
+    webhooks = [_webhook(handler, endpoint) for handler in MUTATING_HANDLERS]
+    for webhook in webhooks:
+        # Our patch only adds spec.version; no other webhook's change can affect that.
+        webhook["reinvocationPolicy"] = "Never"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "flowforge"}},
+        "webhooks": webhooks,
+    }
+
+
+def _api_client(kubeconfig: Path | None) -> client.ApiClient:
+    config_file = str(kubeconfig) if kubeconfig is not None else None
+    api_client: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=config_file
+    )
+    return api_client
+
+
+def apply_webhook_configurations(
+    endpoint: WebhookEndpoint, *, kubeconfig: Path | None = None, name: str = CONFIGURATION_NAME
+) -> None:
+    """Create or replace both configurations in the cluster the kubeconfig points at."""
+    with _api_client(kubeconfig) as api_client:
+        # Typed as Any: the client accepts our plain dicts as bodies.
+        api: Any = client.AdmissionregistrationV1Api(api_client)
+        validating = build_validating_configuration(endpoint, name=name)
+        mutating = build_mutating_configuration(endpoint, name=name)
+        try:
+            api.create_validating_webhook_configuration(body=validating)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            current = api.read_validating_webhook_configuration(name=name)
+            validating["metadata"]["resourceVersion"] = current.metadata.resource_version
+            api.replace_validating_webhook_configuration(name=name, body=validating)
+        try:
+            api.create_mutating_webhook_configuration(body=mutating)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            current = api.read_mutating_webhook_configuration(name=name)
+            mutating["metadata"]["resourceVersion"] = current.metadata.resource_version
+            api.replace_mutating_webhook_configuration(name=name, body=mutating)
+
+
+def delete_webhook_configurations(
+    *, kubeconfig: Path | None = None, name: str = CONFIGURATION_NAME
+) -> None:
+    """Remove both configurations; absent ones are fine."""
+    with _api_client(kubeconfig) as api_client:
+        # Typed as Any: the client accepts our plain dicts as bodies.
+        api: Any = client.AdmissionregistrationV1Api(api_client)
+        for delete in (
+            api.delete_validating_webhook_configuration,
+            api.delete_mutating_webhook_configuration,
+        ):
+            try:
+                delete(name=name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise

@@ -1,0 +1,1 @@
+"""The kopf side of FlowForge: admission webhooks and (later) the run operator."""

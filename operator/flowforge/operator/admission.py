@@ -1,0 +1,295 @@
+"""Admission decisions for WorkflowDefinition and WorkflowRun, free of kopf and HTTP.
+
+Each decision takes what an AdmissionReview carries (operation, object, old object, dry run,
+namespace) plus a `DefinitionRegistry` (the published-definitions side of the store) and
+returns a `Verdict`. The kopf handlers in `webhooks.py` only translate.
+
+The registry is the system of record, not the cluster: a definition deleted and re-created
+with other content under the same (namespace, workflow, version) is still refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from flowforge.domain.errors import (
+    DefinitionConflictError,
+    DefinitionError,
+    InvalidDefinitionError,
+)
+from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.run import RunSpec
+from flowforge.domain.validation import parse_definition
+
+# A denial listing 10,000 errors helps nobody and bloats the apiserver's response.
+MAX_LISTED_ERRORS = 50
+# Status codes for denials, as the apiserver shows them to the user.
+CODE_INVALID = 422
+CODE_CONFLICT = 409
+CODE_NOT_FOUND = 404
+CODE_FORBIDDEN = 403
+
+
+class DefinitionRegistry(Protocol):
+    """What admission needs from the store's definition registry."""
+
+    async def published_fingerprint(
+        self, *, namespace: str, workflow: str, version: int
+    ) -> str | None:
+        """The fingerprint published for that version, or None if it is not published."""
+        ...
+
+    async def published_versions(self, *, namespace: str, workflow: str) -> Sequence[int]:
+        """Every published version of the workflow in the namespace (any order)."""
+        ...
+
+    async def publish(self, *, namespace: str, definition: DefinitionSpec) -> None:
+        """Publish a parsed definition; idempotent by content (publishing twice is fine).
+
+        Raises DefinitionConflictError when other content holds that version.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    operation: str
+    namespace: str
+    new_object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class JsonPatchOperation:
+    op: str
+    path: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+    code: int = 200
+    patch: tuple[JsonPatchOperation, ...] = field(default=())
+
+    @classmethod
+    def allow(cls, *patch: JsonPatchOperation) -> Verdict:
+        return cls(allowed=True, patch=patch)
+
+    @classmethod
+    def deny(cls, message: str, *, code: int) -> Verdict:
+        return cls(allowed=False, message=message, code=code)
+
+
+def _spec_of(obj: Mapping[str, Any] | None) -> Any:
+    if not isinstance(obj, Mapping):
+        return None
+    return obj.get("spec")
+
+
+def describe_errors(errors: Sequence[DefinitionError]) -> str:
+    """Every error as `<path>: <message>`, one per line (capped at MAX_LISTED_ERRORS)."""
+    lines = [f"{error.path}: {error.message}" for error in errors[:MAX_LISTED_ERRORS]]
+    if len(errors) > MAX_LISTED_ERRORS:
+        lines.append(f"... and {len(errors) - MAX_LISTED_ERRORS} more errors")
+    noun = "error" if len(errors) == 1 else "errors"
+    return f"invalid WorkflowDefinition ({len(errors)} {noun}):\n" + "\n".join(lines)
+
+
+def _format_versions(versions: Sequence[int]) -> str:
+    return ", ".join(str(version) for version in sorted(versions))
+
+
+# --- WorkflowDefinition -------------------------------------------------------------------------
+
+
+async def decide_definition(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+    if request.operation == "CREATE":
+        return await _decide_definition_create(request, registry)
+    if request.operation == "UPDATE":
+        return _decide_definition_update(request)
+    return Verdict.allow()
+
+
+async def _decide_definition_create(
+    request: AdmissionRequest, registry: DefinitionRegistry
+) -> Verdict:
+    try:
+        definition = parse_definition(_spec_of(request.new_object))
+    except InvalidDefinitionError as error:
+        return Verdict.deny(describe_errors(error.errors), code=CODE_INVALID)
+
+    if request.dry_run:
+        published = await registry.published_fingerprint(
+            namespace=request.namespace, workflow=definition.workflow, version=definition.version
+        )
+        if published is None or published == definition.fingerprint:
+            return Verdict.allow()
+        return _conflict(definition, published=published)
+    try:
+        await registry.publish(namespace=request.namespace, definition=definition)
+    except DefinitionConflictError as error:
+        return _conflict(definition, published=error.existing_fingerprint)
+    return Verdict.allow()
+
+
+def _conflict(definition: DefinitionSpec, *, published: str) -> Verdict:
+    version = definition.version
+    return Verdict.deny(
+        f"workflow {definition.workflow!r} version {version} is already published with different "
+        f"content (published fingerprint {published[:12]}, this one "
+        f"{definition.fingerprint[:12]}); a published version is immutable: publish a new "
+        f"version (e.g. spec.version: {version + 1})",
+        code=CODE_CONFLICT,
+    )
+
+
+def _parsed_or_none(spec: Any) -> DefinitionSpec | None:
+    try:
+        return parse_definition(spec)
+    except InvalidDefinitionError:
+        return None
+
+
+def _decide_definition_update(request: AdmissionRequest) -> Verdict:
+    old_spec = _spec_of(request.old_object)
+    new_spec = _spec_of(request.new_object)
+    if old_spec == new_spec:
+        return Verdict.allow()
+    try:
+        new_definition = parse_definition(new_spec)
+    except InvalidDefinitionError as error:
+        return Verdict.deny(describe_errors(error.errors), code=CODE_INVALID)
+    old_definition = _parsed_or_none(old_spec)
+    if old_definition is not None and old_definition.fingerprint == new_definition.fingerprint:
+        # Same meaning (e.g. tasks reordered): nothing a run would do changes.
+        return Verdict.allow()
+    old_fingerprint = "(invalid)" if old_definition is None else old_definition.fingerprint
+    version = new_definition.version
+    return Verdict.deny(
+        f"the spec of WorkflowDefinition {new_definition.workflow!r} version {version} cannot "
+        f"change once published (published fingerprint {old_fingerprint[:12]}, this one "
+        f"{new_definition.fingerprint[:12]}); only metadata such as labels and annotations may "
+        f"be edited: publish a new version (a new WorkflowDefinition with spec.version: "
+        f"{version + 1})",
+        code=CODE_FORBIDDEN,
+    )
+
+
+# --- WorkflowRun --------------------------------------------------------------------------------
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    path = "spec"
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _run_shape_errors(spec: Any) -> list[str]:
+    """The run spec checked strictly against the same model the CRD schema comes from."""
+    if not isinstance(spec, Mapping):
+        return ["spec: must be an object with at least spec.workflow"]
+    try:
+        RunSpec.model_validate(spec, strict=True)
+    except ValidationError as error:
+        return [
+            f"{_field_path(detail['loc'])}: {detail['msg']}"
+            for detail in error.errors(include_url=False)
+        ]
+    return []
+
+
+async def decide_run_mutation(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+    """On CREATE, pin the newest published version when the run names none.
+
+    Anything malformed is left untouched for the validating webhook to deny with a full message.
+    """
+    if request.operation != "CREATE":
+        return Verdict.allow()
+    spec = _spec_of(request.new_object)
+    if not isinstance(spec, Mapping) or spec.get("version") is not None:
+        return Verdict.allow()
+    workflow = spec.get("workflow")
+    if not isinstance(workflow, str) or not workflow:
+        return Verdict.allow()
+    versions = await registry.published_versions(namespace=request.namespace, workflow=workflow)
+    if not versions:
+        return Verdict.allow()
+    return Verdict.allow(JsonPatchOperation(op="add", path="/spec/version", value=max(versions)))
+
+
+async def decide_run(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+    if request.operation == "CREATE":
+        return await _decide_run_create(request, registry)
+    if request.operation == "UPDATE":
+        return _decide_run_update(request)
+    return Verdict.allow()
+
+
+async def _decide_run_create(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+    spec = _spec_of(request.new_object)
+    errors = _run_shape_errors(spec)
+    if errors:
+        return Verdict.deny("invalid WorkflowRun:\n" + "\n".join(errors), code=CODE_INVALID)
+    assert isinstance(spec, Mapping)
+    workflow: str = spec["workflow"]
+    version: int | None = spec.get("version")
+    versions = await registry.published_versions(namespace=request.namespace, workflow=workflow)
+    if not versions:
+        return Verdict.deny(
+            f"spec.workflow: workflow {workflow!r} has no published version in namespace "
+            f"{request.namespace!r}; apply its WorkflowDefinition first",
+            code=CODE_NOT_FOUND,
+        )
+    if version is None:
+        return Verdict.deny(
+            "spec.version: missing (the mutating webhook pins the newest published version, "
+            f"{max(versions)}; is it configured?)",
+            code=CODE_INVALID,
+        )
+    if version not in versions:
+        return Verdict.deny(
+            f"spec.version: workflow {workflow!r} version {version} is not published in "
+            f"namespace {request.namespace!r}; published versions: {_format_versions(versions)}",
+            code=CODE_NOT_FOUND,
+        )
+    return Verdict.allow()
+
+
+def _decide_run_update(request: AdmissionRequest) -> Verdict:
+    old_spec = _spec_of(request.old_object)
+    new_spec = _spec_of(request.new_object)
+    if old_spec == new_spec:
+        return Verdict.allow()
+    if not isinstance(old_spec, Mapping) or not isinstance(new_spec, Mapping):
+        return Verdict.deny(
+            "spec: only spec.cancel may change on a WorkflowRun", code=CODE_FORBIDDEN
+        )
+    changed = sorted(
+        str(key)
+        for key in set(old_spec) | set(new_spec)
+        if key != "cancel" and old_spec.get(key) != new_spec.get(key)
+    )
+    if changed:
+        fields = ", ".join(f"spec.{key}" for key in changed)
+        return Verdict.deny(
+            f"{fields}: cannot change on a WorkflowRun; only spec.cancel may change "
+            "(start a new run instead)",
+            code=CODE_FORBIDDEN,
+        )
+    cancel = new_spec.get("cancel")
+    if cancel is not None and not isinstance(cancel, bool):
+        return Verdict.deny("spec.cancel: must be a boolean", code=CODE_INVALID)
+    if old_spec.get("cancel") is True and cancel is not True:
+        return Verdict.deny(
+            "spec.cancel: a cancelled run cannot be resumed; start a new run instead",
+            code=CODE_FORBIDDEN,
+        )
+    return Verdict.allow()

@@ -1,0 +1,142 @@
+"""kopf handlers of the run engine.
+
+WorkflowRuns and Jobs are both watched with ``@kopf.on.event``: no kopf annotations or
+finalizers are written onto either, so a standby operator (which sees every event too and
+ignores it) leaves no "handled" marks that would hide work from the leader, and deleting a
+run never waits for an operator. Every handler is idempotent (a 410 re-list replays every
+object); the reconciler is the backstop for anything an event missed, and runs at once when
+this operator becomes the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from flowforge.domain.errors import FlowForgeError
+from flowforge.domain.validation import parse_definition
+from flowforge.kube.client import KubeClient
+from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
+from flowforge.operator import metrics
+from flowforge.operator.engine import Engine, NotLeaderError
+from flowforge.operator.leadership import Leadership
+from flowforge.operator.reconciler import Reconciler
+from flowforge.operator.runs import RunRefusedError
+from flowforge.operator.settings import OperatorSettings
+from flowforge.store.definitions import publish_definition
+from flowforge.store.lease import Fence
+from flowforge.store.pool import open_pool
+
+logger = logging.getLogger("flowforge.operator")
+PREFIX = "flowforge.io"
+FINALIZER = "flowforge.io/finalizer"
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+    config = OperatorSettings.from_environment()
+    pool = await open_pool(config.dsn, min_size=2, max_size=config.store_pool_size)
+    kube = KubeClient.connect(kubeconfig=config.kubeconfig,
+                              job_creation_qps=config.job_creation_qps)
+    leadership = Leadership(pool, identity=config.identity, ttl=config.lease_ttl,
+                            renew_every=config.lease_renew_seconds)
+    engine = Engine(pool=pool, kube=kube, settings=config, leadership=leadership)
+    reconciler = Reconciler(engine, interval=config.reconcile_interval_seconds)
+
+    async def gained(fence: Fence) -> None:
+        logger.info("leading with fencing epoch %d", fence.epoch)
+        reconciler.kick()
+
+    leadership.on_gained = gained
+    if config.metrics_port:
+        metrics.serve(host=config.metrics_host, port=config.metrics_port)
+    memo.pool = pool
+    memo.kube = kube
+    memo.engine = engine
+    memo.background = [
+        asyncio.create_task(leadership.run(), name="flowforge-lease"),
+        asyncio.create_task(reconciler.run_forever(), name="flowforge-reconciler"),
+    ]
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("background", []):
+        task.cancel()
+    engine: Engine | None = memo.get("engine")
+    if engine is not None:
+        await engine.shutdown()
+    if memo.get("kube") is not None:
+        memo.kube.close()
+    if memo.get("pool") is not None:
+        await memo.pool.close()
+
+
+def _engine(memo: kopf.Memo) -> Engine | None:
+    engine: Engine | None = memo.get("engine")
+    if engine is None or not engine.leadership.is_leader:
+        return None
+    return engine
+
+
+async def _guarded(engine: Engine, what: str, action: Any) -> None:
+    try:
+        await action
+    except (NotLeaderError, RunRefusedError):
+        pass
+    except Exception as error:
+        # no kopf retries for events: the reconciler is the retry
+        metrics.RECONCILE_ERRORS.inc()
+        logger.warning("%s failed, left to the reconciler: %s", what, error)
+        if error.__class__.__name__ == "StaleEpochError":
+            await engine.leadership.lose()
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    engine = _engine(memo)
+    if engine is None:
+        return
+    job = event["object"]
+    await _guarded(engine, f"Job {job['metadata'].get('name')}",
+                   engine.on_job_event(job, event.get("type")))
+
+
+@kopf.on.event("flowforge.io", "v1alpha1", "workflowruns")
+async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    engine = _engine(memo)
+    if engine is None:
+        return
+    body = event["object"]
+    name = f"WorkflowRun {body['metadata'].get('namespace')}/{body['metadata'].get('name')}"
+    if event.get("type") == "DELETED":
+        await _guarded(engine, name, engine.run_deleted(body))
+        return
+    await _guarded(engine, name, engine.start_run(body))
+
+
+@kopf.on.event("flowforge.io", "v1alpha1", "workflowdefinitions")
+async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """Publish a definition the admission webhook did not (idempotent, by content)."""
+    if event.get("type") == "DELETED" or memo.get("pool") is None:
+        return
+    body = event["object"]
+    try:
+        definition = parse_definition(body.get("spec") or {})
+        await publish_definition(memo.pool, namespace=body["metadata"]["namespace"],
+                                 definition=definition)
+    except FlowForgeError as error:
+        logger.warning("WorkflowDefinition %s not published: %s",
+                       body["metadata"].get("name"), error)

@@ -1,0 +1,67 @@
+"""Prometheus metrics of the operator, served on 127.0.0.1 by default."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+RUNS_BY_PHASE = Gauge(
+    "flowforge_runs", "Runs known to this operator by phase", ["phase"], registry=REGISTRY
+)
+RUNS_FINISHED = Counter(
+    "flowforge_runs_finished_total", "Runs that reached a final phase", ["phase"], registry=REGISTRY
+)
+TASK_OUTCOMES = Counter(
+    "flowforge_task_outcomes_total",
+    "Recorded attempt outcomes",
+    ["role", "reason"],
+    registry=REGISTRY,
+)
+JOBS_CREATED = Counter(
+    "flowforge_jobs_created_total",
+    "Jobs created (AlreadyExists excluded)",
+    ["role"],
+    registry=REGISTRY,
+)
+HANDOFF_LATENCY = Histogram(
+    "flowforge_handoff_latency_seconds",
+    "From a task's release (its dependencies satisfied, or a retry due) to its Job created",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "flowforge_reconcile_errors_total", "Errors in the reconciler", registry=REGISTRY
+)
+RECONCILE_FIXES = Counter(
+    "flowforge_reconcile_fixes_total",
+    "Things the reconciler found and fixed",
+    ["kind"],
+    registry=REGISTRY,
+)
+STORE_LATENCY = Histogram(
+    "flowforge_store_latency_seconds",
+    "Duration of store transactions",
+    ["operation"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+    registry=REGISTRY,
+)
+LEADER = Gauge("flowforge_leader", "1 while this operator holds the lease", registry=REGISTRY)
+
+
+@contextmanager
+def store_timer(operation: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        STORE_LATENCY.labels(operation).observe(time.perf_counter() - started)
+
+
+def serve(*, host: str, port: int) -> None:
+    """Serve /metrics; the host defaults to loopback in the settings."""
+    start_http_server(port, addr=host, registry=REGISTRY)

@@ -1,0 +1,65 @@
+"""The operator's configuration, from ``FLOWFORGE_*`` environment variables (and flags).
+
+Every server the operator starts binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from flowforge.domain.execution import BackoffPolicy
+
+
+def _float(environment: Mapping[str, str], name: str, default: float) -> float:
+    raw = environment.get(name)
+    return default if raw in (None, "") else float(raw)
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    dsn: str
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    kubeconfig: str | None = None
+    reconcile_interval_seconds: float = 10.0
+    # finished Jobs are deleted this long after their outcome is recorded; < 0 keeps them
+    job_ttl_seconds: float = 300.0
+    job_creation_qps: float = 50.0
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no metrics endpoint
+    lease_ttl_seconds: float = 10.0
+    lease_renew_seconds: float = 3.0
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    store_pool_size: int = 10
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        return timedelta(seconds=self.lease_ttl_seconds)
+
+    @classmethod
+    def from_environment(cls, environment: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if environment is None else environment
+        namespaces = tuple(n for n in env.get("FLOWFORGE_NAMESPACES", "").split(",") if n)
+        return cls(
+            dsn=env.get("FLOWFORGE_DSN", ""),
+            namespaces=namespaces,
+            kubeconfig=env.get("FLOWFORGE_KUBECONFIG") or env.get("KUBECONFIG") or None,
+            reconcile_interval_seconds=_float(env, "FLOWFORGE_RECONCILE_INTERVAL", 10.0),
+            job_ttl_seconds=_float(env, "FLOWFORGE_JOB_TTL", 300.0),
+            job_creation_qps=_float(env, "FLOWFORGE_JOB_CREATION_QPS", 50.0),
+            metrics_host=env.get("FLOWFORGE_METRICS_HOST", "127.0.0.1"),
+            metrics_port=int(_float(env, "FLOWFORGE_METRICS_PORT", 0)),
+            lease_ttl_seconds=_float(env, "FLOWFORGE_LEASE_TTL", 10.0),
+            lease_renew_seconds=_float(env, "FLOWFORGE_LEASE_RENEW", 3.0),
+            identity=env.get("FLOWFORGE_IDENTITY") or f"{socket.gethostname()}-{os.getpid()}",
+            backoff=BackoffPolicy(
+                first_delay_seconds=_float(env, "FLOWFORGE_RETRY_FIRST_DELAY", 1.0),
+                cap_seconds=_float(env, "FLOWFORGE_RETRY_CAP", 300.0),
+                jitter=_float(env, "FLOWFORGE_RETRY_JITTER", 0.5),
+            ),
+            store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 10)),
+        )

@@ -1,0 +1,102 @@
+"""Writes ``WorkflowRun.status`` as a projection of the store, coalescing bursts.
+
+``mark(run_id)`` is cheap: a burst of outcomes of one run (a 50-task fan-out finishing)
+becomes one projection and one status patch shortly after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from flowforge.domain.execution import (
+    STATUS_TASK_SUMMARY_LIMIT,
+    StatusInput,
+    project_status,
+)
+from flowforge.domain.run import TaskSummary
+from flowforge.domain.states import TaskState
+from flowforge.kube.client import KubeClient
+from flowforge.operator.runs import RunCache, RunContext
+from flowforge.store import engine as store
+from flowforge.store.connection import Pool
+from flowforge.store.runs import get_run
+
+logger = logging.getLogger(__name__)
+COALESCE_SECONDS = 0.05
+
+
+class StatusWriter:
+    def __init__(self, *, pool: Pool, kube: KubeClient, runs: RunCache) -> None:
+        self._pool = pool
+        self._kube = kube
+        self._runs = runs
+        self._dirty: set[int] = set()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._conditions: dict[int, Sequence[Mapping[str, Any]]] = {}
+
+    def mark(self, run_id: int) -> None:
+        self._dirty.add(run_id)
+        self._wake.set()
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(COALESCE_SECONDS)
+            self._wake.clear()
+            batch, self._dirty = self._dirty, set()
+            results = await asyncio.gather(*(self.write(run_id) for run_id in batch),
+                                           return_exceptions=True)
+            for run_id, result in zip(batch, results, strict=True):
+                if isinstance(result, Exception):
+                    logger.warning("status of run %d not written: %s", run_id, result)
+
+    async def project(self, context: RunContext) -> dict[str, Any]:
+        record = await get_run(self._pool, context.run_id)
+        counts = await store.forward_counts(self._pool, context.run_id)
+        summaries: list[TaskSummary] = []
+        if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
+            rows = await store.load_tasks(self._pool, context.run_id)
+            outcomes = await store.latest_outcomes(self._pool, context.run_id,
+                                                   [row.key for row in rows])
+            for row in rows:
+                state = TaskState(row.state)
+                outcome = outcomes.get(row.key, {})
+                started = state not in (TaskState.WAITING, TaskState.SKIPPED) and (
+                    row.started_at is not None)
+                summaries.append(TaskSummary(
+                    name=row.key, state=state, attempt=row.attempt if started else 0,
+                    job_name=context.job_name(task_key=row.key, attempt=row.attempt)
+                    if started else None,
+                    exit_code=outcome.get("exitCode"),
+                    message=(row.last_error or "")[:1024],
+                    started_at=row.started_at, finished_at=row.finished_at))
+        failure = None
+        if counts.failed:
+            failed = [s.name for s in summaries if s.state is TaskState.FAILED]
+            failure = (f"task {', '.join(failed)} failed" if failed
+                       else f"{counts.failed} tasks failed")
+        body = project_status(StatusInput(
+            phase=record.phase, counts=counts, fingerprint=context.definition.fingerprint,
+            started_at=record.created_at, finished_at=record.finished_at,
+            now=datetime.now(UTC), cancel_requested=record.cancel_requested,
+            failure_message=failure, tasks=summaries, compensating=record.compensating,
+            previous_conditions=self._conditions.get(context.run_id, ())))
+        self._conditions[context.run_id] = body.get("conditions", [])
+        return body
+
+    async def write(self, run_id: int) -> None:
+        context = await self._runs.by_id(run_id)
+        body = await self.project(context)
+        await self._kube.patch_run_status(namespace=context.namespace, name=context.name,
+                                          status=body)

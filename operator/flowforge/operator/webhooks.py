@@ -1,0 +1,125 @@
+"""kopf admission handlers: thin translations between kopf and `admission.py`.
+
+One handler per resource and purpose, each with a stable id that is also its URL path
+(`/validate-workflowdefinition`, ...), so every check of a resource runs in one handler and
+all its errors reach the user together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from flowforge.kube.webhook_config import (
+    DEFINITIONS_PLURAL,
+    GROUP,
+    MUTATE_RUN_HANDLER_ID,
+    RUNS_PLURAL,
+    VALIDATE_DEFINITION_HANDLER_ID,
+    VALIDATE_RUN_HANDLER_ID,
+    VERSION,
+)
+from flowforge.operator.admission import (
+    AdmissionRequest,
+    DefinitionRegistry,
+    JsonPatchOperation,
+    Verdict,
+    decide_definition,
+    decide_run,
+    decide_run_mutation,
+)
+
+RegistryProvider = Callable[[], DefinitionRegistry]
+
+
+def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return None if body is None else dict(body)
+
+
+def _namespace_of(body: Mapping[str, Any] | None) -> str:
+    metadata = body.get("metadata") if body is not None else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _request(handler_kwargs: Mapping[str, Any]) -> AdmissionRequest:
+    """The AdmissionReview-level facts out of kopf's handler keyword arguments."""
+    old: Mapping[str, Any] | None = handler_kwargs.get("old")
+    new: Mapping[str, Any] | None = handler_kwargs.get("new")
+    return AdmissionRequest(
+        operation=str(handler_kwargs.get("operation")),
+        namespace=_namespace_of(new if new is not None else old),
+        new_object=_raw(new),
+        old_object=_raw(old),
+        dry_run=bool(handler_kwargs.get("dryrun")),
+    )
+
+
+def _enforce(verdict: Verdict) -> None:
+    if not verdict.allowed:
+        raise kopf.AdmissionError(verdict.message, code=verdict.code)
+
+
+def _apply_to_patch(patch: kopf.Patch, operations: tuple[JsonPatchOperation, ...]) -> None:
+    """Express our add/replace operations as kopf's merge-style patch (kopf emits JSON patch)."""
+    for operation in operations:
+        if operation.op not in ("add", "replace"):
+            raise ValueError(f"unsupported patch operation {operation.op!r}")
+        *parents, leaf = operation.path.strip("/").split("/")
+        target: dict[str, Any] = patch
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[leaf] = operation.value
+
+
+def register_admission_handlers(
+    registry: kopf.OperatorRegistry, *, definitions: RegistryProvider
+) -> None:
+    """Register the three admission handlers on `registry`.
+
+    `definitions` is called per request, so the operator can open its store in a startup
+    handler after registration.
+    """
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        DEFINITIONS_PLURAL,
+        id=VALIDATE_DEFINITION_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=True,
+        registry=registry,
+    )
+    async def validate_workflow_definition(**kwargs: Any) -> None:
+        request = _request(kwargs)
+        _enforce(await decide_definition(request, definitions()))
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        RUNS_PLURAL,
+        id=VALIDATE_RUN_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def validate_workflow_run(**kwargs: Any) -> None:
+        request = _request(kwargs)
+        _enforce(await decide_run(request, definitions()))
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        RUNS_PLURAL,
+        id=MUTATE_RUN_HANDLER_ID,
+        operations=["CREATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def pin_workflow_run_version(*, patch: kopf.Patch, **kwargs: Any) -> None:
+        request = _request(kwargs)
+        verdict = await decide_run_mutation(request, definitions())
+        _enforce(verdict)
+        _apply_to_patch(patch, verdict.patch)

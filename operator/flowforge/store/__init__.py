@@ -1,0 +1,69 @@
+"""The PostgreSQL store: FlowForge's system of record (psycopg 3, async, ``psycopg_pool``).
+
+Tables (``migrations/0001_initial.sql``)
+----------------------------------------
+- ``flowforge_lease``: one row per lease (``operator``): holder, ``epoch``, expiry.
+- ``flowforge_definition``: published definitions, one per (namespace, workflow, version),
+  the validated ``spec`` document and its fingerprint. Written once, never updated.
+- ``flowforge_run``: one per ``WorkflowRun`` object (namespace, name, uid), its phase,
+  ``compensating`` (rolling back), ``cancel_requested``, ``finished_at`` (set exactly when
+  the phase is terminal), and after retention ``pruned_at`` with ``final_counts``.
+- ``flowforge_task``: one row per forward task and per compensator of a run; ``state``,
+  ``attempt``/``max_attempts``, ``pending_dependencies`` (upstreams not yet succeeded),
+  ``not_before`` (retry backoff), ``topological_index`` (rollback order).
+- ``flowforge_task_dependency``: the run's edges (upstream task row -> dependent task row).
+- ``flowforge_event``: the append-only history (a trigger refuses UPDATE).
+- ``flowforge_schema_migration``: applied migration versions (``migrate.py``).
+
+States (``flowforge.domain.states``, mirrored by CHECK constraints)
+-------------------------------------------------------------------
+Runs: pending, running, succeeded, failed, cancelled (+ the ``compensating`` flag while a
+rollback runs; the run finishes only when it settles). Forward tasks: waiting, ready,
+running, succeeded, failed, skipped, cancelled. Compensators: not_triggered, pending,
+running, succeeded, failed, skipped. One CHECK ties the allowed states to the row's role,
+others: finished_at iff terminal, compensating only while running, attempt <= max_attempts,
+a released task has no pending dependencies. A unique partial index allows at most one
+running compensator per run.
+
+The fencing rule
+----------------
+Every write takes a ``Fence`` (lease name and epoch, from ``lease.acquire_lease``). Its
+transaction starts by locking the lease row ``FOR SHARE`` and comparing epochs; a stale
+epoch raises ``StaleEpochError`` and the transaction rolls back, changing nothing. A new
+holder increments the epoch with an UPDATE of that row, which waits for in-flight writes
+of the old epoch, so no old-epoch write can commit after a takeover. On top of the fence,
+every move is a compare-and-set on the expected state and attempt
+(``TransitionConflictError`` when it loses). Every decision runs through
+``retry.in_transaction``, which re-runs it after a serialization failure or deadlock.
+
+Queries and the index that serves each
+--------------------------------------
+======================================  ==================================================
+query (function)                        index
+======================================  ==================================================
+publish / load / list / newest version  ``flowforge_definition_identity`` (unique)
+create_run idempotency, find_run        ``flowforge_run_identity`` (unique)
+list_active_runs (reconciler)           ``flowforge_run_active_idx`` (partial)
+prune: finished runs before cutoff      ``flowforge_run_prunable_idx`` (partial)
+run_progress (GROUP BY role, state)     ``flowforge_task_progress_idx`` (index-only)
+settle probe "any unresolved task?"     ``flowforge_task_progress_idx``
+every transition on (run, task key)     ``flowforge_task_identity`` (unique)
+list_dispatchable / list_running        ``flowforge_task_active_idx`` (partial)
+release dependents, transitive skip     ``flowforge_task_dependency`` primary key
+FK check on task delete (retention)     ``flowforge_task_dependency_task_idx``
+prune a run's edges                     ``flowforge_task_dependency_run_idx``
+run_history, prune a run's events       ``flowforge_event_run_idx``
+======================================  ==================================================
+``tests/store/test_indexes.py`` asserts each plan with EXPLAIN after ANALYZE.
+
+Transactions: decide in a transaction, commit, then act on Kubernetes idempotently; never
+call Kubernetes inside one. An outcome's release of dependents happens in its own
+transaction; settling the run happens right after it commits (``settle.py`` explains why
+that is exactly once) and again from the reconciler as a backstop.
+"""
+
+from flowforge.store.connection import Connection, Pool
+from flowforge.store.lease import Fence, Lease
+from flowforge.store.pool import open_pool
+
+__all__ = ["Connection", "Fence", "Lease", "Pool", "open_pool"]

@@ -1,0 +1,104 @@
+"""Errors raised by the PostgreSQL store.
+
+User errors are about what someone asked for (an unknown run, a definition that no longer
+validates); infrastructure errors are about the system (a deposed operator, a lost race,
+a schema this code does not know).
+"""
+
+from __future__ import annotations
+
+from flowforge.domain.errors import InfrastructureError, UserError
+
+
+class StoreError(InfrastructureError):
+    """A failure of the store that is not caused by the caller's input."""
+
+
+class SchemaTooNewError(StoreError):
+    def __init__(self, *, database_version: int, known_version: int) -> None:
+        self.database_version = database_version
+        self.known_version = known_version
+        super().__init__(
+            f"the database schema is at version {database_version}, newer than the newest "
+            f"this FlowForge knows ({known_version}); upgrade FlowForge before running it "
+            "against this database"
+        )
+
+
+class SchemaNotMigratedError(StoreError):
+    def __init__(self, *, database_version: int, known_version: int) -> None:
+        self.database_version = database_version
+        self.known_version = known_version
+        super().__init__(
+            f"the database schema is at version {database_version}, this FlowForge needs "
+            f"{known_version}; run `flowforge db migrate`"
+        )
+
+
+class StaleEpochError(StoreError):
+    """A write carried a fencing epoch older than the lease's: the writer was deposed."""
+
+    def __init__(self, *, lease: str, epoch: int, current_epoch: int | None) -> None:
+        self.lease = lease
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        super().__init__(
+            f"write refused: fencing epoch {epoch} of lease {lease!r} is stale "
+            f"(current epoch: {current_epoch}); another operator holds the lease"
+        )
+
+
+class TransitionConflictError(StoreError):
+    """A compare-and-set lost: the row was not in the expected state or attempt."""
+
+    def __init__(
+        self,
+        *,
+        run_id: int,
+        task_key: str | None,
+        expected: str,
+        actual: str | None,
+    ) -> None:
+        self.run_id = run_id
+        self.task_key = task_key
+        self.expected = expected
+        self.actual = actual
+        subject = f"task {task_key!r} of run {run_id}" if task_key else f"run {run_id}"
+        super().__init__(f"{subject}: expected {expected}, found {actual or 'nothing'}")
+
+
+class LeaseNotHeldError(StoreError):
+    def __init__(self, *, lease: str, holder: str, epoch: int) -> None:
+        self.lease = lease
+        self.holder = holder
+        self.epoch = epoch
+        super().__init__(f"lease {lease!r} epoch {epoch} is no longer held by {holder!r}")
+
+
+class StoredDefinitionInvalidError(StoreError):
+    """A definition row no longer validates (changed by hand, lost data, older rules)."""
+
+    def __init__(self, *, namespace: str, workflow: str, version: int, reason: str) -> None:
+        self.namespace = namespace
+        self.workflow = workflow
+        self.version = version
+        self.reason = reason
+        super().__init__(
+            f"stored definition {namespace}/{workflow} v{version} no longer validates, "
+            f"refusing to use it: {reason}"
+        )
+
+
+class DefinitionNotFoundError(UserError):
+    def __init__(self, *, namespace: str, workflow: str, version: int | None) -> None:
+        self.namespace = namespace
+        self.workflow = workflow
+        self.version = version
+        which = f"version {version}" if version is not None else "any version"
+        super().__init__(f"workflow {namespace}/{workflow} has no published {which}")
+
+
+class RunNotFoundError(UserError):
+    def __init__(self, *, run: str) -> None:
+        self.run = run
+        super().__init__(f"run {run} does not exist in the store")

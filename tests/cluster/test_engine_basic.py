@@ -1,0 +1,111 @@
+"""The run engine on the real control plane and PostgreSQL: order, fan-in, status, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flowforge.domain.execution import STATUS_TASK_SUMMARY_LIMIT
+from flowforge.store import engine as store_engine
+from flowforge.store.events import run_history
+from flowforge.store.runs import find_run
+from tests.plugins.operator import OperatorProcess, RunDriver
+
+pytestmark = pytest.mark.cluster
+
+STEP = {"image": "busybox:1.36", "command": ["true"],
+        "annotations": {"flowforge.io/simulate-duration": "1s"}}
+
+
+def diamond(workflow: str = "diamond") -> dict[str, Any]:
+    return {
+        "workflow": workflow, "version": 1, "taskTypes": {"step": STEP},
+        "tasks": [
+            {"key": "extract", "type": "step", "config": {"source": "s3://b"}},
+            {"key": "left", "type": "step", "dependsOn": ["extract"]},
+            {"key": "right", "type": "step", "dependsOn": ["extract"]},
+            {"key": "load", "type": "step", "dependsOn": ["left", "right"]},
+        ],
+    }
+
+
+def _created(job: Any) -> float:
+    return float(job.metadata.creation_timestamp.timestamp())
+
+
+def _finished(job: Any) -> float:
+    return float(job.status.completion_time.timestamp())
+
+
+async def test_diamond_runs_in_dependency_order_and_succeeds(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish(diamond())
+    driver.create_run("d1", workflow="diamond", parameters={"date": "2026-11-30"})
+    body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=operator)
+    status = body["status"]
+    assert status["phase"] == "succeeded", status
+    assert status["progress"] == "4/4"
+    assert driver.printer_row("d1")["Progress"] == "4/4"
+    assert driver.printer_row("d1")["Phase"] == "succeeded"
+
+    jobs = {job.metadata.labels["flowforge.io/task"]: job for job in driver.jobs("d1")}
+    assert set(jobs) == {"extract", "left", "right", "load"}
+    # a dependent's Job is created only after its upstream's Job completed
+    for upstream, dependent in [("extract", "left"), ("extract", "right"),
+                                ("left", "load"), ("right", "load")]:
+        assert _created(jobs[dependent]) >= _finished(jobs[upstream]) - 1.0
+        assert jobs[dependent].metadata.creation_timestamp >= \
+            jobs[upstream].metadata.creation_timestamp
+    extract = jobs["extract"]
+    assert extract.spec.backoff_limit == 0
+    assert extract.metadata.owner_references[0].kind == "WorkflowRun"
+    assert extract.metadata.owner_references[0].controller is True
+    env = {e.name: e.value for e in extract.spec.template.spec.containers[0].env}
+    assert env["FLOWFORGE_PARAM_DATE"] == "2026-11-30"
+    assert env["FLOWFORGE_CONFIG"] == '{"source": "s3://b"}'
+    assert env["FLOWFORGE_ATTEMPT"] == "1"
+
+    assert status["counts"] == {"total": 4, "waiting": 0, "ready": 0, "running": 0,
+                                "succeeded": 4, "failed": 0, "skipped": 0, "cancelled": 0}
+    assert status["definitionFingerprint"].startswith("sha256:")
+    assert status["startedAt"] and status["finishedAt"]
+    assert {t["name"] for t in status["tasks"]} == {"extract", "left", "right", "load"}
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["reason"] == "Succeeded"
+    reasons = {event.reason for event in driver.events("d1")}
+    assert {"RunStarted", "TaskStarted", "RunSucceeded"} <= reasons
+
+
+async def test_fan_in_of_fifty_releases_the_join_exactly_once(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    width = 50
+    spec = {
+        "workflow": "fan", "version": 1,
+        "taskTypes": {"step": {"image": "busybox:1.36"}},
+        "tasks": [{"key": "root", "type": "step"},
+                  *({"key": f"branch-{i:02d}", "type": "step", "dependsOn": ["root"]}
+                    for i in range(width)),
+                  {"key": "join", "type": "step",
+                   "dependsOn": [f"branch-{i:02d}" for i in range(width)]}],
+    }
+    await driver.publish(spec)
+    driver.create_run("f1", workflow="fan")
+    body = await driver.wait_phase("f1", {"succeeded", "failed"}, timeout=180,
+                                   operator=operator)
+    assert body["status"]["phase"] == "succeeded", body["status"]
+    assert body["status"]["progress"] == f"{width + 2}/{width + 2}"
+    joins = [job for job in driver.jobs("f1") if job.metadata.labels["flowforge.io/task"] == "join"]
+    assert len(joins) == 1
+    run = await find_run(driver.pool, namespace=driver.namespace, name="f1",
+                         uid=body["metadata"]["uid"])
+    history = await run_history(driver.pool, run.id)
+    assert [e.kind for e in history if e.task_key == "join"].count("task.released") == 1
+    assert [e.kind for e in history if e.task_key == "join"].count("task.dispatched") == 1
+    # 52 tasks: above the summary limit, so the status lists none and says so
+    assert width + 2 > STATUS_TASK_SUMMARY_LIMIT
+    assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
+    created = await store_engine.job_created_attempts(driver.pool, run.id)
+    assert len(created) == width + 2

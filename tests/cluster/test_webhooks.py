@@ -1,0 +1,240 @@
+"""Admission webhooks through the real apiserver, with kubectl as users run it.
+
+The webhook server is `python -m flowforge.operator.webhook_server` (kopf) on 127.0.0.1 with
+its own CA, backed by a real PostgreSQL store; the apiserver calls it because the
+Validating/MutatingWebhookConfigurations built by `flowforge.kube.webhook_config` say so.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
+from flowforge.store.connection import Pool
+from flowforge.store.definitions import list_versions
+from tests.plugins.webhooks import WebhookServer
+
+pytestmark = [pytest.mark.cluster, pytest.mark.store]
+
+
+def definition(
+    *, name: str = "etl-v1", version: int = 1, image: str = "busybox:1.36", **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "flowforge.io/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "workflow": "etl",
+            "version": version,
+            "taskTypes": {"step": {"image": image}},
+            "tasks": [
+                {"key": "extract", "type": "step"},
+                {"key": "load", "type": "step", "dependsOn": ["extract"]},
+            ],
+            **spec,
+        },
+    }
+
+
+def run(*, name: str = "etl-run", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "flowforge.io/v1alpha1",
+        "kind": "WorkflowRun",
+        "metadata": {"name": name},
+        "spec": {"workflow": "etl", **spec},
+    }
+
+
+def apply(
+    cluster: Cluster, namespace: str, obj: dict[str, Any], *, dry_run: bool = False
+) -> subprocess.CompletedProcess[str]:
+    args = ["apply", "-n", namespace, "-f", "-"]
+    if dry_run:
+        args.insert(1, "--dry-run=server")
+    return kubectl(cluster, *args, stdin=json.dumps(obj), check=False)
+
+
+def names_of(cluster: Cluster, namespace: str, resource: str) -> list[str]:
+    listing = kubectl_json(cluster, "get", resource, "-n", namespace)
+    return [item["metadata"]["name"] for item in listing["items"]]
+
+
+INVALID_DEFINITIONS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "schema",
+        definition(tasks=[{"key": "Not_A_Label", "type": "step"}]),
+        "spec.tasks[0].key",
+    ),
+    (
+        "duplicate-key",
+        definition(tasks=[{"key": "a", "type": "step"}, {"key": "a", "type": "step"}]),
+        "spec.tasks[1].key",
+    ),
+    (
+        "unknown-task-type",
+        definition(tasks=[{"key": "a", "type": "missing"}]),
+        "spec.tasks[0].type",
+    ),
+    (
+        "unknown-dependency",
+        definition(tasks=[{"key": "a", "type": "step", "dependsOn": ["ghost"]}]),
+        "spec.tasks[0].dependsOn[0]",
+    ),
+    (
+        "compensation",
+        definition(
+            tasks=[
+                {"key": "a", "type": "step"},
+                {"key": "undo", "type": "step", "compensateFor": "a", "dependsOn": ["a"]},
+            ]
+        ),
+        "spec.tasks[1]",
+    ),
+    (
+        "cycle",
+        definition(
+            tasks=[
+                {"key": "a", "type": "step", "dependsOn": ["b"]},
+                {"key": "b", "type": "step", "dependsOn": ["a"]},
+            ]
+        ),
+        "spec.tasks",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "manifest", "path"), INVALID_DEFINITIONS, ids=[case[0] for case in INVALID_DEFINITIONS]
+)
+async def test_invalid_definition_is_denied_with_its_field_path_and_leaves_no_trace(
+    cluster: Cluster,
+    namespace: str,
+    admission_webhooks: WebhookServer,
+    webhook_store: Pool,
+    kind: str,
+    manifest: dict[str, Any],
+    path: str,
+) -> None:
+    applied = apply(cluster, namespace, manifest)
+    dry_run = apply(cluster, namespace, manifest, dry_run=True)
+
+    assert applied.returncode != 0, f"{kind}: admitted: {applied.stdout}"
+    assert "denied the request" in applied.stderr
+    assert f"{path}" in applied.stderr, applied.stderr
+    assert dry_run.returncode != 0
+    assert dry_run.stderr.replace("(server dry run)", "") == applied.stderr.replace(
+        "(server dry run)", ""
+    )
+    assert names_of(cluster, namespace, "workflowdefinitions") == []
+    assert await list_versions(webhook_store, namespace=namespace, workflow="etl") == []
+    admission_webhooks.assert_alive()
+
+
+async def test_dry_run_admits_a_valid_definition_without_a_trace(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer, webhook_store: Pool
+) -> None:
+    result = apply(cluster, namespace, definition(), dry_run=True)
+
+    assert result.returncode == 0, result.stderr
+    assert "(server dry run)" in result.stdout
+    assert names_of(cluster, namespace, "workflowdefinitions") == []
+    assert await list_versions(webhook_store, namespace=namespace, workflow="etl") == []
+
+
+async def test_published_versions_are_immutable_and_new_versions_are_accepted(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer, webhook_store: Pool
+) -> None:
+    first = apply(cluster, namespace, definition())
+    assert first.returncode == 0, first.stderr
+    assert "created" in first.stdout
+    assert await list_versions(webhook_store, namespace=namespace, workflow="etl") == [1]
+
+    again = apply(cluster, namespace, definition())
+    assert again.returncode == 0, again.stderr
+    assert "unchanged" in again.stdout
+
+    labelled = definition()
+    labelled["metadata"]["labels"] = {"team": "data"}
+    assert apply(cluster, namespace, labelled).returncode == 0
+
+    changed = definition(image="busybox:1.37")
+    as_update = apply(cluster, namespace, changed)
+    assert as_update.returncode != 0
+    assert "version 1" in as_update.stderr
+    assert "publish a new version" in as_update.stderr
+
+    # The registry is PostgreSQL: deleting the object does not free the version.
+    kubectl(cluster, "delete", "workflowdefinition", "etl-v1", "-n", namespace)
+    for dry_run in (True, False):
+        as_create = apply(cluster, namespace, changed, dry_run=dry_run)
+        assert as_create.returncode != 0
+        assert "version 1 is already published with different content" in as_create.stderr
+        assert "publish a new version" in as_create.stderr
+    assert names_of(cluster, namespace, "workflowdefinitions") == []
+
+    recreated = apply(cluster, namespace, definition())
+    assert recreated.returncode == 0, recreated.stderr
+
+    second = apply(cluster, namespace, definition(name="etl-v2", version=2, image="busybox:1.37"))
+    assert second.returncode == 0, second.stderr
+    assert await list_versions(webhook_store, namespace=namespace, workflow="etl") == [1, 2]
+    assert sorted(names_of(cluster, namespace, "workflowdefinitions")) == ["etl-v1", "etl-v2"]
+
+
+async def test_runs_must_name_a_published_version_and_get_the_newest_pinned(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer
+) -> None:
+    unknown = apply(cluster, namespace, run(name="too-early"))
+    assert unknown.returncode != 0
+    assert "'etl' has no published version" in unknown.stderr
+
+    for version in (1, 2):
+        manifest = definition(name=f"etl-v{version}", version=version, description=f"v{version}")
+        assert apply(cluster, namespace, manifest).returncode == 0
+
+    unpublished = apply(cluster, namespace, run(name="pinned-7", version=7))
+    assert unpublished.returncode != 0
+    assert "version 7 is not published" in unpublished.stderr
+    assert "published versions: 1, 2" in unpublished.stderr
+
+    dry = apply(cluster, namespace, run(name="newest"), dry_run=True)
+    assert dry.returncode == 0, dry.stderr
+    assert names_of(cluster, namespace, "workflowruns") == []
+
+    created = apply(cluster, namespace, run(name="newest", parameters={"date": "2026-11-30"}))
+    assert created.returncode == 0, created.stderr
+    stored = kubectl_json(cluster, "get", "workflowrun", "newest", "-n", namespace)
+    assert stored["spec"]["version"] == 2
+
+    explicit = apply(cluster, namespace, run(name="older", version=1))
+    assert explicit.returncode == 0, explicit.stderr
+    stored_older = kubectl_json(cluster, "get", "workflowrun", "older", "-n", namespace)
+    assert stored_older["spec"]["version"] == 1
+
+
+async def test_only_cancel_may_change_on_a_stored_run(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer
+) -> None:
+    assert apply(cluster, namespace, definition()).returncode == 0
+    original = run(name="r", parameters={"date": "2026-11-30"})
+    assert apply(cluster, namespace, original).returncode == 0
+
+    reparametrised = copy.deepcopy(original)
+    reparametrised["spec"]["parameters"] = {"date": "2026-12-01"}
+    refused = apply(cluster, namespace, reparametrised)
+    assert refused.returncode != 0
+    assert "spec.parameters: cannot change" in refused.stderr
+
+    cancelled = copy.deepcopy(original)
+    cancelled["spec"]["cancel"] = True
+    accepted = apply(cluster, namespace, cancelled)
+    assert accepted.returncode == 0, accepted.stderr
+    stored = kubectl_json(cluster, "get", "workflowrun", "r", "-n", namespace)
+    assert stored["spec"]["cancel"] is True
+    assert stored["spec"]["version"] == 1

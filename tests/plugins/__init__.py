@@ -1,0 +1,1 @@
+"""pytest plugins with the real-infrastructure fixtures (listed in tests/conftest.py)."""

@@ -1,0 +1,320 @@
+"""Fixtures that run the FlowForge operator as a subprocess against the test cluster and a
+fresh test database, so a test can SIGKILL it and start it again.
+
+- ``kube_api`` (session): a ``kubernetes`` ApiClient on the test cluster.
+- ``engine_crds`` (session): the checked-in WorkflowRun CRD created through the API.
+- ``engine_namespace``: a fresh namespace (with its default ServiceAccount), deleted after.
+- ``engine_store``: an open pool on the test's fresh, migrated database.
+- ``operators``: a factory of ``OperatorProcess``; every process is stopped at the end.
+- ``operator``: one operator, started and holding the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from flowforge.localdev.binaries import repo_root
+from flowforge.localdev.controlplane import Cluster
+from flowforge.store.connection import Pool
+from flowforge.store.lease import current_lease
+from flowforge.store.pool import open_pool
+
+OPERATOR_START_SECONDS = 60.0
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.2,
+             what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def kube_api(cluster: Cluster) -> Iterator[k8s.ApiClient]:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
+                                client_configuration=configuration)
+    configuration.connection_pool_maxsize = 16
+    api = k8s.ApiClient(configuration)
+    yield api
+    api.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="session")
+def engine_crds(kube_api: k8s.ApiClient) -> list[str]:
+    extensions = k8s.ApiextensionsV1Api(kube_api)
+    names = []
+    # the engine needs only WorkflowRuns: definitions reach it through the store
+    for path in sorted((repo_root() / "crds").glob("workflowruns.*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        names.append(name)
+        try:
+            extensions.create_custom_resource_definition(body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            existing = extensions.read_custom_resource_definition(name)
+            body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+            extensions.replace_custom_resource_definition(name, body)
+    for name in names:
+        def established(crd_name: str = name) -> bool:
+            crd = extensions.read_custom_resource_definition(crd_name)
+            return any(c.type == "Established" and c.status == "True"
+                       for c in (crd.status.conditions or []))
+        wait_for(established, timeout=60, what=f"CRD {name} Established")
+    return names
+
+
+@pytest.fixture
+def engine_namespace(kube_api: k8s.ApiClient, engine_crds: list[str],
+                     request: pytest.FixtureRequest) -> Iterator[str]:
+    core = k8s.CoreV1Api(kube_api)
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:30].strip("-")
+    name = f"e-{slug}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_default_service_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(has_default_service_account, timeout=30, what="default ServiceAccount")
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+async def engine_store(store_dsn: str) -> AsyncIterator[Pool]:
+    pool = await open_pool(store_dsn, min_size=1, max_size=8)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@dataclass
+class OperatorProcess:
+    """One operator process; ``kill`` sends SIGKILL, ``start`` starts it again."""
+
+    dsn: str
+    kubeconfig: Path
+    namespace: str
+    log_path: Path
+    identity: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("already running")
+        environment = {
+            **os.environ,
+            "FLOWFORGE_DSN": self.dsn,
+            "FLOWFORGE_NAMESPACES": self.namespace,
+            "FLOWFORGE_KUBECONFIG": str(self.kubeconfig),
+            "KUBECONFIG": str(self.kubeconfig),
+            "FLOWFORGE_IDENTITY": self.identity,
+            "FLOWFORGE_RECONCILE_INTERVAL": "2",
+            "FLOWFORGE_LEASE_TTL": "4",
+            "FLOWFORGE_LEASE_RENEW": "1",
+            "FLOWFORGE_RETRY_FIRST_DELAY": "0.5",
+            "FLOWFORGE_JOB_TTL": "-1",
+            **self.extra_env,
+        }
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start #{self.starts} =====\n".encode())
+        log.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "flowforge.operator"],
+            env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root()),
+        )
+        log.close()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def wait_for_leader(pool: Pool, identity: str, *, timeout: float = OPERATOR_START_SECONDS,
+                          process: OperatorProcess | None = None) -> int:
+    """Wait until ``identity`` holds the lease; returns its epoch."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lease = await current_lease(pool)
+        if lease is not None and lease.holder == identity:
+            return lease.epoch
+        if process is not None and not process.running:
+            raise AssertionError(f"operator exited early:\n{process.log_tail()}")
+        await asyncio.sleep(0.2)
+    tail = process.log_tail() if process else ""
+    raise AssertionError(f"{identity} did not take the lease within {timeout} s\n{tail}")
+
+
+@pytest.fixture
+def operators(cluster: Cluster, store_dsn: str, engine_namespace: str,
+              tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    made: list[OperatorProcess] = []
+
+    def make(*, identity: str | None = None, start: bool = True,
+             env: dict[str, str] | None = None) -> OperatorProcess:
+        name = identity or f"op-{len(made) + 1}"
+        process = OperatorProcess(dsn=store_dsn, kubeconfig=cluster.kubeconfig,
+                                  namespace=engine_namespace, identity=name,
+                                  log_path=tmp_path / f"{name}.log", extra_env=dict(env or {}))
+        made.append(process)
+        if start:
+            process.start()
+        return process
+
+    yield make
+    for process in made:
+        process.stop()
+
+
+@pytest.fixture
+async def operator(operators: Callable[..., OperatorProcess],
+                   engine_store: Pool) -> OperatorProcess:
+    process = operators()
+    await wait_for_leader(engine_store, process.identity, process=process)
+    return process
+
+
+class RunDriver:
+    """What a test does to runs and observes of them, through the real API and store."""
+
+    def __init__(self, *, api: k8s.ApiClient, namespace: str, pool: Pool) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.pool = pool
+        self.custom = k8s.CustomObjectsApi(api)
+        self.batch = k8s.BatchV1Api(api)
+        self.core = k8s.CoreV1Api(api)
+
+    async def publish(self, spec: dict[str, Any]) -> None:
+        """Publish a definition to the store, as admission does on a WorkflowDefinition."""
+        from flowforge.domain.validation import parse_definition
+        from flowforge.store.definitions import publish_definition
+
+        await publish_definition(self.pool, namespace=self.namespace,
+                                 definition=parse_definition(spec))
+
+    def create_run(self, name: str, *, workflow: str, version: int = 1,
+                   parameters: dict[str, str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns",
+            {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowRun",
+             "metadata": {"name": name},
+             "spec": {"workflow": workflow, "version": version,
+                      "parameters": parameters or {}}})
+        return body
+
+    def run(self, name: str) -> dict[str, Any]:
+        body: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name)
+        return body
+
+    def cancel(self, name: str) -> None:
+        self.custom.patch_namespaced_custom_object(
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name,
+            {"spec": {"cancel": True}})
+
+    def delete_run(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name)
+
+    def jobs(self, run: str | None = None) -> list[Any]:
+        selector = "app.kubernetes.io/managed-by=flowforge"
+        if run is not None:
+            selector += f",flowforge.io/run={run}"
+        items: list[Any] = self.batch.list_namespaced_job(self.namespace,
+                                                          label_selector=selector).items
+        return items
+
+    def events(self, run: str) -> list[Any]:
+        items: list[Any] = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={run}").items
+        return items
+
+    def printer_row(self, name: str) -> dict[str, Any]:
+        """The row ``kubectl get wfr NAME`` prints (the apiserver's Table rendering)."""
+        method, url, headers, body, _ = self.api.param_serialize(
+            "GET",
+            f"/apis/flowforge.io/v1alpha1/namespaces/{self.namespace}/workflowruns/{name}",
+            header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+            auth_settings=["BearerToken"])
+        response = self.api.call_api(method, url, header_params=headers, body=body)
+        response.read()
+        import json
+
+        table = json.loads(response.data)
+        columns = [column["name"] for column in table["columnDefinitions"]]
+        return dict(zip(columns, table["rows"][0]["cells"], strict=True))
+
+    async def wait_phase(self, name: str, phases: set[str], *, timeout: float = 90,
+                         operator: OperatorProcess | None = None) -> dict[str, Any]:
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            body = self.run(name)
+            if (body.get("status") or {}).get("phase") in phases:
+                return body
+            await asyncio.sleep(0.25)
+        tail = operator.log_tail() if operator else ""
+        raise AssertionError(f"run {name} not in {phases} after {timeout} s: "
+                             f"{body.get('status')}\n{tail}")
+
+
+@pytest.fixture
+def driver(kube_api: k8s.ApiClient, engine_namespace: str, engine_store: Pool) -> RunDriver:
+    return RunDriver(api=kube_api, namespace=engine_namespace, pool=engine_store)

@@ -1,0 +1,237 @@
+"""pytest fixtures for FlowForge's admission webhooks, served for real.
+
+- ``webhook_server`` (session): `python -m flowforge.operator.webhook_server` in a subprocess
+  on 127.0.0.1 with freshly generated certificates and a migrated database of its own. It
+  needs the cluster (kopf discovers the resources there) and the CRDs.
+- ``admission_webhooks`` (module): the Validating/MutatingWebhookConfigurations pointing the
+  apiserver at that server, removed again after the module, so that cluster tests of other
+  modules do not meet the webhooks unless they ask for them.
+- ``webhook_https``: POST raw AdmissionReview JSON to the server (for fuzzing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowforge.kube.webhook_config import (
+    apply_webhook_configurations,
+    delete_webhook_configurations,
+    local_endpoint,
+)
+from flowforge.localdev.controlplane import Cluster, kubectl
+from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.store.connection import Pool
+from flowforge.store.pool import open_pool
+from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
+
+STARTUP_TIMEOUT_SECONDS = 60.0
+REQUEST_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class WebhookServer:
+    port: int
+    certs: WebhookCertificates
+    dsn: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def assert_alive(self) -> None:
+        code = self.process.poll()
+        assert code is None, f"webhook server exited with {code}:\n{self.log_tail()}"
+
+
+@dataclass(frozen=True)
+class HttpsResult:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class WebhookHttps:
+    """A client trusting only the test CA, like the apiserver."""
+
+    def __init__(self, server: WebhookServer) -> None:
+        self._server = server
+        self._context = ssl.create_default_context(cafile=str(server.certs.ca_cert_path))
+
+    def post(
+        self, handler_id: str, body: bytes, *, timeout: float = REQUEST_TIMEOUT_SECONDS
+    ) -> HttpsResult:
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", self._server.port, context=self._context, timeout=timeout
+        )
+        try:
+            connection.request(
+                "POST", f"/{handler_id}", body=body, headers={"Content-Type": "application/json"}
+            )
+            response = connection.getresponse()
+            return HttpsResult(status=response.status, body=response.read())
+        finally:
+            connection.close()
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_serving(server: WebhookServer) -> None:
+    https = WebhookHttps(server)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while True:
+        server.assert_alive()
+        try:
+            # Not JSON: a serving kopf answers 400 without touching any handler.
+            https.post("validate-workflowdefinition", b"probe", timeout=5)
+            return
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"webhook server did not serve within {STARTUP_TIMEOUT_SECONDS:.0f} s:\n"
+                    f"{server.log_tail()}"
+                ) from None
+            time.sleep(0.3)
+
+
+# Passes the CRD schema, so only our webhook can refuse it.
+_CYCLIC_DEFINITION = {
+    "apiVersion": "flowforge.io/v1alpha1",
+    "kind": "WorkflowDefinition",
+    "metadata": {"name": "webhook-readiness-probe", "namespace": "default"},
+    "spec": {
+        "workflow": "probe",
+        "version": 1,
+        "taskTypes": {"t": {"image": "busybox"}},
+        "tasks": [
+            {"key": "a", "type": "t", "dependsOn": ["b"]},
+            {"key": "b", "type": "t", "dependsOn": ["a"]},
+        ],
+    },
+}
+
+
+def _wait_until_enforced(cluster: Cluster, server: WebhookServer) -> None:
+    """The apiserver picks up new webhook configurations asynchronously: wait for a denial."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while True:
+        server.assert_alive()
+        result = kubectl(
+            cluster,
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            stdin=json.dumps(_CYCLIC_DEFINITION),
+            check=False,
+        )
+        if result.returncode != 0 and "dependency cycle" in result.stderr:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                "the apiserver does not call the webhooks: "
+                f"{result.stdout}{result.stderr}\n{server.log_tail()}"
+            )
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="session")
+def webhook_store_dsn(postgres_server_dsn: str, postgres_template: str) -> Iterator[str]:
+    """A migrated database that only the webhook server (and its tests) use."""
+    name = f"flowforge_webhooks_{os.getpid()}"
+    _create_database(postgres_server_dsn, name, template=postgres_template)
+    try:
+        yield dsn_for_database(postgres_server_dsn, name)
+    finally:
+        _drop_database(postgres_server_dsn, name)
+
+
+@pytest.fixture(scope="session")
+def webhook_server(
+    cluster: Cluster,
+    flowforge_crds: list[str],
+    webhook_store_dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WebhookServer]:
+    directory = tmp_path_factory.mktemp("webhooks")
+    certs = generate_webhook_certificates(directory / "certs")
+    port = _free_port()
+    log_path = directory / "webhook-server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowforge.operator.webhook_server",
+                "--port",
+                str(port),
+                "--certs",
+                str(directory / "certs"),
+                "--dsn",
+                webhook_store_dsn,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = WebhookServer(
+        port=port, certs=certs, dsn=webhook_store_dsn, process=process, log_path=log_path
+    )
+    try:
+        _wait_until_serving(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def admission_webhooks(cluster: Cluster, webhook_server: WebhookServer) -> Iterator[WebhookServer]:
+    endpoint = local_endpoint(port=webhook_server.port, ca_pem=webhook_server.certs.ca_pem)
+    apply_webhook_configurations(endpoint, kubeconfig=cluster.kubeconfig)
+    try:
+        _wait_until_enforced(cluster, webhook_server)
+        yield webhook_server
+    finally:
+        delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
+
+
+@pytest.fixture
+def webhook_https(webhook_server: WebhookServer) -> WebhookHttps:
+    return WebhookHttps(webhook_server)
+
+
+@pytest.fixture
+async def webhook_store(webhook_server: WebhookServer) -> AsyncIterator[Pool]:
+    """A pool on the webhook server's database, to look at what admission published."""
+    pool = await open_pool(webhook_server.dsn, min_size=1, max_size=2, name="webhook-tests")
+    try:
+        yield pool
+    finally:
+        await pool.close()

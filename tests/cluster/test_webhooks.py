@@ -125,7 +125,10 @@ async def test_invalid_definition_is_denied_with_its_field_path_and_leaves_no_tr
     dry_run = apply(cluster, namespace, manifest, dry_run=True)
 
     assert applied.returncode != 0, f"{kind}: admitted: {applied.stdout}"
-    assert "denied the request" in applied.stderr
+    # The CRD's structural schema runs before validating webhooks and already refuses many
+    # shape errors itself, in the same Kubernetes path style; graph errors reach the webhook.
+    refused_by = "is invalid" if kind == "schema" else "denied the request"
+    assert refused_by in applied.stderr, applied.stderr
     assert f"{path}" in applied.stderr, applied.stderr
     assert dry_run.returncode != 0
     assert dry_run.stderr.replace("(server dry run)", "") == applied.stderr.replace(
@@ -166,7 +169,7 @@ async def test_published_versions_are_immutable_and_new_versions_are_accepted(
     changed = definition(image="busybox:1.37")
     as_update = apply(cluster, namespace, changed)
     assert as_update.returncode != 0
-    assert "version 1" in as_update.stderr
+    # refused by the CRD's immutability rule before the webhook is asked; same advice
     assert "publish a new version" in as_update.stderr
 
     # The registry is PostgreSQL: deleting the object does not free the version.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +55,21 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
     kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s",
             *[f"crd/{name}" for name in names])
+    _refresh_discovery(cluster, group="flowforge.io", expected=len(names))
     return names
+
+
+def _refresh_discovery(cluster: Cluster, *, group: str, expected: int) -> None:
+    # kubectl caches API discovery; `api-resources` refetches it, so that commands
+    # which trust the cache (explain, get by category) see the new kinds.
+    deadline = time.monotonic() + 30
+    while True:
+        listed = kubectl(cluster, "api-resources", f"--api-group={group}", "-o", "name")
+        if len(listed.stdout.split()) >= expected:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the apiserver does not serve {group} after 30 s: {listed.stdout}")
+        time.sleep(0.2)
 
 
 @pytest.fixture

@@ -205,9 +205,9 @@ def operators(cluster: Cluster, store_dsn: str, engine_namespace: str,
     made: list[OperatorProcess] = []
 
     def make(*, identity: str | None = None, start: bool = True,
-             env: dict[str, str] | None = None) -> OperatorProcess:
+             env: dict[str, str] | None = None, dsn: str | None = None) -> OperatorProcess:
         name = identity or f"op-{len(made) + 1}"
-        process = OperatorProcess(dsn=store_dsn, kubeconfig=cluster.kubeconfig,
+        process = OperatorProcess(dsn=dsn or store_dsn, kubeconfig=cluster.kubeconfig,
                                   namespace=engine_namespace, identity=name,
                                   log_path=tmp_path / f"{name}.log", extra_env=dict(env or {}))
         made.append(process)
@@ -318,3 +318,63 @@ class RunDriver:
 @pytest.fixture
 def driver(kube_api: k8s.ApiClient, engine_namespace: str, engine_store: Pool) -> RunDriver:
     return RunDriver(api=kube_api, namespace=engine_namespace, pool=engine_store)
+
+
+class JobCreationLog:
+    """Watches the namespace's Jobs from a thread and records every Job object created
+    (name -> uids): a Job created twice under one name shows up as two uids."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        import threading
+
+        self._batch = k8s.BatchV1Api(api)
+        self._namespace = namespace
+        self.uids_by_name: dict[str, set[str]] = {}
+        self.labels_by_name: dict[str, dict[str, str]] = {}
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        listing = self._batch.list_namespaced_job(namespace)
+        self._version = listing.metadata.resource_version
+        for job in listing.items:
+            self._record(job)
+        self._thread.start()
+
+    def _record(self, job: Any) -> None:
+        self.uids_by_name.setdefault(job.metadata.name, set()).add(job.metadata.uid)
+        self.labels_by_name[job.metadata.name] = dict(job.metadata.labels or {})
+
+    def _watch(self) -> None:
+        try:
+            self._follow()
+        except BaseException as error:
+            self.error = error
+
+    def _follow(self) -> None:
+        from kubernetes import watch
+
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(self._batch.list_namespaced_job, self._namespace,
+                                           resource_version=self._version, timeout_seconds=5,
+                                           allow_watch_bookmarks=True):
+                    job = event["object"]
+                    if event["type"] == "BOOKMARK":
+                        self._version = job["metadata"]["resourceVersion"]
+                        continue
+                    self._version = job.metadata.resource_version
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record(job)
+                    if self._stop.is_set():
+                        break
+            except ApiException as error:
+                if error.status == 410:
+                    raise AssertionError("Job watch expired: creations may be missed") from error
+                raise
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.error is not None:
+            raise AssertionError(f"the Job watch failed: {self.error!r}") from self.error

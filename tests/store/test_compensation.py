@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from flowforge.domain.states import CompensationState, RunPhase
@@ -20,7 +22,7 @@ from tests.store.conftest import start_run
 
 pytestmark = pytest.mark.store
 
-CHAIN = [
+CHAIN: list[dict[str, Any]] = [
     {"key": "provision"},
     {"key": "deploy", "dependsOn": ["provision"]},
     {"key": "verify", "dependsOn": ["deploy"]},

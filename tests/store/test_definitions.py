@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +23,7 @@ from tests.store.conftest import NAMESPACE, definition
 
 pytestmark = pytest.mark.store
 
-TASKS = [{"key": "extract"}, {"key": "load", "dependsOn": ["extract"]}]
+TASKS: list[dict[str, Any]] = [{"key": "extract"}, {"key": "load", "dependsOn": ["extract"]}]
 
 
 async def test_republishing_identical_content_returns_the_existing_row(store: Pool) -> None:
@@ -86,7 +87,7 @@ async def test_twenty_concurrent_first_publishers_leave_exactly_one_row(store_ds
 
 
 async def test_load_returns_what_was_published(store: Pool) -> None:
-    spec = definition(TASKS + [{"key": "undo-extract", "compensateFor": "extract"}])
+    spec = definition([*TASKS, {"key": "undo-extract", "compensateFor": "extract"}])
     await publish_definition(store, namespace=NAMESPACE, definition=spec)
 
     stored = await load_definition(store, namespace=NAMESPACE, workflow="etl", version=1)

@@ -10,7 +10,7 @@ to a sequential scan, and the assertion would fail.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from flowforge.store.retention import PRUNABLE_QUERY
 from flowforge.store.runs import ACTIVE_RUNS_QUERY, FIND_RUN_QUERY
 from flowforge.store.settle import UNRESOLVED_QUERY
 from flowforge.store.transitions import (
-    RELEASE_DEPENDENTS_QUERY,
+    RECORD_SUCCESS_QUERY,
     SKIP_DOWNSTREAM_QUERY,
     mark_running,
     record_outcome,
@@ -75,7 +75,9 @@ async def populated(store: Pool, fence: Fence) -> tuple[int, int]:
     return run_id, int(row[0])
 
 
-async def _plan_indexes(store: Pool, query: str, params: tuple[Any, ...]) -> set[str]:
+async def _plan_indexes(
+    store: Pool, query: str, params: tuple[Any, ...] | dict[str, Any]
+) -> set[str]:
     async with store.connection() as connection:
         await connection.execute("SET enable_seqscan = off")
         cursor = await connection.execute(
@@ -88,7 +90,8 @@ async def _plan_indexes(store: Pool, query: str, params: tuple[Any, ...]) -> set
     return set(_index_names(plan))
 
 
-CASES = {
+Params = Callable[[int, int], tuple[Any, ...] | dict[str, Any]]
+CASES: dict[str, tuple[str, Params, str]] = {
     "load_definition": (LOAD_QUERY, lambda r, t: (NAMESPACE, "wf-3", 1),
                         "flowforge_definition_identity"),
     "newest_version": (LOAD_NEWEST_QUERY, lambda r, t: (NAMESPACE, "wf-3"),
@@ -103,12 +106,29 @@ CASES = {
     "get_task": (GET_TASK_QUERY, lambda r, t: (r, "sink"), "flowforge_task_identity"),
     "dispatchable": (DISPATCHABLE_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
     "running": (RUNNING_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
-    "release_dependents": (RELEASE_DEPENDENTS_QUERY, lambda r, t: {"task": t},
-                           "flowforge_task_dependency_pkey"),
+    "record_success_and_release": (
+        RECORD_SUCCESS_QUERY,
+        lambda r, t: {"lease": "operator", "epoch": 1, "run": r, "key": "root", "attempt": 1},
+        "flowforge_task_dependency_pkey",
+    ),
     "skip_downstream": (SKIP_DOWNSTREAM_QUERY, lambda r, t: {"task": t},
                         "flowforge_task_dependency_pkey"),
     "run_history": (HISTORY_QUERY, lambda r, t: (r, 0), "flowforge_event_run_idx"),
 }
+
+
+async def test_recording_a_success_finds_its_task_row_by_index(
+    store: Pool, populated: tuple[int, int]
+) -> None:
+    """The task row is found by (run_id, task_key) or by (run_id, role, state): the planner
+    may pick either, both are selective; what must not happen is a scan of the run."""
+    run_id, _ = populated
+    params = {"lease": "operator", "epoch": 1, "run": run_id, "key": "root", "attempt": 1}
+
+    used = await _plan_indexes(store, RECORD_SUCCESS_QUERY, params)
+
+    assert used & {"flowforge_task_identity", "flowforge_task_progress_idx"}
+    assert "flowforge_lease_pkey" in used
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

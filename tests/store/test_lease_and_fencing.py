@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -63,7 +64,7 @@ async def test_a_released_lease_is_taken_over_at_once(store: Pool) -> None:
 async def test_a_write_with_a_stale_epoch_changes_nothing(store: Pool) -> None:
     deposed = await acquire_lease(store, holder="operator-a", ttl=TTL)
     assert deposed is not None
-    tasks = [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}]
+    tasks: list[dict[str, Any]] = [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}]
     run_id = (await start_run(store, deposed.fence, tasks)).run.id
     await mark_running(store, fence=deposed.fence, run_id=run_id, task_key="a", attempt=1)
     await release_lease(store, deposed)
@@ -72,7 +73,7 @@ async def test_a_write_with_a_stale_epoch_changes_nothing(store: Pool) -> None:
     before_tasks = await list_tasks(store, run_id)
     before_events = await run_history(store, run_id)
 
-    with pytest.raises(StaleEpochError, match="epoch 1 .* stale .*current epoch: 2"):
+    with pytest.raises(StaleEpochError, match=r"epoch 1 .* stale .*current epoch: 2"):
         await record_outcome(
             store, fence=deposed.fence, run_id=run_id, task_key="a", attempt=1, succeeded=True
         )

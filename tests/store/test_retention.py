@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,11 @@ from tests.store.conftest import start_run
 
 pytestmark = pytest.mark.store
 
-TASKS = [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}, {"key": "undo-a", "compensateFor": "a"}]
+TASKS: list[dict[str, Any]] = [
+    {"key": "a"},
+    {"key": "b", "dependsOn": ["a"]},
+    {"key": "undo-a", "compensateFor": "a"},
+]
 
 
 async def _finished_run(store: Pool, fence: Fence, workflow: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 
@@ -12,7 +14,7 @@ from tests.store.conftest import start_run
 
 pytestmark = pytest.mark.store
 
-TASKS = [
+TASKS: list[dict[str, Any]] = [
     {"key": "a"},
     {"key": "b", "dependsOn": ["a"]},
     {"key": "undo-a", "compensateFor": "a"},
@@ -32,7 +34,9 @@ async def test_an_unknown_task_state_is_refused_by_a_check(
 ) -> None:
     await start_run(store, fence, TASKS)
 
-    error = await _refused(store_dsn, "UPDATE flowforge_task SET state = 'done' WHERE task_key = 'a'")
+    error = await _refused(
+        store_dsn, "UPDATE flowforge_task SET state = 'done' WHERE task_key = 'a'"
+    )
 
     assert isinstance(error, psycopg.errors.CheckViolation)
     assert error.diag.constraint_name == "flowforge_task_state_matches_role"
@@ -55,7 +59,9 @@ async def test_a_waiting_task_cannot_be_made_ready_with_dependencies_pending(
 ) -> None:
     await start_run(store, fence, TASKS)
 
-    error = await _refused(store_dsn, "UPDATE flowforge_task SET state = 'ready' WHERE task_key = 'b'")
+    error = await _refused(
+        store_dsn, "UPDATE flowforge_task SET state = 'ready' WHERE task_key = 'b'"
+    )
 
     assert error.diag.constraint_name == (
         "flowforge_task_released_only_without_pending_dependencies"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +23,7 @@ from tests.store.conftest import NAMESPACE, start_run
 
 pytestmark = pytest.mark.store
 
-DIAMOND = [
+DIAMOND: list[dict[str, Any]] = [
     {"key": "extract"},
     {"key": "clean", "dependsOn": ["extract"]},
     {"key": "enrich", "dependsOn": ["extract"]},
@@ -188,7 +189,7 @@ async def test_moves_are_compare_and_set_on_state_and_attempt(
 async def test_a_final_failure_skips_everything_downstream_and_nothing_else(
     store: Pool, fence: Fence
 ) -> None:
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {"key": "a"},
         {"key": "b", "dependsOn": ["a"]},
         {"key": "c", "dependsOn": ["b"]},

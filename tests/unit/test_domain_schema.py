@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from flowforge.domain.errors import DefinitionSchemaError
-from flowforge.domain.fastcheck import compile_check, compile_source
+from flowforge.domain.fastcheck import compile_check
 from flowforge.domain.schema import DEFINITION_SPEC_SCHEMA, shape_errors
 from tests.unit.domain_builders import spec, task
 
@@ -210,9 +210,11 @@ def test_the_fast_path_rejects_keywords_it_cannot_compile() -> None:
         compile_check({"type": "string", "format": "email"})
 
 
-def test_the_fast_path_is_generated_source() -> None:
-    source, _, entry = compile_source(DEFINITION_SPEC_SCHEMA)
-    assert f"def {entry}(v):" in source
+def test_the_fast_path_reads_dollar_as_the_end_of_the_text() -> None:
+    fast = compile_check(DEFINITION_SPEC_SCHEMA)
+    assert fast(spec(task("extract")))
+    assert not fast(spec(task("extract\n")))
+    assert not fast(spec(task("extract", retries=True)))
 
 
 # --- differential: the compiled fast path never accepts what jsonschema rejects -------------

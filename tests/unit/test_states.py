@@ -45,7 +45,7 @@ def test_terminal_states_are_exactly_those_without_a_way_out() -> None:
 
 
 def test_unresolved_task_states_hold_the_run_open() -> None:
-    assert UNRESOLVED_TASK_STATES == {TaskState.WAITING, TaskState.READY, TaskState.RUNNING}
+    assert {TaskState.WAITING, TaskState.READY, TaskState.RUNNING} == UNRESOLVED_TASK_STATES
 
 
 def test_a_waiting_task_cannot_start_before_it_is_released() -> None:
@@ -82,4 +82,4 @@ def test_state_values_are_the_lower_case_strings_stored_in_postgresql() -> None:
         "failed",
         "cancelled",
     ]
-    assert CompensationState.NOT_TRIGGERED == "not_triggered"
+    assert str(CompensationState.NOT_TRIGGERED) == "not_triggered"

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "flowforge.cli.definitions",
     "flowforge.cli.db",
+    "flowforge.cli.authoring",
 )
 
 EXIT_OK = 0

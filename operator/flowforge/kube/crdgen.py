@@ -125,7 +125,7 @@ def _translate(schema: Schema, *, defs: Schema, path: str) -> Schema:
             if value:
                 out.update(_unique_items(source, where))
         elif key == "anyOf" and source.get("x-kubernetes-int-or-string"):
-            out[key] = [_translate(sub, defs=defs, path=where) for sub in value]
+            out.update(_int_or_string(value, where))
         else:
             raise SchemaTranslationError(f"{where}: keyword {key!r} has no structural equivalent")
     return _ordered(out)
@@ -136,6 +136,18 @@ def _ordered(schema: Schema) -> Schema:
     first = [key for key in ("type", "description") if key in schema]
     rest = sorted(key for key in schema if key not in first)
     return {key: schema[key] for key in first + rest}
+
+
+def _int_or_string(branches: list[Schema], where: str) -> Schema:
+    """The only anyOf a structural schema allows with types is exactly
+    [{type: integer}, {type: string}]; a branch's other keywords (maxLength, pattern)
+    constrain just its own type, so they move up to the parent unchanged."""
+    if sorted(branch.get("type", "") for branch in branches) != ["integer", "string"]:
+        raise SchemaTranslationError(f"{where}: int-or-string needs an integer and a string branch")
+    hoisted: Schema = {}
+    for branch in branches:
+        hoisted.update({key: value for key, value in branch.items() if key != "type"})
+    return {"anyOf": [{"type": "integer"}, {"type": "string"}], **hoisted}
 
 
 def _unique_items(array: Schema, where: str) -> Schema:

@@ -106,8 +106,10 @@ def kubectl(
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[str]:
     """Run the kubectl built with the server (same version) against the cluster."""
+    options = ["--kubeconfig", str(cluster.kubeconfig),
+               "--cache-dir", str(cluster.state_dir / "kubectl-cache")]
     completed = subprocess.run(
-        [str(cluster.kubectl_binary), "--kubeconfig", str(cluster.kubeconfig), *args],
+        [str(cluster.kubectl_binary), *options, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -329,6 +331,7 @@ def stop_cluster(state_dir: Path, *, grace_seconds: float = 10.0) -> None:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(_kwok_workdir(state_dir), ignore_errors=True)
+    shutil.rmtree(state_dir / "kubectl-cache", ignore_errors=True)
     for leftover in (STATE_FILE, "kubeconfig", "kwokctl.yaml"):
         (state_dir / leftover).unlink(missing_ok=True)
 

@@ -33,29 +33,37 @@ def _environment(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flowforge.operator")
     parser.add_argument("--dsn", help="PostgreSQL DSN (FLOWFORGE_DSN)")
-    parser.add_argument("--namespace", action="append",
-                        help="watch this namespace (repeatable); default: all namespaces")
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
     parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster/KUBECONFIG)")
     parser.add_argument("--metrics-port", type=int, help="serve /metrics on 127.0.0.1:PORT")
     parser.add_argument("--reconcile-interval", type=float, help="seconds between passes")
-    parser.add_argument("--job-ttl", type=float,
-                        help="seconds to keep a finished Job after its outcome is recorded "
-                             "(negative: keep)")
+    parser.add_argument(
+        "--job-ttl",
+        type=float,
+        help="seconds to keep a finished Job after its outcome is recorded (negative: keep)",
+    )
     parser.add_argument("--identity", help="lease holder identity (default: host-pid)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     _environment(args)
     if not os.environ.get("FLOWFORGE_DSN"):
         parser.error("a PostgreSQL DSN is required (--dsn or FLOWFORGE_DSN)")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     import kopf
 
     import flowforge.operator.handlers  # noqa: F401  (registers the handlers)
 
     namespaces = [n for n in os.environ.get("FLOWFORGE_NAMESPACES", "").split(",") if n]
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-             liveness_endpoint=None)
+    kopf.run(
+        standalone=True, clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=None
+    )
     return 0
 
 

@@ -65,16 +65,22 @@ class JobIdentity:
         labels = metadata.get("labels") or {}
         annotations = metadata.get("annotations") or {}
         try:
-            return cls(namespace=metadata["namespace"], name=metadata["name"],
-                       run_uid=annotations[ANNOTATION_RUN_UID], task_key=labels[LABEL_TASK],
-                       attempt=int(labels[LABEL_ATTEMPT]), role=TaskRole(labels[LABEL_ROLE]))
+            return cls(
+                namespace=metadata["namespace"],
+                name=metadata["name"],
+                run_uid=annotations[ANNOTATION_RUN_UID],
+                task_key=labels[LABEL_TASK],
+                attempt=int(labels[LABEL_ATTEMPT]),
+                role=TaskRole(labels[LABEL_ROLE]),
+            )
         except (KeyError, ValueError):
             return None
 
 
 class Engine:
-    def __init__(self, *, pool: Pool, kube: KubeClient, settings: OperatorSettings,
-                 leadership: Leadership) -> None:
+    def __init__(
+        self, *, pool: Pool, kube: KubeClient, settings: OperatorSettings, leadership: Leadership
+    ) -> None:
         self.pool = pool
         self.kube = kube
         self.settings = settings
@@ -136,13 +142,18 @@ class Engine:
                 await self._refuse(body, str(error))
             raise
         if created:
-            self.spawn(self.kube.post_run_event(
-                namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-                reason="RunStarted",
-                message=f"running {context.definition.spec.workflow} "
-                        f"v{context.definition.spec.version} "
-                        f"({len(context.definition.spec.forward_tasks)} tasks)"),
-                what="event")
+            self.spawn(
+                self.kube.post_run_event(
+                    namespace=context.namespace,
+                    run_name=context.name,
+                    run_uid=context.uid,
+                    reason="RunStarted",
+                    message=f"running {context.definition.spec.workflow} "
+                    f"v{context.definition.spec.version} "
+                    f"({len(context.definition.spec.forward_tasks)} tasks)",
+                ),
+                what="event",
+            )
         if (body.get("spec") or {}).get("cancel") and uid not in self._cancelled:
             await self.cancel(context, reason="spec.cancel is true")
             self._cancelled.add(uid)
@@ -154,14 +165,31 @@ class Engine:
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
         metadata = body["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        await self.kube.patch_run_status(namespace=metadata["namespace"], name=metadata["name"],
-                                         status={
-            "phase": RunPhase.FAILED.value, "message": message[:4096],
-            "conditions": [{"type": "Ready", "status": "False", "reason": "DefinitionRefused",
-                            "message": message[:4096], "lastTransitionTime": now}]})
-        await self.kube.post_run_event(namespace=metadata["namespace"], run_name=metadata["name"],
-                                       run_uid=metadata["uid"], reason="RunRefused",
-                                       message=message, warning=True)
+        await self.kube.patch_run_status(
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            status={
+                "phase": RunPhase.FAILED.value,
+                "message": message[:4096],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "DefinitionRefused",
+                        "message": message[:4096],
+                        "lastTransitionTime": now,
+                    }
+                ],
+            },
+        )
+        await self.kube.post_run_event(
+            namespace=metadata["namespace"],
+            run_name=metadata["name"],
+            run_uid=metadata["uid"],
+            reason="RunRefused",
+            message=message,
+            warning=True,
+        )
 
     async def run_deleted(self, body: Mapping[str, Any]) -> None:
         """The WorkflowRun is gone: its Jobs go by garbage collection; the store keeps the
@@ -170,24 +198,42 @@ class Engine:
         context = await self.runs.by_uid(namespace=metadata["namespace"], uid=metadata["uid"])
         if context is not None:
             with metrics.store_timer("cancel_run"):
-                await store.cancel_run(self.pool, fence=self.fence(), run_id=context.run_id,
-                                       reason="the WorkflowRun was deleted")
+                await store.cancel_run(
+                    self.pool,
+                    fence=self.fence(),
+                    run_id=context.run_id,
+                    reason="the WorkflowRun was deleted",
+                )
 
     async def create_missing_job(self, context: RunContext, row: store.TaskRow) -> None:
         """The reconciler found a running attempt whose Job was never created."""
-        await self._create_job(context, store.Dispatch(
-            run_id=context.run_id, task_key=row.key, role=row.role, attempt=row.attempt,
-            timeout_seconds=row.timeout_seconds, released_at=row.not_before), received=None)
+        await self._create_job(
+            context,
+            store.Dispatch(
+                run_id=context.run_id,
+                task_key=row.key,
+                role=row.role,
+                attempt=row.attempt,
+                timeout_seconds=row.timeout_seconds,
+                released_at=row.not_before,
+            ),
+            received=None,
+        )
 
     async def attempt_unresolved(self, context: RunContext, identity: JobIdentity) -> bool:
         rows = await store.active_tasks(self.pool, context.run_id)
-        return any(row.key == identity.task_key and row.attempt == identity.attempt
-                   and row.state == "running" for row in rows)
+        return any(
+            row.key == identity.task_key
+            and row.attempt == identity.attempt
+            and row.state == "running"
+            for row in rows
+        )
 
     async def dispatch(self, context: RunContext) -> None:
         with metrics.store_timer("dispatch_due"):
-            dispatched = await store.dispatch_due(self.pool, fence=self.fence(),
-                                                  run_id=context.run_id)
+            dispatched = await store.dispatch_due(
+                self.pool, fence=self.fence(), run_id=context.run_id
+            )
         await self._create_jobs(context, dispatched)
         self.status.mark(context.run_id)
         await self._schedule_due(context)
@@ -207,43 +253,66 @@ class Engine:
             return
         await self.record(context, identity=identity, outcome=outcome, received=received)
 
-    async def _observed_outcome(self, job: Mapping[str, Any],
-                                identity: JobIdentity) -> AttemptOutcome | None:
+    async def _observed_outcome(
+        self, job: Mapping[str, Any], identity: JobIdentity
+    ) -> AttemptOutcome | None:
         status = job.get("status") or {}
         outcome = job_outcome(status)
         if outcome is None or outcome.succeeded or outcome.reason is not OutcomeReason.JOB_FAILED:
             return outcome
-        container = await self.kube.job_termination(namespace=identity.namespace,
-                                                    job_name=identity.name)
+        container = await self.kube.job_termination(
+            namespace=identity.namespace, job_name=identity.name
+        )
         return job_outcome(status, container)
 
-    async def record(self, context: RunContext, *, identity: JobIdentity,
-                     outcome: AttemptOutcome, received: float | None = None) -> None:
+    async def record(
+        self,
+        context: RunContext,
+        *,
+        identity: JobIdentity,
+        outcome: AttemptOutcome,
+        received: float | None = None,
+    ) -> None:
         with metrics.store_timer("record_outcome"):
             decision = await store.record_outcome(
-                self.pool, fence=self.fence(), run_id=context.run_id, run_uid=context.uid,
-                task_key=identity.task_key, attempt=identity.attempt, outcome=outcome,
-                backoff=self.settings.backoff)
+                self.pool,
+                fence=self.fence(),
+                run_id=context.run_id,
+                run_uid=context.uid,
+                task_key=identity.task_key,
+                attempt=identity.attempt,
+                outcome=outcome,
+                backoff=self.settings.backoff,
+            )
         if not decision.recorded:
             return
         metrics.TASK_OUTCOMES.labels(identity.role.value, outcome.reason.value).inc()
         await self._create_jobs(context, decision.dispatched, received=received)
         if self.settings.job_ttl_seconds >= 0 and outcome.reason is not OutcomeReason.LOST:
-            self._later(self.settings.job_ttl_seconds, key=(context.run_id, identity.name),
-                        coroutine_factory=lambda: self.kube.delete_job(
-                            namespace=identity.namespace, name=identity.name))
+            self._later(
+                self.settings.job_ttl_seconds,
+                key=(context.run_id, identity.name),
+                coroutine_factory=lambda: self.kube.delete_job(
+                    namespace=identity.namespace, name=identity.name
+                ),
+            )
         if decision.retry_at is not None:
             await self._schedule_due(context)
         if not outcome.succeeded:
             final = "failed" if decision.final_failure else "failed, will retry"
-            self.spawn(self.kube.post_run_event(
-                namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-                reason="TaskFailed" if decision.final_failure else "TaskRetrying",
-                message=f"task {identity.task_key} attempt {identity.attempt} {final}: "
-                        f"{outcome.reason.value}: {outcome.message}"
-                        + (f"; skipped {', '.join(decision.skipped)}" if decision.skipped
-                           else ""),
-                warning=True), what="event")
+            self.spawn(
+                self.kube.post_run_event(
+                    namespace=context.namespace,
+                    run_name=context.name,
+                    run_uid=context.uid,
+                    reason="TaskFailed" if decision.final_failure else "TaskRetrying",
+                    message=f"task {identity.task_key} attempt {identity.attempt} {final}: "
+                    f"{outcome.reason.value}: {outcome.message}"
+                    + (f"; skipped {', '.join(decision.skipped)}" if decision.skipped else ""),
+                    warning=True,
+                ),
+                what="event",
+            )
         self._after_settle(context, decision)
         self.status.mark(context.run_id)
 
@@ -252,62 +321,103 @@ class Engine:
         if settled is None or not settled.finished:
             return
         metrics.RUNS_FINISHED.labels(settled.phase.value).inc()
-        self.spawn(self.kube.post_run_event(
-            namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-            reason=f"Run{settled.phase.value.capitalize()}",
-            message=f"run finished: {settled.phase.value}",
-            warning=settled.phase is not RunPhase.SUCCEEDED), what="event")
+        self.spawn(
+            self.kube.post_run_event(
+                namespace=context.namespace,
+                run_name=context.name,
+                run_uid=context.uid,
+                reason=f"Run{settled.phase.value.capitalize()}",
+                message=f"run finished: {settled.phase.value}",
+                warning=settled.phase is not RunPhase.SUCCEEDED,
+            ),
+            what="event",
+        )
 
     async def cancel(self, context: RunContext, *, reason: str) -> None:
         with metrics.store_timer("cancel_run"):
-            decision = await store.cancel_run(self.pool, fence=self.fence(),
-                                              run_id=context.run_id, reason=reason)
+            decision = await store.cancel_run(
+                self.pool, fence=self.fence(), run_id=context.run_id, reason=reason
+            )
         if not decision.recorded:
             return
-        await asyncio.gather(*(
-            self.kube.delete_job(namespace=context.namespace,
-                                 name=context.job_name(task_key=key, attempt=attempt))
-            for key, attempt in decision.stop_jobs))
-        self.spawn(self.kube.post_run_event(
-            namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-            reason="RunCancelling",
-            message=f"{reason}: stopped {len(decision.stop_jobs)} running tasks"),
-            what="event")
+        await asyncio.gather(
+            *(
+                self.kube.delete_job(
+                    namespace=context.namespace,
+                    name=context.job_name(task_key=key, attempt=attempt),
+                )
+                for key, attempt in decision.stop_jobs
+            )
+        )
+        self.spawn(
+            self.kube.post_run_event(
+                namespace=context.namespace,
+                run_name=context.name,
+                run_uid=context.uid,
+                reason="RunCancelling",
+                message=f"{reason}: stopped {len(decision.stop_jobs)} running tasks",
+            ),
+            what="event",
+        )
         self._after_settle(context, decision)
         self.status.mark(context.run_id)
 
     # Jobs
 
-    async def _create_jobs(self, context: RunContext, dispatched: tuple[store.Dispatch, ...],
-                           *, received: float | None = None) -> None:
+    async def _create_jobs(
+        self,
+        context: RunContext,
+        dispatched: tuple[store.Dispatch, ...],
+        *,
+        received: float | None = None,
+    ) -> None:
         if dispatched:
-            await asyncio.gather(*(self._create_job(context, item, received=received)
-                                   for item in dispatched))
+            await asyncio.gather(
+                *(self._create_job(context, item, received=received) for item in dispatched)
+            )
 
-    async def _create_job(self, context: RunContext, item: store.Dispatch, *,
-                          received: float | None) -> None:
+    async def _create_job(
+        self, context: RunContext, item: store.Dispatch, *, received: float | None
+    ) -> None:
         task = context.definition.spec.task(item.task_key)
         template = context.definition.spec.task_types[task.type]
         request = JobRequest(
-            namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-            task_key=item.task_key, attempt=item.attempt, role=item.role,
+            namespace=context.namespace,
+            run_name=context.name,
+            run_uid=context.uid,
+            task_key=item.task_key,
+            attempt=item.attempt,
+            role=item.role,
             template=template.model_dump(mode="json", by_alias=True, exclude_none=True),
-            config=task.config, parameters=context.parameters,
-            timeout_seconds=item.timeout_seconds)
+            config=task.config,
+            parameters=context.parameters,
+            timeout_seconds=item.timeout_seconds,
+        )
         created = await self.kube.create_job(build_job(request))
         if received is not None:
             metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
         if created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
-        await store.record_job_created(self.pool, fence=self.fence(), run_id=context.run_id,
-                                       task_key=item.task_key, attempt=item.attempt,
-                                       job=request.name, created=created)
+        await store.record_job_created(
+            self.pool,
+            fence=self.fence(),
+            run_id=context.run_id,
+            task_key=item.task_key,
+            attempt=item.attempt,
+            job=request.name,
+            created=created,
+        )
         if created:
-            self.spawn(self.kube.post_run_event(
-                namespace=context.namespace, run_name=context.name, run_uid=context.uid,
-                reason="TaskStarted",
-                message=f"task {item.task_key} attempt {item.attempt}: Job {request.name}"),
-                what="event")
+            self.spawn(
+                self.kube.post_run_event(
+                    namespace=context.namespace,
+                    run_name=context.name,
+                    run_uid=context.uid,
+                    reason="TaskStarted",
+                    message=f"task {item.task_key} attempt {item.attempt}: Job {request.name}",
+                ),
+                what="event",
+            )
 
     async def _schedule_due(self, context: RunContext) -> None:
         """Wake up when the earliest delayed retry of the run is due (no polling)."""
@@ -316,11 +426,13 @@ class Engine:
         if not waits:
             return
         delay = max(0.0, (min(waits) - datetime.now(UTC)).total_seconds())
-        self._later(delay + 0.01, key=(context.run_id, "dispatch"),
-                    coroutine_factory=lambda: self.dispatch(context))
+        self._later(
+            delay + 0.01,
+            key=(context.run_id, "dispatch"),
+            coroutine_factory=lambda: self.dispatch(context),
+        )
 
-    def _later(self, delay: float, *, key: tuple[int, str],
-               coroutine_factory: Any) -> None:
+    def _later(self, delay: float, *, key: tuple[int, str], coroutine_factory: Any) -> None:
         previous = self._timers.pop(key, None)
         if previous is not None:
             previous.cancel()

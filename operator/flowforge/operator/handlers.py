@@ -40,7 +40,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration")
+        prefix=PREFIX, key="last-handled-configuration"
+    )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -48,10 +49,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
     config = OperatorSettings.from_environment()
     pool = await open_pool(config.dsn, min_size=2, max_size=config.store_pool_size)
-    kube = KubeClient.connect(kubeconfig=config.kubeconfig,
-                              job_creation_qps=config.job_creation_qps)
-    leadership = Leadership(pool, identity=config.identity, ttl=config.lease_ttl,
-                            renew_every=config.lease_renew_seconds)
+    kube = KubeClient.connect(
+        kubeconfig=config.kubeconfig, job_creation_qps=config.job_creation_qps
+    )
+    leadership = Leadership(
+        pool, identity=config.identity, ttl=config.lease_ttl, renew_every=config.lease_renew_seconds
+    )
     engine = Engine(pool=pool, kube=kube, settings=config, leadership=leadership)
     reconciler = Reconciler(engine, interval=config.reconcile_interval_seconds)
 
@@ -110,8 +113,9 @@ async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     if engine is None:
         return
     job = event["object"]
-    await _guarded(engine, f"Job {job['metadata'].get('name')}",
-                   engine.on_job_event(job, event.get("type")))
+    await _guarded(
+        engine, f"Job {job['metadata'].get('name')}", engine.on_job_event(job, event.get("type"))
+    )
 
 
 @kopf.on.event("flowforge.io", "v1alpha1", "workflowruns")
@@ -135,8 +139,10 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     body = event["object"]
     try:
         definition = parse_definition(body.get("spec") or {})
-        await publish_definition(memo.pool, namespace=body["metadata"]["namespace"],
-                                 definition=definition)
+        await publish_definition(
+            memo.pool, namespace=body["metadata"]["namespace"], definition=definition
+        )
     except FlowForgeError as error:
-        logger.warning("WorkflowDefinition %s not published: %s",
-                       body["metadata"].get("name"), error)
+        logger.warning(
+            "WorkflowDefinition %s not published: %s", body["metadata"].get("name"), error
+        )

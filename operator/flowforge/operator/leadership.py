@@ -40,6 +40,7 @@ class Leadership:
         self._name = name
         self._lease: Lease | None = None
         self._gained = asyncio.Event()
+        self._standing_by = False
         self.on_gained: Callable[[Fence], Awaitable[None]] | None = None
         self.on_lost: Callable[[], Awaitable[None]] | None = None
 
@@ -81,7 +82,11 @@ class Leadership:
             self._pool, holder=self._identity, ttl=self._ttl, name=self._name
         )
         if lease is None:
+            if not self._standing_by:
+                self._standing_by = True
+                logger.info("standing by: another operator holds lease %s", self._name)
             return
+        self._standing_by = False
         self._lease = lease
         metrics.LEADER.set(1)
         logger.info("lease %s acquired by %s at epoch %d", lease.name, lease.holder, lease.epoch)

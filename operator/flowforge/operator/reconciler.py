@@ -67,9 +67,13 @@ class Reconciler:
         run_ids = await self._active_run_ids()
         contexts = [await engine.runs.by_id(run_id) for run_id in run_ids]
         # the store first, then the Jobs: a Job created in between is listed, never "lost"
-        snapshots = {c.run_id: (await store.active_tasks(engine.pool, c.run_id),
-                                await store.job_created_attempts(engine.pool, c.run_id))
-                     for c in contexts}
+        snapshots = {
+            c.run_id: (
+                await store.active_tasks(engine.pool, c.run_id),
+                await store.job_created_attempts(engine.pool, c.run_id),
+            )
+            for c in contexts
+        }
         jobs = await self._list_jobs()
         for context in contexts:
             if context.uid not in seen_uids and await self._run_deleted(context):
@@ -90,14 +94,17 @@ class Reconciler:
         jobs: dict[tuple[str, str], dict[str, Any]] = {}
         for namespace in self._namespaces():
             for job in await self._engine.kube.list_jobs(
-                    namespace=namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"):
+                namespace=namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+            ):
                 metadata = job["metadata"]
                 jobs[(metadata["namespace"], metadata["name"])] = job
         return jobs
 
     async def _run_deleted(self, context: RunContext) -> bool:
-        if self._engine.settings.namespaces and \
-                context.namespace not in self._engine.settings.namespaces:
+        if (
+            self._engine.settings.namespaces
+            and context.namespace not in self._engine.settings.namespaces
+        ):
             return False
         body = await self._engine.kube.read_run(namespace=context.namespace, name=context.name)
         if body is not None and body["metadata"]["uid"] == context.uid:
@@ -106,9 +113,14 @@ class Reconciler:
         await self._engine.cancel(context, reason="the WorkflowRun was deleted")
         return True
 
-    async def _fix_run(self, context: RunContext, *, active: list[store.TaskRow],
-                       created: set[tuple[str, int]],
-                       jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    async def _fix_run(
+        self,
+        context: RunContext,
+        *,
+        active: list[store.TaskRow],
+        created: set[tuple[str, int]],
+        jobs: dict[tuple[str, str], dict[str, Any]],
+    ) -> None:
         engine = self._engine
         now = datetime.now(UTC)
         due = False
@@ -121,24 +133,37 @@ class Reconciler:
             if row.state != TaskState.RUNNING:
                 continue
             name = context.job_name(task_key=row.key, attempt=row.attempt)
-            identity = JobIdentity(namespace=context.namespace, name=name, run_uid=context.uid,
-                                   task_key=row.key, attempt=row.attempt, role=row.role)
+            identity = JobIdentity(
+                namespace=context.namespace,
+                name=name,
+                run_uid=context.uid,
+                task_key=row.key,
+                attempt=row.attempt,
+                role=row.role,
+            )
             job = jobs.get((context.namespace, name))
             if job is None and (row.key, row.attempt) in created:
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
                 if job is None:
                     metrics.RECONCILE_FIXES.labels("job_vanished").inc()
-                    await engine.record(context, identity=identity,
-                                        outcome=lost_outcome(job=name, now=now))
+                    await engine.record(
+                        context, identity=identity, outcome=lost_outcome(job=name, now=now)
+                    )
                     continue
             if job is None:
                 metrics.RECONCILE_FIXES.labels("job_missing").inc()
                 await engine.create_missing_job(context, row)
                 continue
             if (row.key, row.attempt) not in created:
-                await store.record_job_created(engine.pool, fence=engine.fence(),
-                                               run_id=context.run_id, task_key=row.key,
-                                               attempt=row.attempt, job=name, created=False)
+                await store.record_job_created(
+                    engine.pool,
+                    fence=engine.fence(),
+                    run_id=context.run_id,
+                    task_key=row.key,
+                    attempt=row.attempt,
+                    job=name,
+                    created=False,
+                )
             if job_outcome(job.get("status") or {}) is not None:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
                 await engine.on_job_event(job, "RECONCILE")
@@ -160,8 +185,9 @@ class Reconciler:
             identity = JobIdentity.of(job)
             if identity is None:
                 continue
-            context = await self._engine.runs.by_uid(namespace=identity.namespace,
-                                                     uid=identity.run_uid)
+            context = await self._engine.runs.by_uid(
+                namespace=identity.namespace, uid=identity.run_uid
+            )
             if context is not None and await self._engine.attempt_unresolved(context, identity):
                 continue
             await self._engine.kube.delete_job(namespace=identity.namespace, name=identity.name)

@@ -33,10 +33,10 @@ class RunContext:
     parameters: Mapping[str, Any]
     definition: StoredDefinition
 
-    def job_name(self, *, task_key: str, attempt: int,
-                 role: TaskRole = TaskRole.FORWARD) -> str:
-        return job_name(run_name=self.name, run_uid=self.uid, task_key=task_key,
-                        attempt=attempt, role=role)
+    def job_name(self, *, task_key: str, attempt: int, role: TaskRole = TaskRole.FORWARD) -> str:
+        return job_name(
+            run_name=self.name, run_uid=self.uid, task_key=task_key, attempt=attempt, role=role
+        )
 
 
 class RunRefusedError(Exception):
@@ -62,8 +62,7 @@ class RunCache:
             self._definitions[definition_id] = cached
         return cached
 
-    async def ensure(self, body: Mapping[str, Any], *,
-                     fence: Fence) -> tuple[RunContext, bool]:
+    async def ensure(self, body: Mapping[str, Any], *, fence: Fence) -> tuple[RunContext, bool]:
         """The run of this WorkflowRun object, created (run and task rows, one transaction)
         when it does not exist yet; True when this call created it."""
         metadata = body["metadata"]
@@ -77,17 +76,33 @@ class RunCache:
             return await self.by_id(existing), False
         spec = body.get("spec") or {}
         try:
-            definition = await load_definition(self._pool, namespace=namespace,
-                                               workflow=str(spec.get("workflow")),
-                                               version=spec.get("version"))
+            definition = await load_definition(
+                self._pool,
+                namespace=namespace,
+                workflow=str(spec.get("workflow")),
+                version=spec.get("version"),
+            )
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
         parameters = dict(spec.get("parameters") or {})
-        created = await create_run(self._pool, fence=fence, namespace=namespace, name=name,
-                                   uid=uid, definition=definition, parameters=parameters)
+        created = await create_run(
+            self._pool,
+            fence=fence,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            definition=definition,
+            parameters=parameters,
+        )
         self._definitions[definition.id] = definition
-        context = RunContext(run_id=created.run.id, namespace=namespace, name=name, uid=uid,
-                             parameters=parameters, definition=definition)
+        context = RunContext(
+            run_id=created.run.id,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            parameters=parameters,
+            definition=definition,
+        )
         return self._remember(context), created.created
 
     async def by_id(self, run_id: int) -> RunContext:
@@ -96,9 +111,16 @@ class RunCache:
             return known
         record = await get_run(self._pool, run_id)
         definition = await self._definition(record.definition_id)
-        return self._remember(RunContext(
-            run_id=record.id, namespace=record.namespace, name=record.name, uid=record.uid,
-            parameters=dict(record.parameters), definition=definition))
+        return self._remember(
+            RunContext(
+                run_id=record.id,
+                namespace=record.namespace,
+                name=record.name,
+                uid=record.uid,
+                parameters=dict(record.parameters),
+                definition=definition,
+            )
+        )
 
     async def by_uid(self, *, namespace: str, uid: str) -> RunContext | None:
         known = self._by_uid.get(uid)

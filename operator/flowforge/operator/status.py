@@ -55,8 +55,9 @@ class StatusWriter:
             await asyncio.sleep(COALESCE_SECONDS)
             self._wake.clear()
             batch, self._dirty = self._dirty, set()
-            results = await asyncio.gather(*(self.write(run_id) for run_id in batch),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self.write(run_id) for run_id in batch), return_exceptions=True
+            )
             for run_id, result in zip(batch, results, strict=True):
                 if isinstance(result, Exception):
                     logger.warning("status of run %d not written: %s", run_id, result)
@@ -67,36 +68,56 @@ class StatusWriter:
         summaries: list[TaskSummary] = []
         if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
             rows = await store.load_tasks(self._pool, context.run_id)
-            outcomes = await store.latest_outcomes(self._pool, context.run_id,
-                                                   [row.key for row in rows])
+            outcomes = await store.latest_outcomes(
+                self._pool, context.run_id, [row.key for row in rows]
+            )
             for row in rows:
                 state = TaskState(row.state)
                 outcome = outcomes.get(row.key, {})
                 started = state not in (TaskState.WAITING, TaskState.SKIPPED) and (
-                    row.started_at is not None)
-                summaries.append(TaskSummary(
-                    name=row.key, state=state, attempt=row.attempt if started else 0,
-                    job_name=context.job_name(task_key=row.key, attempt=row.attempt)
-                    if started else None,
-                    exit_code=outcome.get("exitCode"),
-                    message=(row.last_error or "")[:1024],
-                    started_at=row.started_at, finished_at=row.finished_at))
+                    row.started_at is not None
+                )
+                summaries.append(
+                    TaskSummary(
+                        name=row.key,
+                        state=state,
+                        attempt=row.attempt if started else 0,
+                        job_name=context.job_name(task_key=row.key, attempt=row.attempt)
+                        if started
+                        else None,
+                        exit_code=outcome.get("exitCode"),
+                        message=(row.last_error or "")[:1024],
+                        started_at=row.started_at,
+                        finished_at=row.finished_at,
+                    )
+                )
         failure = None
         if counts.failed:
             failed = [s.name for s in summaries if s.state is TaskState.FAILED]
-            failure = (f"task {', '.join(failed)} failed" if failed
-                       else f"{counts.failed} tasks failed")
-        body = project_status(StatusInput(
-            phase=record.phase, counts=counts, fingerprint=context.definition.fingerprint,
-            started_at=record.created_at, finished_at=record.finished_at,
-            now=datetime.now(UTC), cancel_requested=record.cancel_requested,
-            failure_message=failure, tasks=summaries, compensating=record.compensating,
-            previous_conditions=self._conditions.get(context.run_id, ())))
+            failure = (
+                f"task {', '.join(failed)} failed" if failed else f"{counts.failed} tasks failed"
+            )
+        body = project_status(
+            StatusInput(
+                phase=record.phase,
+                counts=counts,
+                fingerprint=context.definition.fingerprint,
+                started_at=record.created_at,
+                finished_at=record.finished_at,
+                now=datetime.now(UTC),
+                cancel_requested=record.cancel_requested,
+                failure_message=failure,
+                tasks=summaries,
+                compensating=record.compensating,
+                previous_conditions=self._conditions.get(context.run_id, ()),
+            )
+        )
         self._conditions[context.run_id] = body.get("conditions", [])
         return body
 
     async def write(self, run_id: int) -> None:
         context = await self._runs.by_id(run_id)
         body = await self.project(context)
-        await self._kube.patch_run_status(namespace=context.namespace, name=context.name,
-                                          status=body)
+        await self._kube.patch_run_status(
+            namespace=context.namespace, name=context.name, status=body
+        )

@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
+import aiohttp.web
 import kopf
 
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
@@ -29,6 +33,57 @@ from flowforge.store.pool import open_pool
 PERSISTENCE_PREFIX = "flowforge.io"
 FINALIZER = "flowforge.io/finalizer"
 
+# The apiserver accepts request bodies up to 3 MiB and a review of an UPDATE carries both the
+# object and the old object; aiohttp's default limit of 1 MiB would turn a large definition
+# into a webhook failure instead of a verdict.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+# kopf deep-copies every reviewed object recursively (and json.loads recurses): a document
+# nested a few hundred levels deep would end in a RecursionError and an HTTP 500. Nothing
+# legitimate comes close to this limit (a task config nested 80 levels deep still passes).
+MAX_REVIEW_DEPTH = 100
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]")
+_REQUEST_UID = re.compile(r'"uid"\s*:\s*"([^"\\]*)"')
+
+
+def json_nesting_depth(text: str) -> int:
+    """How deeply the JSON text nests arrays and objects, without parsing (or recursing)."""
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(1 if char in "[{" else -1 for char in brackets), default=0)
+
+
+def _too_deep_review(text: str, depth: int) -> dict[str, Any]:
+    # The request's uid is the first "uid" of an AdmissionReview as the apiserver writes it.
+    uid = _REQUEST_UID.search(text)
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid.group(1) if uid else "",
+            "allowed": False,
+            "status": {
+                "code": 422,
+                "message": f"the document nests {depth} levels deep; FlowForge accepts at most "
+                f"{MAX_REVIEW_DEPTH} (counting from the AdmissionReview, task configs included)",
+            },
+        },
+    }
+
+
+class AdmissionWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+    """kopf's WebhookServer with a body limit that fits the apiserver's and a depth guard."""
+
+    @staticmethod
+    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        request._client_max_size = MAX_REVIEW_BYTES
+        text = await request.text()  # aiohttp keeps the body: kopf's read below is served from it
+        depth = json_nesting_depth(text)
+        if depth > MAX_REVIEW_DEPTH:
+            return aiohttp.web.json_response(_too_deep_review(text, depth))
+        response: aiohttp.web.Response = await kopf.WebhookServer._serve(fn, request)
+        return response
+
 
 def configure_admission_settings(
     settings: kopf.OperatorSettings,
@@ -38,7 +93,7 @@ def configure_admission_settings(
     addr: str = "127.0.0.1",
 ) -> None:
     """Serve admission on addr:port with our certificates; keep kopf's marks under our prefix."""
-    settings.admission.server = kopf.WebhookServer(
+    settings.admission.server = AdmissionWebhookServer(
         addr=addr,
         port=port,
         host=addr,
@@ -54,6 +109,19 @@ def configure_admission_settings(
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PERSISTENCE_PREFIX
     )
+
+
+def register_login(registry: kopf.OperatorRegistry) -> None:
+    """A plain OperatorRegistry has no login handler: read $KUBECONFIG when it is set (at
+    login time, so `--kubeconfig` works), else the in-cluster service account."""
+
+    @kopf.on.login(registry=registry)
+    def login_from_kubeconfig_or_cluster(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if os.environ.get("KUBECONFIG"):
+            from_file: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
+            return from_file
+        in_cluster: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return in_cluster
 
 
 def ensure_certificates(directory: Path) -> WebhookCertificates:
@@ -77,6 +145,7 @@ async def serve_webhooks(
     try:
         definitions = StoreDefinitionRegistry(pool)
         registry = kopf.OperatorRegistry()
+        register_login(registry)
         register_admission_handlers(registry, definitions=lambda: definitions)
         settings = kopf.OperatorSettings()
         configure_admission_settings(settings, port=port, certs=certs, addr=addr)

@@ -15,10 +15,15 @@ async def open_pool(
     max_size: int = 10,
     verify_schema: bool = True,
     name: str = "flowforge-store",
+    prepare: bool = True,
 ) -> Pool:
     """Open a pool and wait for its first connection; refuse an unknown schema version.
 
-    ``prepare_threshold=None`` keeps the pool usable behind PgBouncer in transaction mode.
+    Statements run often are prepared server-side (psycopg's default threshold); pass
+    ``prepare=False`` behind PgBouncer in transaction mode, where prepared statements break.
+    Connections are in autocommit mode: reads hold no transaction open, ``in_transaction``
+    opens one explicitly, and a single-statement decision is its own transaction (one
+    round trip, which is what makes the outcome hot path fast).
     """
     pool: Pool = AsyncConnectionPool(
         dsn,
@@ -26,7 +31,11 @@ async def open_pool(
         max_size=max_size,
         open=False,
         name=name,
-        kwargs={"prepare_threshold": None, "application_name": name},
+        kwargs={
+            "prepare_threshold": 5 if prepare else None,
+            "application_name": name,
+            "autocommit": True,
+        },
     )
     await pool.open(wait=True, timeout=30)
     if verify_schema:

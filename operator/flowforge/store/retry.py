@@ -38,12 +38,20 @@ async def in_transaction(
     decision: Callable[[Connection], Awaitable[T]],
     *,
     attempts: int = DEFAULT_ATTEMPTS,
+    single_statement: bool = False,
 ) -> T:
-    """Run ``decision(connection)`` inside a transaction; retry it on retryable errors."""
+    """Run ``decision(connection)`` inside a transaction; retry it on retryable errors.
+
+    With ``single_statement`` the decision makes one statement, which the autocommit
+    connection runs as its own transaction (no BEGIN/COMMIT round trips).
+    """
     for retry_number in range(attempts):
         try:
-            async with pool.connection() as connection, connection.transaction():
-                return await decision(connection)
+            async with pool.connection() as connection:
+                if single_statement:
+                    return await decision(connection)
+                async with connection.transaction():
+                    return await decision(connection)
         except RETRYABLE_ERRORS:
             if retry_number == attempts - 1:
                 raise

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from flowforge.domain.states import TaskState
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.errors import TransitionConflictError
+from flowforge.store.errors import StaleEpochError, TransitionConflictError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.retry import in_transaction
@@ -80,26 +80,6 @@ async def mark_running(
     await in_transaction(pool, decide)
 
 
-RELEASE_DEPENDENTS_QUERY = """
-WITH dependents AS (
-    SELECT task.id FROM flowforge_task AS task
-    JOIN flowforge_task_dependency AS edge ON edge.task_id = task.id
-    WHERE edge.upstream_id = %(task)s
-    ORDER BY task.id
-    FOR NO KEY UPDATE OF task
-)
-UPDATE flowforge_task AS task
-SET pending_dependencies = task.pending_dependencies - 1,
-    state = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
-                 THEN 'ready' ELSE task.state END,
-    not_before = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
-                      THEN greatest(task.not_before, now()) ELSE task.not_before END,
-    updated_at = now()
-FROM dependents
-WHERE task.id = dependents.id
-RETURNING task.task_key, task.state
-"""
-
 SKIP_DOWNSTREAM_QUERY = """
 WITH RECURSIVE downstream (id) AS (
     SELECT task_id FROM flowforge_task_dependency WHERE upstream_id = %(task)s
@@ -120,6 +100,87 @@ RETURNING task.task_key
 """
 
 
+RECORD_SUCCESS_QUERY = """
+WITH fence AS (
+    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
+), moved AS (
+    UPDATE flowforge_task
+    SET state = 'succeeded', finished_at = now(), updated_at = now()
+    WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
+      AND state = 'running' AND attempt = %(attempt)s
+      AND (SELECT epoch FROM fence) = %(epoch)s
+    RETURNING id
+), dependents AS (
+    SELECT task.id FROM flowforge_task AS task
+    JOIN flowforge_task_dependency AS edge ON edge.task_id = task.id
+    WHERE edge.upstream_id = (SELECT id FROM moved)
+    ORDER BY task.id
+    FOR NO KEY UPDATE OF task
+), released AS (
+    UPDATE flowforge_task AS task
+    SET pending_dependencies = task.pending_dependencies - 1,
+        state = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
+                     THEN 'ready' ELSE task.state END,
+        not_before = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
+                          THEN greatest(task.not_before, now()) ELSE task.not_before END,
+        updated_at = now()
+    FROM dependents
+    WHERE task.id = dependents.id
+    RETURNING task.task_key, task.state
+), recorded AS (
+    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch)
+    SELECT %(run)s, task_key, attempt, kind, %(epoch)s FROM (
+        SELECT 0 AS position, %(key)s AS task_key, %(attempt)s::int AS attempt,
+               'task.succeeded' AS kind
+        FROM moved
+        UNION ALL
+        SELECT 1, task_key, NULL, 'task.released' FROM released WHERE state = 'ready'
+    ) AS events
+    ORDER BY position, task_key
+)
+SELECT (SELECT epoch FROM fence),
+       (SELECT count(*) FROM moved),
+       ARRAY(SELECT task_key FROM released WHERE state = 'ready' ORDER BY task_key)
+"""
+
+
+async def _record_success(
+    pool: Pool, *, fence: Fence, run_id: int, task_key: str, attempt: int
+) -> OutcomeResult:
+    """The hot path, one statement: fence check, compare-and-set, release, events."""
+
+    async def decide(connection: Connection) -> OutcomeResult:
+        cursor = await connection.execute(
+            RECORD_SUCCESS_QUERY,
+            {
+                "lease": fence.lease,
+                "epoch": fence.epoch,
+                "run": run_id,
+                "key": task_key,
+                "attempt": attempt,
+            },
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        current_epoch, moved, released = row
+        if current_epoch != fence.epoch:
+            raise StaleEpochError(
+                lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch
+            )
+        if moved != 1:
+            raise await _conflict(
+                connection,
+                run_id=run_id,
+                task_key=task_key,
+                expected=f"running (attempt {attempt})",
+            )
+        return OutcomeResult(
+            state=TaskState.SUCCEEDED, attempt=attempt, released=tuple(released)
+        )
+
+    return await in_transaction(pool, decide, single_statement=True)
+
+
 async def record_outcome(
     pool: Pool,
     *,
@@ -137,31 +198,64 @@ async def record_outcome(
     (running -> ready, attempt + 1, not before that time) instead of failing for good.
     After the commit the run is settled if this was its last unresolved forward task.
     """
+    if succeeded:
+        result = await _record_success(
+            pool, fence=fence, run_id=run_id, task_key=task_key, attempt=attempt
+        )
+        if result.released:
+            # a task this commit released is unresolved; whoever resolves it settles
+            return result
+        settled = await settle_run(pool, fence=fence, run_id=run_id)
+        return dataclasses.replace(result, settled=settled)
 
+    result = await _record_failure(
+        pool,
+        fence=fence,
+        run_id=run_id,
+        task_key=task_key,
+        attempt=attempt,
+        error=error,
+        retry_not_before=retry_not_before,
+    )
+    if result.state is TaskState.READY:
+        return result
+    settled = await settle_run(pool, fence=fence, run_id=run_id)
+    return dataclasses.replace(result, settled=settled)
+
+
+_RECORD_FAILURE_QUERY = """
+UPDATE flowforge_task SET
+    state = CASE WHEN %(retry)s::timestamptz IS NOT NULL AND attempt < max_attempts
+                 THEN 'ready' ELSE 'failed' END,
+    attempt = CASE WHEN %(retry)s::timestamptz IS NOT NULL AND attempt < max_attempts
+                   THEN attempt + 1 ELSE attempt END,
+    not_before = coalesce(%(retry)s::timestamptz, not_before),
+    finished_at = CASE WHEN %(retry)s::timestamptz IS NULL OR attempt >= max_attempts
+                       THEN now() END,
+    last_error = coalesce(%(error)s, last_error),
+    updated_at = now()
+WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
+  AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, state, attempt
+"""
+
+
+async def _record_failure(
+    pool: Pool,
+    *,
+    fence: Fence,
+    run_id: int,
+    task_key: str,
+    attempt: int,
+    error: str | None,
+    retry_not_before: datetime | None,
+) -> OutcomeResult:
     async def decide(connection: Connection) -> OutcomeResult:
         await check_fence(connection, fence)
         cursor = await connection.execute(
-            """
-            UPDATE flowforge_task SET
-                state = CASE WHEN %(succeeded)s THEN 'succeeded'
-                             WHEN %(retry)s::timestamptz IS NOT NULL AND attempt < max_attempts
-                             THEN 'ready' ELSE 'failed' END,
-                attempt = CASE WHEN NOT %(succeeded)s AND %(retry)s::timestamptz IS NOT NULL
-                                    AND attempt < max_attempts
-                               THEN attempt + 1 ELSE attempt END,
-                not_before = coalesce(%(retry)s::timestamptz, not_before),
-                finished_at = CASE WHEN %(succeeded)s OR %(retry)s::timestamptz IS NULL
-                                        OR attempt >= max_attempts
-                                   THEN now() END,
-                last_error = coalesce(%(error)s, last_error),
-                updated_at = now()
-            WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
-              AND state = 'running' AND attempt = %(attempt)s
-            RETURNING id, state, attempt
-            """,
+            _RECORD_FAILURE_QUERY,
             {
-                "succeeded": succeeded,
-                "retry": None if succeeded else retry_not_before,
+                "retry": retry_not_before,
                 "error": error,
                 "run": run_id,
                 "key": task_key,
@@ -192,23 +286,12 @@ async def record_outcome(
         await append_event(
             connection,
             run_id=run_id,
-            kind=f"task.{state}",
+            kind="task.failed",
             epoch=fence.epoch,
             task_key=task_key,
             attempt=attempt,
             detail=detail,
         )
-        if state is TaskState.SUCCEEDED:
-            released_cursor = await connection.execute(RELEASE_DEPENDENTS_QUERY, {"task": task_id})
-            released = tuple(
-                sorted(str(key) for key, new_state in await released_cursor.fetchall()
-                       if new_state == "ready")
-            )
-            await append_task_events(
-                connection, run_id=run_id, kind="task.released", epoch=fence.epoch,
-                task_keys=released,
-            )
-            return OutcomeResult(state=state, attempt=new_attempt, released=released)
         skipped_cursor = await connection.execute(SKIP_DOWNSTREAM_QUERY, {"task": task_id})
         skipped = tuple(sorted(str(key) for (key,) in await skipped_cursor.fetchall()))
         await append_task_events(
@@ -216,11 +299,7 @@ async def record_outcome(
         )
         return OutcomeResult(state=state, attempt=new_attempt, skipped=skipped)
 
-    result = await in_transaction(pool, decide)
-    if result.state is TaskState.READY:
-        return result
-    settled = await settle_run(pool, fence=fence, run_id=run_id)
-    return dataclasses.replace(result, settled=settled)
+    return await in_transaction(pool, decide)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,124 @@
+{{/* Names, labels and shared snippets of the FlowForge chart. */}}
+
+{{- define "flowforge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "flowforge.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cluster-scoped objects carry the namespace too: two releases of the same name in two
+     namespaces must not fight over one ClusterRole or webhook configuration. */}}
+{{- define "flowforge.clusterName" -}}
+{{- printf "%s-%s" (include "flowforge.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "flowforge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "flowforge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: flowforge
+{{- end -}}
+
+{{- define "flowforge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "flowforge.name" .context }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "flowforge.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.operatorServiceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (printf "%s-operator" (include "flowforge.fullname" .)) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.webhookServiceAccountName" -}}
+{{- if .Values.webhook.serviceAccount.create -}}
+{{- default (printf "%s-webhook" (include "flowforge.fullname" .)) .Values.webhook.serviceAccount.name -}}
+{{- else -}}
+{{- required "webhook.serviceAccount.name is required when webhook.serviceAccount.create is false" .Values.webhook.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "flowforge.fullname" .) -}}
+{{- end -}}
+
+{{- define "flowforge.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "flowforge.fullname" .) -}}
+{{- end -}}
+
+{{- define "flowforge.postgresqlName" -}}
+{{- printf "%s-postgresql" (include "flowforge.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret and key holding the PostgreSQL DSN. */}}
+{{- define "flowforge.databaseSecretName" -}}
+{{- if .Values.database.bundled.enabled -}}
+{{- include "flowforge.postgresqlName" . -}}
+{{- else -}}
+{{- required "database.existingSecret must name a Secret holding the PostgreSQL DSN (or set database.bundled.enabled=true to try FlowForge out)" .Values.database.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.databaseSecretKey" -}}
+{{- if .Values.database.bundled.enabled -}}dsn{{- else -}}{{ .Values.database.secretKey }}{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.dsnEnv" -}}
+- name: FLOWFORGE_DSN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "flowforge.databaseSecretName" . }}
+      key: {{ include "flowforge.databaseSecretKey" . }}
+{{- end -}}
+
+{{/* The init container that applies the schema migrations before the main container. */}}
+{{- define "flowforge.migrateInitContainer" -}}
+{{- if .Values.migrations.enabled }}
+initContainers:
+  - name: migrate
+    image: {{ include "flowforge.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    command: [flowforge, db, migrate]
+    env:
+      {{- include "flowforge.dsnEnv" . | nindent 6 }}
+    securityContext:
+      {{- toYaml .Values.containerSecurityContext | nindent 6 }}
+    resources:
+      requests: {cpu: 50m, memory: 96Mi}
+      limits: {memory: 256Mi}
+{{- end }}
+{{- end -}}
+
+{{/* In namespaced mode the webhooks only see the watched namespaces. */}}
+{{- define "flowforge.webhookNamespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values:
+        {{- toYaml .Values.watchNamespaces | nindent 8 }}
+{{- end -}}

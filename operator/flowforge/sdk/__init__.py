@@ -1,0 +1,37 @@
+"""Python constructors for FlowForge workflows: ``chain``, ``group`` and ``chord`` over one
+DAG primitive, and ``workflow`` to turn a composition into a WorkflowDefinition document.
+
+::
+
+    from flowforge.sdk import chain, chord, group, task, workflow
+
+    etl = workflow(
+        "etl", 1,
+        task_types={"py": {"image": "python:3.12-slim"}},
+        body=chain(
+            task("extract", "py"),
+            chord(group(task("shard-1", "py"), task("shard-2", "py")), task("merge", "py")),
+            task("load", "py", compensated_by=task("unload", "py")),
+        ),
+    )
+
+``flowforge render module:attr`` prints such a document as YAML for a GitOps repository.
+"""
+
+from flowforge.sdk.dag import CompositionError, Dag, TaskNode, chain, chord, group, task
+from flowforge.sdk.manifest_yaml import to_yaml
+from flowforge.sdk.workflow import API_VERSION, DEFINITION_KIND, workflow
+
+__all__ = [
+    "API_VERSION",
+    "DEFINITION_KIND",
+    "CompositionError",
+    "Dag",
+    "TaskNode",
+    "chain",
+    "chord",
+    "group",
+    "task",
+    "to_yaml",
+    "workflow",
+]

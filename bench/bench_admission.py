@@ -150,8 +150,10 @@ def local_cluster(cluster_dir: Path | None, scratch: Path) -> Iterator[Cluster]:
 
 
 @contextlib.contextmanager
-def local_store(scratch: Path) -> Iterator[str]:
-    directory = scratch / "postgres"
+def local_store() -> Iterator[str]:
+    # A directory of its own under /tmp: the server runs as the postgres account, which must
+    # be able to reach it (our scratch directory is private).
+    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
     server = localdev_postgres.start(directory, settings={"fsync": "off"})
     try:
         with psycopg.connect(server.dsn, autocommit=True) as connection:
@@ -161,6 +163,7 @@ def local_store(scratch: Path) -> Iterator[str]:
         yield dsn
     finally:
         localdev_postgres.stop(directory)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -226,7 +229,7 @@ def main() -> None:
     try:
         with (
             local_cluster(args.cluster_dir, scratch) as cluster,
-            local_store(scratch) as dsn,
+            local_store() as dsn,
             webhook_server(cluster, dsn, scratch) as (certs, port),
         ):
             manifests: dict[int, Path] = {}

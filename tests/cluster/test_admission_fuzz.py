@@ -190,8 +190,10 @@ def test_definition_verdicts_match_the_validator_and_never_crash(
     if validate_spec(obj.get("spec")):
         assert_denied_with_message(response)
     elif not response["allowed"]:
-        # valid content can only be refused for clashing with an already published version
-        assert response["status"]["code"] == 409, response
+        # Valid content is only refused when it clashes with an already published version
+        # or nests deeper than the server's guard.
+        status = response["status"]
+        assert status["code"] == 409 or "levels deep" in status["message"], response
 
 
 run_specs = st.one_of(
@@ -245,6 +247,57 @@ def test_ten_thousand_tasks_with_one_defect_are_denied(
     )
     assert_denied_with_message(response)
     assert "spec.tasks[9999].dependsOn[0]" in response["status"]["message"]
+
+
+def deep_json(levels: int) -> bytes:
+    """Nesting too deep for json.dumps itself to write, written by hand."""
+    return b'{"n":[' * (levels // 2) + b"1" + b"]}" * (levels // 2)
+
+
+@pytest.mark.parametrize("levels", [600, 2_000, 20_000])
+@pytest.mark.parametrize("where", ["spec", "config"])
+def test_deeply_nested_documents_are_denied(
+    webhook_server: WebhookServer, webhook_https: WebhookHttps, levels: int, where: str
+) -> None:
+    task: dict[str, Any] = {"key": "a", "type": "py", "config": "DEEP"}
+    spec: Any = (
+        "DEEP"
+        if where == "spec"
+        else {
+            "workflow": "deep",
+            "version": 1,
+            "taskTypes": {"py": {"image": "x"}},
+            "tasks": [task],
+        }
+    )
+    review = admission_review(wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE))
+    response = post_review(
+        webhook_https,
+        VALIDATE_DEFINITION_HANDLER_ID,
+        review.replace(b'"DEEP"', deep_json(levels)),
+    )
+    assert_denied_with_message(response)
+    assert "levels deep" in response["status"]["message"]
+    assert response["uid"] == json.loads(review)["request"]["uid"]
+
+
+def test_a_document_larger_than_aiohttps_default_limit_gets_a_verdict(
+    webhook_server: WebhookServer, webhook_https: WebhookHttps
+) -> None:
+    spec = {
+        "workflow": "large",
+        "version": 1,
+        "description": "\u00e9" * 1_500_000,
+        "taskTypes": {"py": {"image": "x"}},
+        "tasks": [{"key": "a", "type": "py"}],
+    }
+    response = post_review(
+        webhook_https,
+        VALIDATE_DEFINITION_HANDLER_ID,
+        admission_review(wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE)),
+    )
+    assert_denied_with_message(response)
+    assert "spec.description" in response["status"]["message"]
 
 
 @pytest.mark.parametrize("handler_id", [VALIDATE_DEFINITION_HANDLER_ID, VALIDATE_RUN_HANDLER_ID])

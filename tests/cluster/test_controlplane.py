@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir
 from flowforge.localdev.controlplane import (
     Cluster,
     cluster_status,
@@ -200,3 +201,17 @@ def test_a_second_cluster_runs_beside_the_first(cluster: Cluster, tmp_path: Path
     assert cluster_status(tmp_path / "second").cluster is None
     assert not any(cluster_status(tmp_path / "second").components.values())
     assert kubectl(cluster, "get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+def test_missing_binaries_name_the_build_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "etcd").write_text("#!/bin/sh\n")
+    (tmp_path / "etcd").chmod(0o755)
+    monkeypatch.setenv("FLOWFORGE_CONTROLPLANE_BIN", str(tmp_path))
+    with pytest.raises(BinariesMissingError) as raised:
+        find_bin_dir()
+    message = str(raised.value)
+    assert "deploy/local/build.sh" in message
+    assert "kube-apiserver" in message
+    assert "etcd," not in message

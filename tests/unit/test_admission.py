@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.domain.errors import DefinitionConflictError
+from flowforge.domain.errors import DefinitionConflictError, DefinitionSchemaError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.operator.admission import (
     CODE_CONFLICT,
@@ -26,6 +26,7 @@ from flowforge.operator.admission import (
     decide_definition,
     decide_run,
     decide_run_mutation,
+    describe_errors,
 )
 
 NAMESPACE = "team-a"
@@ -401,3 +402,11 @@ async def test_a_cancelled_run_cannot_be_resumed(registry: InMemoryRegistry) -> 
     verdict = await decide_run(update(old, resumed), registry)
     assert not verdict.allowed
     assert "cannot be resumed" in verdict.message
+
+
+def test_an_error_reported_twice_is_listed_once() -> None:
+    twice = [DefinitionSchemaError("missing required field", path="spec")] * 2
+    assert (
+        describe_errors(twice)
+        == "invalid WorkflowDefinition (1 error):\nspec: missing required field"
+    )

@@ -95,6 +95,7 @@ def _spec_of(obj: Mapping[str, Any] | None) -> Any:
 
 def describe_errors(errors: Sequence[DefinitionError]) -> str:
     """Every error as `<path>: <message>`, one per line (capped at MAX_LISTED_ERRORS)."""
+    errors = list(dict.fromkeys(errors))  # the same error reported twice helps nobody
     lines = [f"{error.path}: {error.message}" for error in errors[:MAX_LISTED_ERRORS]]
     if len(errors) > MAX_LISTED_ERRORS:
         lines.append(f"... and {len(errors) - MAX_LISTED_ERRORS} more errors")

@@ -71,7 +71,7 @@ def _too_deep_review(text: str, depth: int) -> dict[str, Any]:
     }
 
 
-class AdmissionWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+class AdmissionWebhookServer(kopf.WebhookServer):
     """kopf's WebhookServer with a body limit that fits the apiserver's and a depth guard."""
 
     @staticmethod

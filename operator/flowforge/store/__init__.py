@@ -57,9 +57,12 @@ run_history, prune a run's events       ``flowforge_event_run_idx``
 ``tests/store/test_indexes.py`` asserts each plan with EXPLAIN after ANALYZE.
 
 Transactions: decide in a transaction, commit, then act on Kubernetes idempotently; never
-call Kubernetes inside one. An outcome's release of dependents happens in its own
-transaction; settling the run happens right after it commits (``settle.py`` explains why
-that is exactly once) and again from the reconciler as a backstop.
+call Kubernetes inside one. Recording a success is the hot path and is one statement
+(``transitions.RECORD_SUCCESS_QUERY``: fence check, compare-and-set, release of dependents
+under row locks taken in id order, events) on an autocommit connection, so one round trip.
+Settling the run happens right after the outcome commits (``settle.py`` explains why that
+is exactly once) and again from the reconciler as a backstop. Pool connections are in
+autocommit mode; ``retry.in_transaction`` opens transactions explicitly.
 """
 
 from flowforge.store.connection import Connection, Pool

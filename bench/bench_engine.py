@@ -1,0 +1,261 @@
+"""Run-engine benchmark on the local control plane (kwok) and a local PostgreSQL.
+
+Prints, in one run on the same cluster:
+1. the ceiling: the rate at which a plain client creates Jobs that kwok completes;
+2. completed single-task runs per minute through the operator, and its share of the ceiling;
+3. hand-off latency with 50 concurrent two-task runs (a -> b): from the moment a watcher
+   sees a's Job complete to the moment the same watcher sees b's Job created (so watch lag
+   cancels out), p50 / p99 / max.
+
+Targets (issue 5/8): operator overhead p99 < 250 ms; single-task throughput >= 80% of the
+ceiling. Usage:
+
+    .venv/bin/python bench/bench_engine.py [--cluster-dir DIR] [--jobs 200] [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch
+
+from flowforge.domain.validation import parse_definition
+from flowforge.localdev import postgres as localdev_postgres
+from flowforge.localdev.binaries import repo_root
+from flowforge.localdev.controlplane import start_cluster, stop_cluster
+from flowforge.store.definitions import publish_definition
+from flowforge.store.migrate import migrate
+from flowforge.store.pool import open_pool
+
+STEP = {"image": "busybox:1.36"}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class JobWatcher:
+    """Times when each Job was first seen created and first seen complete."""
+
+    def __init__(self, batch: k8s.BatchV1Api, namespace: str) -> None:
+        self.created: dict[str, float] = {}
+        self.completed: dict[str, float] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+        self._batch = batch
+        self._namespace = namespace
+        self._stop = threading.Event()
+        self._version = batch.list_namespaced_job(namespace).metadata.resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for event in watch.Watch().stream(self._batch.list_namespaced_job, self._namespace,
+                                              resource_version=self._version, timeout_seconds=5,
+                                              allow_watch_bookmarks=True):
+                now = time.monotonic()
+                job = event["object"]
+                if event["type"] == "BOOKMARK":
+                    self._version = job["metadata"]["resourceVersion"]
+                    continue
+                self._version = job.metadata.resource_version
+                name = job.metadata.name
+                self.created.setdefault(name, now)
+                self.labels[name] = dict(job.metadata.labels or {})
+                conditions = (job.status.conditions or []) if job.status else []
+                if any(c.type == "Complete" and c.status == "True" for c in conditions):
+                    self.completed.setdefault(name, now)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def raw_ceiling(batch: k8s.BatchV1Api, namespace: str, count: int) -> float:
+    """Jobs per minute a plain client gets created and completed by kwok."""
+    watcher = JobWatcher(batch, namespace)
+    prefix = f"raw-{uuid.uuid4().hex[:5]}"
+    started = time.monotonic()
+
+    def create(index: int) -> None:
+        batch.create_namespaced_job(namespace, {
+            "metadata": {"name": f"{prefix}-{index}", "labels": {"bench": prefix}},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "task", "image": "busybox:1.36"}]}}}})
+
+    threads = [threading.Thread(target=lambda i=i: create(i)) for i in range(count)]
+    for index in range(0, count, 16):
+        group = threads[index:index + 16]
+        for thread in group:
+            thread.start()
+        for thread in group:
+            thread.join()
+    while sum(1 for name in watcher.completed if name.startswith(prefix)) < count:
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    watcher.close()
+    return count / elapsed * 60
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cluster-dir", type=Path, help="reuse a running local cluster")
+    parser.add_argument("--jobs", type=int, default=200, help="Jobs for the raw ceiling")
+    parser.add_argument("--runs", type=int, default=200, help="single-task runs")
+    parser.add_argument("--chains", type=int, default=50, help="concurrent a->b runs")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
+    work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
+    cluster_dir = args.cluster_dir or work / "cluster"
+    cluster = start_cluster(state_dir=cluster_dir)
+    postgres = localdev_postgres.start(work / "pg", settings={"fsync": "off",
+                                                              "synchronous_commit": "off"})
+    operator: subprocess.Popen[bytes] | None = None
+    try:
+        await migrate(postgres.dsn)
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
+                                    client_configuration=configuration)
+        configuration.connection_pool_maxsize = 32
+        api = k8s.ApiClient(configuration)
+        extensions = k8s.ApiextensionsV1Api(api)
+        for path in sorted((repo_root() / "crds").glob("workflowruns.*.yaml")):
+            body = yaml.safe_load(path.read_text())
+            try:
+                extensions.create_custom_resource_definition(body)
+            except k8s.ApiException as error:
+                if error.status != 409:
+                    raise
+        time.sleep(2)
+        core, batch, custom = k8s.CoreV1Api(api), k8s.BatchV1Api(api), k8s.CustomObjectsApi(api)
+        namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        while True:
+            try:
+                core.read_namespaced_service_account("default", namespace)
+                break
+            except k8s.ApiException:
+                time.sleep(0.2)
+
+        ceiling = raw_ceiling(batch, namespace, args.jobs)
+        print(f"raw ceiling: {ceiling:.0f} Jobs/min created and completed "
+              f"({args.jobs} Jobs, plain client, 16 concurrent creations)")
+
+        pool = await open_pool(postgres.dsn, min_size=1, max_size=2)
+        for spec in (
+            {"workflow": "single", "version": 1, "taskTypes": {"step": STEP},
+             "tasks": [{"key": "only", "type": "step"}]},
+            {"workflow": "chain", "version": 1, "taskTypes": {"step": STEP},
+             "tasks": [{"key": "a", "type": "step"},
+                       {"key": "b", "type": "step", "dependsOn": ["a"]}]},
+        ):
+            await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
+        await pool.close()
+
+        log = (work / "operator.log").open("wb")
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "flowforge.operator", "--dsn", postgres.dsn,
+             "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+             "--job-ttl", "-1", "--identity", "bench"],
+            env={**os.environ, "FLOWFORGE_JOB_CREATION_QPS": "200"},
+            stdout=log, stderr=subprocess.STDOUT)
+        time.sleep(8)
+
+        def create_runs(prefix: str, workflow: str, count: int) -> list[str]:
+            names = [f"{prefix}-{i:03d}" for i in range(count)]
+
+            def create(name: str) -> None:
+                custom.create_namespaced_custom_object(
+                    "flowforge.io", "v1alpha1", namespace, "workflowruns",
+                    {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowRun",
+                     "metadata": {"name": name}, "spec": {"workflow": workflow, "version": 1}})
+
+            threads = [threading.Thread(target=create, args=(name,)) for name in names]
+            for index in range(0, len(threads), 16):
+                for thread in threads[index:index + 16]:
+                    thread.start()
+                for thread in threads[index:index + 16]:
+                    thread.join()
+            return names
+
+        def wait_finished(names: list[str], timeout: float) -> dict[str, str]:
+            deadline = time.monotonic() + timeout
+            wanted = set(names)
+            phases: dict[str, str] = {}
+            while time.monotonic() < deadline:
+                items = custom.list_namespaced_custom_object(
+                    "flowforge.io", "v1alpha1", namespace, "workflowruns")["items"]
+                phases = {item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
+                          for item in items if item["metadata"]["name"] in wanted}
+                if len(phases) == len(wanted) and all(
+                        p in ("succeeded", "failed", "cancelled") for p in phases.values()):
+                    return phases
+                time.sleep(0.1)
+            raise SystemExit(f"runs not finished in {timeout} s: {phases}")
+
+        # warm-up: one run through every path
+        wait_finished(create_runs("warm", "chain", 1), 120)
+
+        started = time.monotonic()
+        names = create_runs("single", "single", args.runs)
+        phases = wait_finished(names, 600)
+        elapsed = time.monotonic() - started
+        throughput = len(names) / elapsed * 60
+        assert set(phases.values()) == {"succeeded"}, phases
+        print(f"single-task runs: {throughput:.0f} runs/min completed ({len(names)} runs in "
+              f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)")
+
+        watcher = JobWatcher(batch, namespace)
+        names = create_runs("chain", "chain", args.chains)
+        wait_finished(names, 600)
+        time.sleep(1)
+        watcher.close()
+        by_run: dict[str, dict[str, str]] = {}
+        for job, labels in watcher.labels.items():
+            by_run.setdefault(labels.get("flowforge.io/run", ""), {})[
+                labels.get("flowforge.io/task", "")] = job
+        latencies = []
+        for name in names:
+            jobs = by_run.get(name, {})
+            if "a" in jobs and "b" in jobs and jobs["a"] in watcher.completed:
+                latencies.append(watcher.created[jobs["b"]] - watcher.completed[jobs["a"]])
+        print(f"hand-off latency over {len(latencies)} of {args.chains} concurrent runs: "
+              f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
+              f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
+              f"max {max(latencies) * 1000:.0f} ms, "
+              f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)")
+        return 0
+    finally:
+        if operator is not None:
+            operator.send_signal(signal.SIGTERM)
+            try:
+                operator.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+        localdev_postgres.stop(work / "pg")
+        if args.cluster_dir is None:
+            stop_cluster(cluster_dir)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

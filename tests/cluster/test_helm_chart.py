@@ -1,0 +1,462 @@
+"""The Helm chart against the real helm binary and the real kube-apiserver.
+
+- lint/template for every option, and the schema refusing bad values with the value's path;
+- the rendered webhook configurations equal what the operator's own builder produces, and
+  the generated certificate is signed by the CA in caBundle;
+- install, upgrade (the generated certificate is kept) and uninstall (no cluster-scoped
+  leftovers but the CRDs) on the local control plane;
+- RBAC proven by `kubectl auth can-i` for the chart's ServiceAccounts, and by the operator
+  itself running a diamond with a token of the chart's ServiceAccount and nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from flowforge.kube.webhook_config import (
+    build_mutating_configuration,
+    build_validating_configuration,
+    in_cluster_endpoint,
+)
+from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
+from flowforge.localdev.controlplane import Cluster, kubectl
+from flowforge.store.connection import Pool
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+
+CHART = repo_root() / "charts" / "flowforge"
+KUBE_VERSION = "1.34.4"
+RELEASE_NAMESPACE = "flowforge-system"
+
+Manifest = dict[str, Any]
+
+OPTIONS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
+    "cert-manager-cluster-issuer": {"webhook": {"certManager": {
+        "enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},
+    "bundled-postgresql": {"database": {"existingSecret": "", "bundled": {"enabled": True}}},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True}}},
+    "single-replicas": {"operator": {"replicas": 1}, "webhook": {"replicas": 1}},
+    "no-webhook": {"webhook": {"enabled": False}},
+}
+
+
+class Helm:
+    """The helm binary built with the control plane, with its state in a folder of ours."""
+
+    def __init__(self, binary: Path, home: Path) -> None:
+        self.binary = binary
+        self.environment = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
+                            "HELM_CONFIG_HOME": str(home / "config"),
+                            "HELM_DATA_HOME": str(home / "data")}
+        self.values_dir = home / "values"
+        self.values_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(self, *args: str, kubeconfig: Path | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [str(self.binary), *args]
+        if kubeconfig is not None:
+            command += ["--kubeconfig", str(kubeconfig)]
+        completed = subprocess.run(command, env=self.environment, capture_output=True,
+                                   text=True, timeout=180, check=False)
+        if check and completed.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{completed.stderr}")
+        return completed
+
+    def values_file(self, values: dict[str, Any]) -> Path:
+        path = self.values_dir / f"{uuid.uuid4().hex}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        return path
+
+    def template(self, values: dict[str, Any], *, release: str = "ff",
+                 namespace: str = RELEASE_NAMESPACE) -> list[Manifest]:
+        completed = self.run("template", release, str(CHART), "--namespace", namespace,
+                             "--kube-version", KUBE_VERSION, "-f", str(self.values_file(values)))
+        return [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    try:
+        bin_dir = find_bin_dir()
+    except BinariesMissingError as error:
+        pytest.fail(f"helm unavailable: {error}", pytrace=False)
+    return Helm(bin_dir / "helm", tmp_path_factory.mktemp("helm"))
+
+
+def _one(manifests: list[Manifest], kind: str) -> Manifest:
+    found = [m for m in manifests if m["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} rendered"
+    return found[0]
+
+
+def _kinds(manifests: list[Manifest]) -> set[str]:
+    return {m["kind"] for m in manifests}
+
+
+def _pod_specs(manifests: list[Manifest]) -> list[tuple[str, dict[str, Any]]]:
+    return [(m["metadata"]["name"], m["spec"]["template"]["spec"]) for m in manifests
+            if m["kind"] in ("Deployment", "StatefulSet")]
+
+
+# Rendering
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None:
+    values_file = helm.values_file(OPTIONS[option])
+    lint = helm.run("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION,
+                    "-f", str(values_file))
+    assert "0 chart(s) failed" in lint.stdout
+    kinds = _kinds(helm.template(OPTIONS[option]))
+    assert {"Deployment", "ServiceAccount", "Service"} <= kinds
+    webhook = option != "no-webhook"
+    assert ("ValidatingWebhookConfiguration" in kinds) is webhook
+    assert ("MutatingWebhookConfiguration" in kinds) is webhook
+    assert ("Certificate" in kinds) is option.startswith("cert-manager")
+    assert ("Issuer" in kinds) is (option == "cert-manager")
+    assert ("StatefulSet" in kinds) is (option == "bundled-postgresql")
+    assert ("ServiceMonitor" in kinds) is (option == "service-monitor")
+    assert ("Role" in kinds) is (option == "namespaced")
+    assert ("PodDisruptionBudget" in kinds) is (option != "single-replicas")
+
+
+@pytest.mark.parametrize(("assignment", "complaint"), [
+    ("operator.replicas=0", "at '/operator/replicas': minimum"),
+    ("webhook.timeoutSeconds=45", "at '/webhook/timeoutSeconds': maximum"),
+    ("database.existingSecret=", "at '/database/existingSecret'"),
+    ("operator.logging.format=xml", "at '/operator/logging/format'"),
+    ("watchNamespaces={Team_A}", "at '/watchNamespaces/0'"),
+    ("operator.replicaCount=2", "additional properties 'replicaCount' not allowed"),
+    ("containerSecurityContext.allowPrivilegeEscalation=true",
+     "at '/containerSecurityContext/allowPrivilegeEscalation'"),
+    ("metrics.port=80", "at '/metrics/port': minimum"),
+    ("image.digest=sha256:abc", "at '/image/digest'"),
+    ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
+])
+def test_schema_refuses_bad_values_naming_the_value(
+    helm: Helm, assignment: str, complaint: str
+) -> None:
+    completed = helm.run("template", "ff", str(CHART), "--kube-version", KUBE_VERSION,
+                         "--set", assignment, check=False)
+    assert completed.returncode != 0
+    assert "values don't meet the specifications of the schema" in completed.stderr
+    assert complaint in completed.stderr, completed.stderr
+
+
+def test_rendered_webhooks_are_the_operators_own_configuration(helm: Helm) -> None:
+    manifests = helm.template({})
+    secret = _one(manifests, "Secret")
+    ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+    endpoint = in_cluster_endpoint(namespace=RELEASE_NAMESPACE,
+                                   service_name="ff-flowforge-webhook", ca_pem=ca_pem)
+    validating = _one(manifests, "ValidatingWebhookConfiguration")
+    mutating = _one(manifests, "MutatingWebhookConfiguration")
+    assert validating["webhooks"] == build_validating_configuration(endpoint)["webhooks"]
+    assert mutating["webhooks"] == build_mutating_configuration(endpoint)["webhooks"]
+    service = next(m for m in manifests if m["kind"] == "Service"
+                   and m["metadata"]["name"] == "ff-flowforge-webhook")
+    assert service["spec"]["ports"][0]["port"] == 443
+
+
+def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(helm: Helm) -> None:
+    secret = _one(helm.template({}), "Secret")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    serving.verify_directly_issued_by(ca)
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "ff-flowforge-webhook.flowforge-system.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -> None:
+    manifests = helm.template(OPTIONS["cert-manager"])
+    assert "Secret" not in _kinds(manifests)
+    certificate = _one(manifests, "Certificate")
+    assert certificate["spec"]["secretName"] == "ff-flowforge-webhook-tls"
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        configuration = _one(manifests, kind)
+        assert configuration["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": "flowforge-system/ff-flowforge-webhook"}
+        assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
+
+
+def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm) -> None:
+    manifests = helm.template(OPTIONS["namespaced"])
+    roles = [m for m in manifests if m["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    cluster_roles = [m for m in manifests if m["kind"] == "ClusterRole"]
+    # the only cluster-wide right left is kopf's read-only CRD watch
+    assert [r["rules"] for r in cluster_roles] == [[{
+        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+        "verbs": ["list", "watch"]}]]
+    operator = next(m for m in manifests if m["kind"] == "Deployment"
+                    and m["metadata"]["name"].endswith("-operator"))
+    environment = {e["name"]: e.get("value") for e in
+                   operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert environment["FLOWFORGE_NAMESPACES"] == "team-a,team-b"
+    for hook in _one(manifests, "ValidatingWebhookConfiguration")["webhooks"]:
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
+
+
+@pytest.mark.parametrize("option", ["default", "bundled-postgresql"])
+def test_every_pod_is_hardened_probed_and_sized(helm: Helm, option: str) -> None:
+    for name, pod in _pod_specs(helm.template(OPTIONS[option])):
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, (name, container["name"])
+            assert context["readOnlyRootFilesystem"] is True, (name, container["name"])
+            assert context["capabilities"] == {"drop": ["ALL"]}, (name, container["name"])
+            assert container["resources"]["requests"], (name, container["name"])
+        for container in pod["containers"]:
+            assert {"livenessProbe", "readinessProbe"} <= set(container), name
+
+
+def test_pods_migrate_the_store_before_starting(helm: Helm) -> None:
+    pods = dict(_pod_specs(helm.template({})))
+    for name in ("ff-flowforge-operator", "ff-flowforge-webhook"):
+        (init,) = pods[name]["initContainers"]
+        assert init["command"] == ["flowforge", "db", "migrate"]
+        assert init["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "flowforge-database",
+                                                               "key": "dsn"}
+
+
+# On the apiserver
+
+
+def _kubectl_lines(cluster: Cluster, *args: str) -> list[str]:
+    return [line for line in kubectl(cluster, *args).stdout.splitlines() if line]
+
+
+def _can(cluster: Cluster, service_account: str, verb: str, resource: str,
+         namespace: str | None) -> bool:
+    scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    resource, _, subresource = resource.partition("/")
+    if subresource:
+        scope.append(f"--subresource={subresource}")
+    completed = kubectl(cluster, "auth", "can-i", verb, resource, *scope,
+                        f"--as={service_account}", check=False)
+    answer = completed.stdout.strip()
+    assert answer in ("yes", "no"), completed.stderr
+    return answer == "yes"
+
+
+@pytest.fixture
+def release_namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"ffh-{uuid.uuid4().hex[:8]}"
+    kubectl(cluster, "create", "namespace", name)
+    yield name
+    kubectl(cluster, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def _manifest_objects_exist(helm: Helm, cluster: Cluster, release: str,
+                            namespace: str, tmp_path: Path) -> int:
+    manifest = helm.run("get", "manifest", release, "-n", namespace,
+                        kubeconfig=cluster.kubeconfig).stdout
+    path = tmp_path / f"{release}-manifest.yaml"
+    path.write_text(manifest)
+    expected = [doc for doc in yaml.safe_load_all(manifest) if doc]
+    found = json.loads(kubectl(cluster, "get", "-f", str(path), "-o", "json").stdout)
+    items = found.get("items", [found])
+    assert [(i["kind"], i["metadata"]["name"]) for i in items] == \
+        [(d["kind"], d["metadata"]["name"]) for d in expected]
+    return len(items)
+
+
+CLUSTER_SCOPED = "clusterroles,clusterrolebindings,validatingwebhookconfigurations," \
+                 "mutatingwebhookconfigurations"
+
+
+@pytest.mark.cluster
+def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
+    helm: Helm, cluster: Cluster, release_namespace: str, tmp_path: Path
+) -> None:
+    release = f"ff{uuid.uuid4().hex[:6]}"
+    values = helm.values_file({"database": {"bundled": {"enabled": True}}})
+    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
+             kubeconfig=cluster.kubeconfig)
+    try:
+        count = _manifest_objects_exist(helm, cluster, release, release_namespace, tmp_path)
+        assert count >= 18
+        secret_name = f"{release}-flowforge-webhook-tls"
+        before = json.loads(kubectl(cluster, "get", "secret", secret_name, "-n",
+                                    release_namespace, "-o", "json").stdout)["data"]
+        database_before = json.loads(kubectl(
+            cluster, "get", "secret", f"{release}-flowforge-postgresql", "-n",
+            release_namespace, "-o", "json").stdout)["data"]
+        helm.run("upgrade", release, str(CHART), "-n", release_namespace, "--reuse-values",
+                 "--set", "operator.replicas=3", "--set", "operator.reconcileIntervalSeconds=5",
+                 kubeconfig=cluster.kubeconfig)
+        after = json.loads(kubectl(cluster, "get", "secret", secret_name, "-n",
+                                   release_namespace, "-o", "json").stdout)["data"]
+        assert after == before, "helm upgrade replaced the generated webhook certificate"
+        database_after = json.loads(kubectl(
+            cluster, "get", "secret", f"{release}-flowforge-postgresql", "-n",
+            release_namespace, "-o", "json").stdout)["data"]
+        assert database_after == database_before, "helm upgrade changed the database password"
+        webhook_config = json.loads(kubectl(
+            cluster, "get", "validatingwebhookconfiguration",
+            f"{release}-flowforge-{release_namespace}", "-o", "json").stdout)
+        assert {hook["clientConfig"]["caBundle"] for hook in webhook_config["webhooks"]} == \
+            {before["ca.crt"]}
+        deployment = json.loads(kubectl(cluster, "get", "deployment",
+                                        f"{release}-flowforge-operator", "-n",
+                                        release_namespace, "-o", "json").stdout)
+        assert deployment["spec"]["replicas"] == 3
+        assert _kubectl_lines(cluster, "get", CLUSTER_SCOPED, "-o", "name", "-l",
+                              f"app.kubernetes.io/instance={release}")
+    finally:
+        helm.run("uninstall", release, "-n", release_namespace, "--wait",
+                 kubeconfig=cluster.kubeconfig)
+    assert _kubectl_lines(cluster, "get", CLUSTER_SCOPED, "-o", "name", "-l",
+                          f"app.kubernetes.io/instance={release}") == []
+    crds = _kubectl_lines(cluster, "get", "crd", "-o", "name")
+    assert "customresourcedefinition.apiextensions.k8s.io/workflowruns.flowforge.io" in crds
+    assert "customresourcedefinition.apiextensions.k8s.io/workflowdefinitions.flowforge.io" \
+        in crds
+
+
+@pytest.mark.cluster
+def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
+    helm: Helm, cluster: Cluster, release_namespace: str, tmp_path: Path
+) -> None:
+    release = f"ff{uuid.uuid4().hex[:6]}"
+    helm.run("install", release, str(CHART), "-n", release_namespace,
+             kubeconfig=cluster.kubeconfig)
+    try:
+        operator = f"system:serviceaccount:{release_namespace}:{release}-flowforge-operator"
+        webhook = f"system:serviceaccount:{release_namespace}:{release}-flowforge-webhook"
+        granted = [
+            ("get", "workflowruns.flowforge.io"), ("list", "workflowruns.flowforge.io"),
+            ("watch", "workflowruns.flowforge.io"),
+            ("patch", "workflowruns.flowforge.io/status"),
+            ("update", "workflowruns.flowforge.io/finalizers"),
+            ("list", "workflowdefinitions.flowforge.io"),
+            ("watch", "workflowdefinitions.flowforge.io"),
+            ("create", "jobs.batch"), ("delete", "jobs.batch"), ("get", "jobs.batch"),
+            ("list", "jobs.batch"), ("watch", "jobs.batch"), ("list", "pods"),
+            ("create", "events"),
+        ]
+        for verb, resource in granted:
+            assert _can(cluster, operator, verb, resource, None), (verb, resource)
+            assert _can(cluster, operator, verb, resource, "default"), (verb, resource)
+        assert _can(cluster, operator, "watch", "customresourcedefinitions", None)
+        assert _can(cluster, webhook, "list", "customresourcedefinitions", None)
+        refused = [
+            ("get", "secrets", "kube-system"), ("list", "secrets", "default"),
+            ("get", "configmaps", "default"), ("create", "pods", "default"),
+            ("delete", "pods", "default"), ("update", "workflowruns.flowforge.io", "default"),
+            ("delete", "workflowruns.flowforge.io", "default"),
+            ("create", "workflowdefinitions.flowforge.io", "default"),
+            ("update", "jobs.batch", "default"), ("create", "leases.coordination.k8s.io",
+                                                  "default"),
+            ("delete", "customresourcedefinitions", None),
+            ("create", "clusterrolebindings", None), ("list", "namespaces", None),
+            ("patch", "validatingwebhookconfigurations", None),
+        ]
+        for verb, resource, namespace in refused:
+            assert not _can(cluster, operator, verb, resource, namespace), (verb, resource)
+        for verb, resource, namespace in [("create", "jobs.batch", "default"),
+                                          ("list", "workflowruns.flowforge.io", "default"),
+                                          ("get", "secrets", release_namespace)]:
+            assert not _can(cluster, webhook, verb, resource, namespace), (verb, resource)
+    finally:
+        helm.run("uninstall", release, "-n", release_namespace, "--wait",
+                 kubeconfig=cluster.kubeconfig)
+
+
+def _token_kubeconfig(cluster: Cluster, *, service_account: str, namespace: str,
+                      path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount itself (a bound token)."""
+    token = kubectl(cluster, "create", "token", service_account, "-n", namespace,
+                    "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    cluster_entry = admin["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [cluster_entry],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "chart-sa", "context": {"cluster": cluster_entry["name"],
+                                                      "user": service_account}}],
+        "current-context": "chart-sa",
+    }))
+    return path
+
+
+STEP = {"image": "busybox:1.36", "command": ["true"],
+        "annotations": {"flowforge.io/simulate-duration": "1s"}}
+
+
+@pytest.mark.cluster
+async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
+    helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
+    driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
+) -> None:
+    release = f"ff{uuid.uuid4().hex[:6]}"
+    # the webhook is off here: its pods are kwok's fakes, and nothing may dial them
+    values = helm.values_file({"watchNamespaces": [engine_namespace],
+                               "webhook": {"enabled": False}})
+    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
+             kubeconfig=cluster.kubeconfig)
+    process: OperatorProcess | None = None
+    try:
+        service_account = f"{release}-flowforge-operator"
+        subject = f"system:serviceaccount:{release_namespace}:{service_account}"
+        assert _can(cluster, subject, "create", "jobs.batch", engine_namespace)
+        assert _can(cluster, subject, "patch", "workflowruns.flowforge.io/status",
+                    engine_namespace)
+        for verb, resource, namespace in [
+            ("get", "secrets", engine_namespace), ("get", "secrets", release_namespace),
+            ("create", "jobs.batch", release_namespace), ("create", "jobs.batch", "default"),
+            ("list", "jobs.batch", None), ("list", "workflowruns.flowforge.io", None),
+        ]:
+            assert not _can(cluster, subject, verb, resource, namespace), (verb, namespace)
+
+        kubeconfig = _token_kubeconfig(cluster, service_account=service_account,
+                                       namespace=release_namespace,
+                                       path=tmp_path / "chart-sa.kubeconfig")
+        forbidden = kubectl(cluster, "--kubeconfig", str(kubeconfig), "get", "secrets",
+                            "-n", engine_namespace, check=False)
+        assert forbidden.returncode != 0 and "Forbidden" in forbidden.stderr
+
+        process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
+                                  namespace=engine_namespace, identity="chart-sa",
+                                  log_path=tmp_path / "operator.log",
+                                  extra_env={"FLOWFORGE_JOB_TTL": "1"})
+        process.start()
+        await wait_for_leader(engine_store, process.identity, process=process)
+        await driver.publish({
+            "workflow": "diamond", "version": 1, "taskTypes": {"step": STEP},
+            "tasks": [{"key": "extract", "type": "step"},
+                      {"key": "left", "type": "step", "dependsOn": ["extract"]},
+                      {"key": "right", "type": "step", "dependsOn": ["extract"]},
+                      {"key": "load", "type": "step", "dependsOn": ["left", "right"]}],
+        })
+        driver.create_run("d1", workflow="diamond")
+        body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=process)
+        assert body["status"]["phase"] == "succeeded", body["status"]
+        assert body["status"]["progress"] == "4/4"
+        assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
+        # finished Jobs are deleted after their TTL: the delete verb works as granted
+        wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
+        log = process.log_path.read_text(errors="replace")
+        assert "Forbidden" not in log and "403" not in log, process.log_tail(80)
+    finally:
+        if process is not None:
+            process.stop()
+        helm.run("uninstall", release, "-n", release_namespace, "--wait",
+                 kubeconfig=cluster.kubeconfig)

@@ -1,0 +1,1 @@
+"""Real parsers the tests use to check what FlowForge prints (see mermaid_parser.py)."""

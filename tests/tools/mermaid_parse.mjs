@@ -10,7 +10,9 @@ const dom = new JSDOM("<!doctype html><html><body></body></html>");
 globalThis.window = dom.window;
 globalThis.document = dom.window.document;
 const { default: mermaid } = await import("mermaid");
-mermaid.initialize({ startOnLoad: false, securityLevel: "strict" });
+// maxEdges: renderers refuse more than 500 edges by default; that is a rendering policy (the
+// CLI warns about it), while this script checks syntax, so it parses graphs of any size.
+mermaid.initialize({ startOnLoad: false, securityLevel: "strict", maxEdges: 1_000_000 });
 
 // The parser keeps entity codes (#quot; #35;) as placeholders that rendering decodes; decode
 // them the same way so "text" is what a reader sees.

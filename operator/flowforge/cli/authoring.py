@@ -33,8 +33,10 @@ from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.rendering import (
     DIRECTIONS,
     GRAPH_FORMATS,
+    MERMAID_DEFAULT_MAX_EDGES,
     Direction,
     GraphFormat,
+    edge_count,
     render_graph,
 )
 from flowforge.domain.validation import parse_definition, validate_spec
@@ -129,6 +131,14 @@ def run_graph(args: argparse.Namespace) -> int:
         text = graph_text(source, output_format=args.graph_format, direction=args.direction)
     except _CommandError as exc:
         return _fail("graph", exc, verbose=args.verbose)
+    edges = edge_count(source.definition)
+    if args.graph_format == "mermaid" and edges > MERMAID_DEFAULT_MAX_EDGES:
+        print(
+            f"flowforge graph: note: {edges} edges; Mermaid renderers refuse more than "
+            f"{MERMAID_DEFAULT_MAX_EDGES} unless configured with a higher maxEdges "
+            "(or use --format dot)",
+            file=sys.stderr,
+        )
     sys.stdout.write(text)
     return EXIT_OK
 

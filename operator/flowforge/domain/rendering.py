@@ -42,6 +42,8 @@ STATE_STYLES: Mapping[str, StateStyle] = {
     "skipped": StateStyle(fill="#f4f4f5", stroke="#d4d4d8", text="#71717a", dashed=True),
     "cancelled": StateStyle(fill="#e4e4e7", stroke="#52525b", text="#27272a"),
 }
+# Mermaid's renderers refuse larger graphs unless configured with a higher maxEdges.
+MERMAID_DEFAULT_MAX_EDGES = 500
 UNKNOWN_STATE_STYLE = StateStyle(fill="#ffffff", stroke="#71717a", text="#18181b")
 _UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9]")
 
@@ -85,6 +87,12 @@ def render_graph(
     if output_format == "dot":
         return to_dot(definition, direction=direction, states=states)
     raise ValueError(f"unknown graph format {output_format!r}; expected one of {GRAPH_FORMATS}")
+
+
+def edge_count(definition: DefinitionSpec) -> int:
+    """The edges a drawing has: every dependency, and one per compensator."""
+    dependencies = sum(len(task.depends_on) for task in definition.forward_tasks)
+    return dependencies + len(definition.compensators)
 
 
 def node_ids(definition: DefinitionSpec) -> dict[str, str]:

@@ -45,9 +45,8 @@ class TokenBucket:
         async with self._lock:
             while True:
                 now = time.monotonic()
-                self._tokens = min(
-                    self._capacity, self._tokens + (now - self._updated) * self._rate
-                )
+                self._tokens = min(self._capacity,
+                                   self._tokens + (now - self._updated) * self._rate)
                 self._updated = now
                 if self._tokens >= 1.0:
                     self._tokens -= 1.0
@@ -61,36 +60,33 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 class KubeClient:
-    def __init__(
-        self, api_client: k8s.ApiClient, *, job_creation_qps: float = 50.0, threads: int = 16
-    ) -> None:
+    def __init__(self, api_client: k8s.ApiClient, *, job_creation_qps: float = 50.0,
+                 threads: int = 16) -> None:
         self._api = api_client
         self._batch = k8s.BatchV1Api(api_client)
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
-        self._job_bucket = TokenBucket(rate=job_creation_qps, burst=max(1, int(job_creation_qps)))
+        self._job_bucket = TokenBucket(rate=job_creation_qps,
+                                       burst=max(1, int(job_creation_qps)))
 
     @classmethod
-    def connect(
-        cls, *, kubeconfig: str | None = None, job_creation_qps: float = 50.0, threads: int = 16
-    ) -> KubeClient:
+    def connect(cls, *, kubeconfig: str | None = None, job_creation_qps: float = 50.0,
+                threads: int = 16) -> KubeClient:
         configuration = k8s.Configuration()
         if kubeconfig:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
-            )
+                config_file=kubeconfig, client_configuration=configuration)
         else:
             try:
                 k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
+                    client_configuration=configuration)
             except k8s_config.ConfigException:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
+                    client_configuration=configuration)
         configuration.connection_pool_maxsize = threads
-        return cls(k8s.ApiClient(configuration), job_creation_qps=job_creation_qps, threads=threads)
+        return cls(k8s.ApiClient(configuration), job_creation_qps=job_creation_qps,
+                   threads=threads)
 
     async def _call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -107,9 +103,8 @@ class KubeClient:
         await self._job_bucket.acquire()
         namespace = manifest["metadata"]["namespace"]
         try:
-            await self._call(
-                self._batch.create_namespaced_job, namespace, manifest, _preload_content=False
-            )
+            await self._call(self._batch.create_namespaced_job, namespace, manifest,
+                             _preload_content=False)
         except ApiException as error:
             if error.status == 409:
                 return False
@@ -119,13 +114,8 @@ class KubeClient:
     async def delete_job(self, *, namespace: str, name: str) -> bool:
         """Delete a Job and (in the background) its Pods; False when it was already gone."""
         try:
-            await self._call(
-                self._batch.delete_namespaced_job,
-                name,
-                namespace,
-                propagation_policy="Background",
-                _preload_content=False,
-            )
+            await self._call(self._batch.delete_namespaced_job, name, namespace,
+                             propagation_policy="Background", _preload_content=False)
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -134,9 +124,8 @@ class KubeClient:
 
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response = await self._call(
-                self._batch.read_namespaced_job, name, namespace, _preload_content=False
-            )
+            response = await self._call(self._batch.read_namespaced_job, name, namespace,
+                                        _preload_content=False)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -147,29 +136,19 @@ class KubeClient:
         self, *, namespace: str | None, label_selector: str
     ) -> list[dict[str, Any]]:
         if namespace is None:
-            response = await self._call(
-                self._batch.list_job_for_all_namespaces,
-                label_selector=label_selector,
-                _preload_content=False,
-            )
+            response = await self._call(self._batch.list_job_for_all_namespaces,
+                                        label_selector=label_selector, _preload_content=False)
         else:
-            response = await self._call(
-                self._batch.list_namespaced_job,
-                namespace,
-                label_selector=label_selector,
-                _preload_content=False,
-            )
+            response = await self._call(self._batch.list_namespaced_job, namespace,
+                                        label_selector=label_selector, _preload_content=False)
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
     async def job_termination(self, *, namespace: str, job_name: str) -> TerminatedContainer | None:
         """How the task container of the Job's newest Pod ended, when a Pod still says."""
-        response = await self._call(
-            self._core.list_namespaced_pod,
-            namespace,
-            label_selector=f"job-name={job_name}",
-            _preload_content=False,
-        )
+        response = await self._call(self._core.list_namespaced_pod, namespace,
+                                    label_selector=f"job-name={job_name}",
+                                    _preload_content=False)
         pods = _json(response).get("items", [])
         pods.sort(key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
         for pod in reversed(pods):
@@ -178,26 +157,18 @@ class KubeClient:
                     continue
                 terminated = (status.get("state") or {}).get("terminated")
                 if terminated:
-                    return TerminatedContainer(
-                        exit_code=terminated.get("exitCode"),
-                        reason=terminated.get("reason") or "",
-                        message=terminated.get("message") or "",
-                    )
+                    return TerminatedContainer(exit_code=terminated.get("exitCode"),
+                                               reason=terminated.get("reason") or "",
+                                               message=terminated.get("message") or "")
         return None
 
     # WorkflowRuns
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response = await self._call(
-                self._custom.get_namespaced_custom_object,
-                RUN_GROUP,
-                RUN_VERSION,
-                namespace,
-                RUN_PLURAL,
-                name,
-                _preload_content=False,
-            )
+            response = await self._call(self._custom.get_namespaced_custom_object, RUN_GROUP,
+                                        RUN_VERSION, namespace, RUN_PLURAL, name,
+                                        _preload_content=False)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -206,68 +177,37 @@ class KubeClient:
 
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
-            response = await self._call(
-                self._custom.list_cluster_custom_object,
-                RUN_GROUP,
-                RUN_VERSION,
-                RUN_PLURAL,
-                _preload_content=False,
-            )
+            response = await self._call(self._custom.list_cluster_custom_object, RUN_GROUP,
+                                        RUN_VERSION, RUN_PLURAL, _preload_content=False)
         else:
-            response = await self._call(
-                self._custom.list_namespaced_custom_object,
-                RUN_GROUP,
-                RUN_VERSION,
-                namespace,
-                RUN_PLURAL,
-                _preload_content=False,
-            )
+            response = await self._call(self._custom.list_namespaced_custom_object, RUN_GROUP,
+                                        RUN_VERSION, namespace, RUN_PLURAL,
+                                        _preload_content=False)
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
-    async def patch_run_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> bool:
+    async def patch_run_status(self, *, namespace: str, name: str,
+                               status: Mapping[str, Any]) -> bool:
         """Merge-patch the status subresource; False when the run is gone."""
         try:
-            await self._call(
-                self._custom.patch_namespaced_custom_object_status,
-                RUN_GROUP,
-                RUN_VERSION,
-                namespace,
-                RUN_PLURAL,
-                name,
-                {"status": dict(status)},
-                _preload_content=False,
-            )
+            await self._call(self._custom.patch_namespaced_custom_object_status, RUN_GROUP,
+                             RUN_VERSION, namespace, RUN_PLURAL, name, {"status": dict(status)},
+                             _preload_content=False)
         except ApiException as error:
             if error.status == 404:
                 return False
             raise
         return True
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
+    async def post_run_event(self, *, namespace: str, run_name: str, run_uid: str,
+                             reason: str, message: str, warning: bool = False) -> None:
         now = datetime.now(UTC)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{run_name[:200]}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": RUN_API_VERSION,
-                "kind": RUN_KIND,
-                "name": run_name,
-                "namespace": namespace,
-                "uid": run_uid,
-            },
+            "involvedObject": {"apiVersion": RUN_API_VERSION, "kind": RUN_KIND,
+                               "name": run_name, "namespace": namespace, "uid": run_uid},
             "reason": reason,
             "message": message[:1000],
             "type": "Warning" if warning else "Normal",
@@ -276,6 +216,5 @@ class KubeClient:
             "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "count": 1,
         }
-        await self._call(
-            self._core.create_namespaced_event, namespace, body, _preload_content=False
-        )
+        await self._call(self._core.create_namespaced_event, namespace, body,
+                         _preload_content=False)

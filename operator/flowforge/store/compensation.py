@@ -180,6 +180,8 @@ async def finish_compensation(
         settled = None
         if state is not CompensationState.PENDING:
             settled = await settle_locked(connection, fence=fence, run_id=run_id)
-        return CompensationResult(state=state, attempt=new_attempt, halted=halted, settled=settled)
+        return CompensationResult(
+            state=state, attempt=new_attempt, halted=halted, settled=settled
+        )
 
     return await in_transaction(pool, decide)

@@ -98,23 +98,11 @@ async def _dispatch_due(
     )
     rows = await cursor.fetchall()
     for key, attempt, _, _ in rows:
-        await append_event(
-            connection,
-            run_id=run_id,
-            kind="task.dispatched",
-            epoch=fence.epoch,
-            task_key=key,
-            attempt=attempt,
-        )
+        await append_event(connection, run_id=run_id, kind="task.dispatched", epoch=fence.epoch,
+                           task_key=key, attempt=attempt)
     return tuple(
-        Dispatch(
-            run_id=run_id,
-            task_key=key,
-            role=TaskRole.FORWARD,
-            attempt=attempt,
-            timeout_seconds=timeout,
-            released_at=not_before,
-        )
+        Dispatch(run_id=run_id, task_key=key, role=TaskRole.FORWARD, attempt=attempt,
+                 timeout_seconds=timeout, released_at=not_before)
         for key, attempt, timeout, not_before in rows
     )
 
@@ -132,9 +120,8 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> tuple[Dispat
     return await in_transaction(pool, decide)
 
 
-async def _release_dependents(
-    connection: Connection, *, fence: Fence, run_id: int, task_id: int
-) -> None:
+async def _release_dependents(connection: Connection, *, fence: Fence, run_id: int,
+                              task_id: int) -> None:
     cursor = await connection.execute(
         """
         UPDATE flowforge_task AS task
@@ -148,18 +135,12 @@ async def _release_dependents(
         (task_id,),
     )
     released = [key for key, state in await cursor.fetchall() if state == TaskState.READY]
-    await append_task_events(
-        connection,
-        run_id=run_id,
-        kind="task.released",
-        epoch=fence.epoch,
-        task_keys=sorted(released),
-    )
+    await append_task_events(connection, run_id=run_id, kind="task.released",
+                             epoch=fence.epoch, task_keys=sorted(released))
 
 
-async def _skip_downstream(
-    connection: Connection, *, fence: Fence, run_id: int, task_id: int
-) -> tuple[str, ...]:
+async def _skip_downstream(connection: Connection, *, fence: Fence, run_id: int,
+                           task_id: int) -> tuple[str, ...]:
     cursor = await connection.execute(
         """
         WITH RECURSIVE downstream(id) AS (
@@ -178,9 +159,8 @@ async def _skip_downstream(
         {"task": task_id},
     )
     skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
-    await append_task_events(
-        connection, run_id=run_id, kind="task.skipped", epoch=fence.epoch, task_keys=skipped
-    )
+    await append_task_events(connection, run_id=run_id, kind="task.skipped",
+                             epoch=fence.epoch, task_keys=skipped)
     return skipped
 
 
@@ -236,20 +216,13 @@ async def record_outcome(
                 "updated_at = now(), last_error = NULL WHERE id = %s",
                 (task_id,),
             )
-            await append_event(
-                connection,
-                run_id=run_id,
-                kind="task.succeeded",
-                epoch=fence.epoch,
-                task_key=task_key,
-                attempt=attempt,
-                detail=detail,
-            )
+            await append_event(connection, run_id=run_id, kind="task.succeeded",
+                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
+                               detail=detail)
             await _release_dependents(connection, fence=fence, run_id=run_id, task_id=task_id)
         elif may_retry(attempt=attempt, retries=max_attempts - 1):
             delay = retry_delay(
-                failed_attempts=attempt,
-                policy=backoff,
+                failed_attempts=attempt, policy=backoff,
                 unit=jitter_unit(run_uid=run_uid, task_key=task_key, attempt=attempt),
             )
             cursor = await connection.execute(
@@ -260,15 +233,9 @@ async def record_outcome(
             )
             retry_row = await cursor.fetchone()
             retry_at = None if retry_row is None else retry_row[0]
-            await append_event(
-                connection,
-                run_id=run_id,
-                kind="task.attempt_failed",
-                epoch=fence.epoch,
-                task_key=task_key,
-                attempt=attempt,
-                detail={**detail, "retryInSeconds": delay.total_seconds()},
-            )
+            await append_event(connection, run_id=run_id, kind="task.attempt_failed",
+                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
+                               detail={**detail, "retryInSeconds": delay.total_seconds()})
         else:
             final_failure = True
             await connection.execute(
@@ -276,30 +243,17 @@ async def record_outcome(
                 "updated_at = now(), last_error = %s WHERE id = %s",
                 (outcome.message[:1000], task_id),
             )
-            await append_event(
-                connection,
-                run_id=run_id,
-                kind="task.failed",
-                epoch=fence.epoch,
-                task_key=task_key,
-                attempt=attempt,
-                detail=detail,
-            )
-            skipped = await _skip_downstream(
-                connection, fence=fence, run_id=run_id, task_id=task_id
-            )
+            await append_event(connection, run_id=run_id, kind="task.failed",
+                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
+                               detail=detail)
+            skipped = await _skip_downstream(connection, fence=fence, run_id=run_id,
+                                             task_id=task_id)
         dispatched: tuple[Dispatch, ...] = ()
         if not locked[1]:
             dispatched = await _dispatch_due(connection, fence=fence, run_id=run_id)
         settled = await settle_locked(connection, fence=fence, run_id=run_id)
-        return Decision(
-            recorded=True,
-            dispatched=dispatched,
-            retry_at=retry_at,
-            final_failure=final_failure,
-            skipped=skipped,
-            settled=settled,
-        )
+        return Decision(recorded=True, dispatched=dispatched, retry_at=retry_at,
+                        final_failure=final_failure, skipped=skipped, settled=settled)
 
     return await in_transaction(pool, decide)
 
@@ -317,13 +271,8 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> D
             "UPDATE flowforge_run SET cancel_requested = true, updated_at = now() WHERE id = %s",
             (run_id,),
         )
-        await append_event(
-            connection,
-            run_id=run_id,
-            kind="run.cancel_requested",
-            epoch=fence.epoch,
-            detail={"reason": reason},
-        )
+        await append_event(connection, run_id=run_id, kind="run.cancel_requested",
+                           epoch=fence.epoch, detail={"reason": reason})
         cursor = await connection.execute(
             """
             UPDATE flowforge_task AS task
@@ -337,38 +286,25 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> D
             (reason, run_id),
         )
         rows = await cursor.fetchall()
-        await append_task_events(
-            connection,
-            run_id=run_id,
-            kind="task.cancelled",
-            epoch=fence.epoch,
-            task_keys=sorted(str(r[0]) for r in rows),
-        )
-        stop = tuple(
-            (str(key), int(attempt)) for key, attempt, before in rows if before == TaskState.RUNNING
-        )
+        await append_task_events(connection, run_id=run_id, kind="task.cancelled",
+                                 epoch=fence.epoch, task_keys=sorted(str(r[0]) for r in rows))
+        stop = tuple((str(key), int(attempt)) for key, attempt, before in rows
+                     if before == TaskState.RUNNING)
         settled = await settle_locked(connection, fence=fence, run_id=run_id)
         return Decision(recorded=True, settled=settled, stop_jobs=stop)
 
     return await in_transaction(pool, decide)
 
 
-async def record_job_created(
-    pool: Pool, *, fence: Fence, run_id: int, task_key: str, attempt: int, job: str, created: bool
-) -> None:
+async def record_job_created(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
+                             attempt: int, job: str, created: bool) -> None:
     """Note that the Job of an attempt exists (``created`` False: it already existed)."""
 
     async def decide(connection: Connection) -> None:
         await check_fence(connection, fence)
-        await append_event(
-            connection,
-            run_id=run_id,
-            kind="task.job_created",
-            epoch=fence.epoch,
-            task_key=task_key,
-            attempt=attempt,
-            detail={"job": job, "created": created},
-        )
+        await append_event(connection, run_id=run_id, kind="task.job_created",
+                           epoch=fence.epoch, task_key=task_key, attempt=attempt,
+                           detail={"job": job, "created": created})
 
     await in_transaction(pool, decide)
 
@@ -383,9 +319,8 @@ async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:
         return {(str(key), int(attempt)) for key, attempt in await cursor.fetchall()}
 
 
-async def load_tasks(
-    pool: Pool, run_id: int, *, role: TaskRole | None = TaskRole.FORWARD, limit: int | None = None
-) -> list[TaskRow]:
+async def load_tasks(pool: Pool, run_id: int, *, role: TaskRole | None = TaskRole.FORWARD,
+                     limit: int | None = None) -> list[TaskRow]:
     """A run's task rows in topological order (all of them when ``limit`` is None)."""
     async with pool.connection() as connection:
         cursor = await connection.execute(
@@ -396,21 +331,9 @@ async def load_tasks(
             (run_id, role, role, limit),
         )
         rows = await cursor.fetchall()
-    return [
-        TaskRow(
-            key=r[0],
-            role=TaskRole(r[1]),
-            state=r[2],
-            attempt=r[3],
-            max_attempts=r[4],
-            timeout_seconds=r[5],
-            not_before=r[6],
-            started_at=r[7],
-            finished_at=r[8],
-            last_error=r[9],
-        )
-        for r in rows
-    ]
+    return [TaskRow(key=r[0], role=TaskRole(r[1]), state=r[2], attempt=r[3], max_attempts=r[4],
+                    timeout_seconds=r[5], not_before=r[6], started_at=r[7], finished_at=r[8],
+                    last_error=r[9]) for r in rows]
 
 
 async def active_tasks(pool: Pool, run_id: int) -> list[TaskRow]:
@@ -423,21 +346,9 @@ async def active_tasks(pool: Pool, run_id: int) -> list[TaskRow]:
             (run_id,),
         )
         rows = await cursor.fetchall()
-    return [
-        TaskRow(
-            key=r[0],
-            role=TaskRole(r[1]),
-            state=r[2],
-            attempt=r[3],
-            max_attempts=r[4],
-            timeout_seconds=r[5],
-            not_before=r[6],
-            started_at=r[7],
-            finished_at=r[8],
-            last_error=r[9],
-        )
-        for r in rows
-    ]
+    return [TaskRow(key=r[0], role=TaskRole(r[1]), state=r[2], attempt=r[3], max_attempts=r[4],
+                    timeout_seconds=r[5], not_before=r[6], started_at=r[7], finished_at=r[8],
+                    last_error=r[9]) for r in rows]
 
 
 async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
@@ -448,26 +359,14 @@ async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
             (run_id,),
         )
         by_state = {str(state): int(count) for state, count in await cursor.fetchall()}
-    return TaskCounts(
-        total=sum(by_state.values()),
-        **{
-            state: by_state.get(state, 0)
-            for state in (
-                "waiting",
-                "ready",
-                "running",
-                "succeeded",
-                "failed",
-                "skipped",
-                "cancelled",
-            )
-        },
-    )
+    return TaskCounts(total=sum(by_state.values()), **{
+        state: by_state.get(state, 0) for state in
+        ("waiting", "ready", "running", "succeeded", "failed", "skipped", "cancelled")
+    })
 
 
-async def latest_outcomes(
-    pool: Pool, run_id: int, task_keys: Sequence[str]
-) -> dict[str, dict[str, Any]]:
+async def latest_outcomes(pool: Pool, run_id: int,
+                          task_keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The detail of each task's latest recorded outcome (exit code, reason, message)."""
     async with pool.connection() as connection:
         cursor = await connection.execute(
@@ -483,8 +382,7 @@ async def latest_outcomes(
 async def run_times(pool: Pool, run_id: int) -> tuple[datetime, datetime | None]:
     async with pool.connection() as connection:
         cursor = await connection.execute(
-            "SELECT created_at, finished_at FROM flowforge_run WHERE id = %s", (run_id,)
-        )
+            "SELECT created_at, finished_at FROM flowforge_run WHERE id = %s", (run_id,))
         row = await cursor.fetchone()
     if row is None:
         raise LookupError(run_id)
@@ -498,7 +396,6 @@ def due_in(not_before: datetime, now: datetime) -> timedelta:
 async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | None:
     async with pool.connection() as connection:
         cursor = await connection.execute(
-            "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid)
-        )
+            "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid))
         row = await cursor.fetchone()
     return None if row is None else int(row[0])

@@ -164,7 +164,9 @@ async def _record_success(
         assert row is not None
         current_epoch, moved, released = row
         if current_epoch != fence.epoch:
-            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch)
+            raise StaleEpochError(
+                lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch
+            )
         if moved != 1:
             raise await _conflict(
                 connection,
@@ -172,7 +174,9 @@ async def _record_success(
                 task_key=task_key,
                 expected=f"running (attempt {attempt})",
             )
-        return OutcomeResult(state=TaskState.SUCCEEDED, attempt=attempt, released=tuple(released))
+        return OutcomeResult(
+            state=TaskState.SUCCEEDED, attempt=attempt, released=tuple(released)
+        )
 
     return await in_transaction(pool, decide, single_statement=True)
 
@@ -318,9 +322,8 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int) -> CancelResult:
             (run_id,),
         )
         if cursor.rowcount == 1:
-            await append_event(
-                connection, run_id=run_id, kind="run.cancel_requested", epoch=fence.epoch
-            )
+            await append_event(connection, run_id=run_id, kind="run.cancel_requested",
+                               epoch=fence.epoch)
         tasks = await connection.execute(
             """
             WITH locked AS (
@@ -340,10 +343,7 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int) -> CancelResult:
         cancelled = tuple(sorted(str(key) for key, _ in rows))
         stopped = tuple(sorted(str(key) for key, previous in rows if previous == "running"))
         await append_task_events(
-            connection,
-            run_id=run_id,
-            kind="task.cancelled",
-            epoch=fence.epoch,
+            connection, run_id=run_id, kind="task.cancelled", epoch=fence.epoch,
             task_keys=cancelled,
         )
         settled = await settle_locked(connection, fence=fence, run_id=run_id)

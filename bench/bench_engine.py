@@ -43,6 +43,22 @@ from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
 
 STEP = {"image": "busybox:1.36"}
+METRICS_PORT = 19464
+
+
+def operator_handoff() -> str:
+    """The operator's own view: event received -> dependent Job created (histogram)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
+    buckets = [line for line in text.splitlines()
+               if line.startswith("flowforge_handoff_latency_seconds_bucket")]
+    counts = [(line.split('le="')[1].split('"')[0], float(line.rsplit(" ", 1)[1]))
+              for line in buckets]
+    total = counts[-1][1] if counts else 0
+    shares = ", ".join(f"<= {le}s: {count / total:.0%}" for le, count in counts
+                       if total and le in ("0.05", "0.1", "0.25", "0.5", "1.0"))
+    return f"operator-internal hand-off ({total:.0f} hand-offs): {shares}"
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -175,7 +191,7 @@ async def main() -> int:
         operator = subprocess.Popen(
             [sys.executable, "-m", "flowforge.operator", "--dsn", postgres.dsn,
              "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
-             "--job-ttl", "-1", "--identity", "bench"],
+             "--job-ttl", "-1", "--identity", "bench", "--metrics-port", str(METRICS_PORT)],
             env={**os.environ, "FLOWFORGE_JOB_CREATION_QPS": "200"},
             stdout=log, stderr=subprocess.STDOUT)
         time.sleep(8)
@@ -243,6 +259,7 @@ async def main() -> int:
               f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
               f"max {max(latencies) * 1000:.0f} ms, "
               f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)")
+        print(operator_handoff())
         return 0
     finally:
         if operator is not None:
@@ -254,7 +271,10 @@ async def main() -> int:
         localdev_postgres.stop(work / "pg")
         if args.cluster_dir is None:
             stop_cluster(cluster_dir)
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("FLOWFORGE_BENCH_KEEP"):
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -467,43 +467,73 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
                  kubeconfig=cluster.kubeconfig)
 
 
-FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
+
+def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
+    kind = {"group": "flowforge.io", "version": "v1alpha1", "kind": "WorkflowDefinition"}
+    resource = {"group": "flowforge.io", "version": "v1alpha1",
+                "resource": "workflowdefinitions"}
+    return json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource,
+            "requestKind": kind, "requestResource": resource, "name": "wd",
+            "namespace": namespace, "operation": "CREATE", "dryRun": False,
+            "userInfo": {"username": "someone", "groups": ["system:authenticated"]},
+            "object": {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowDefinition",
+                       "metadata": {"name": "wd", "namespace": namespace,
+                                    "uid": str(uuid.uuid4())},
+                       "spec": spec},
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }).encode()
 
 
 @pytest.mark.cluster
-async def test_operator_compensates_with_only_the_namespaced_chart_rbac(
-    helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
-    driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
+def test_webhook_server_serves_with_only_the_webhook_service_account(
+    helm: Helm, cluster: Cluster, release_namespace: str, store_dsn: str, tmp_path: Path
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
-    values = helm.values_file({"watchNamespaces": [engine_namespace],
-                               "webhook": {"enabled": False}})
-    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
+    helm.run("install", release, str(CHART), "-n", release_namespace,
              kubeconfig=cluster.kubeconfig)
-    process: OperatorProcess | None = None
+    process: subprocess.Popen[bytes] | None = None
     try:
-        kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-operator",
+        kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-webhook",
                                        namespace=release_namespace,
-                                       path=tmp_path / "chart-sa.kubeconfig")
-        process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
-                                  namespace=engine_namespace, identity="chart-sa",
-                                  log_path=tmp_path / "operator.log")
-        process.start()
-        await wait_for_leader(engine_store, process.identity, process=process)
-        await driver.publish({
-            "workflow": "saga", "version": 1, "taskTypes": {"ok": STEP, "fail": FAIL},
-            "tasks": [{"key": "reserve", "type": "ok"},
-                      {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
-                      {"key": "release", "type": "ok", "compensateFor": "reserve"}],
-        })
-        driver.create_run("s1", workflow="saga")
-        body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
-        assert body["status"]["phase"] == "failed", body["status"]
-        compensations = [job for job in driver.jobs("s1")
-                         if job.metadata.labels["flowforge.io/role"] == "compensation"]
-        assert [job.metadata.labels["flowforge.io/task"] for job in compensations] == ["release"]
+                                       path=tmp_path / "webhook-sa.kubeconfig")
+        # served on 127.0.0.1 with local certificates; the apiserver is not pointed at it
+        certs = generate_webhook_certificates(tmp_path / "certs")
+        port = _free_port()
+        log_path = tmp_path / "webhook.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "flowforge.operator.webhook_server", "--port", str(port),
+                 "--certs", str(tmp_path / "certs"), "--dsn", store_dsn,
+                 "--kubeconfig", str(kubeconfig)],
+                stdout=log, stderr=subprocess.STDOUT)
+        server = WebhookServer(port=port, certs=certs, dsn=store_dsn, process=process,
+                               log_path=log_path)
+        _wait_until_serving(server)
+        https = WebhookHttps(server)
+        good = {"workflow": "etl", "version": 1, "taskTypes": {"t": {"image": "busybox"}},
+                "tasks": [{"key": "a", "type": "t"},
+                          {"key": "b", "type": "t", "dependsOn": ["a"]}]}
+        cyclic = {**good, "tasks": [{"key": "a", "type": "t", "dependsOn": ["b"]},
+                                    {"key": "b", "type": "t", "dependsOn": ["a"]}]}
+        allowed = https.post("validate-workflowdefinition",
+                             _definition_review(good, namespace="default"))
+        assert allowed.status == 200 and allowed.json()["response"]["allowed"] is True, \
+            allowed.body
+        denied = https.post("validate-workflowdefinition",
+                            _definition_review(cyclic, namespace="default"))
+        response = denied.json()["response"]
+        assert response["allowed"] is False and "a -> b -> a" in response["status"]["message"]
+        server.assert_alive()
+        refusals = [line for line in log_path.read_text(errors="replace").splitlines()
+                    if "Forbidden" in line or " 403" in line]
+        assert refusals == [], "\n".join(refusals)
     finally:
         if process is not None:
-            process.stop()
+            process.terminate()
+            process.wait(timeout=15)
         helm.run("uninstall", release, "-n", release_namespace, "--wait",
                  kubeconfig=cluster.kubeconfig)

@@ -20,7 +20,15 @@ from flowforge.cli.authoring import GraphSource
 from flowforge.cli.main import build_parser
 from flowforge.domain.manifests import load_documents
 from flowforge.domain.models import DefinitionSpec, TaskSpec
-from flowforge.domain.rendering import edge_count, node_ids, render_graph, to_dot, to_mermaid
+from flowforge.domain.rendering import (
+    GRAPH_FORMATS,
+    Direction,
+    edge_count,
+    node_ids,
+    render_graph,
+    to_dot,
+    to_mermaid,
+)
 from flowforge.domain.validation import parse_definition
 from flowforge.sdk import chain, chord, group, task, workflow
 from tests.tools.mermaid_parser import parse_mermaid
@@ -75,7 +83,7 @@ def wide_spec() -> dict[str, Any]:
 class Case:
     name: str
     spec: dict[str, Any]
-    direction: str = "TD"
+    direction: Direction = "TD"
     states: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -139,14 +147,41 @@ CASES = [
 CASE_IDS = [case.name for case in CASES]
 
 
+def odd_keys_definition() -> DefinitionSpec:
+    """Keys no valid definition has, built past validation on purpose: rendering must stay
+    safe (escaped labels, distinct ids) for any key it is handed."""
+    return DefinitionSpec(
+        workflow="odd",
+        version=1,
+        tasks=(
+            TaskSpec(key='say "hi" #1 <b>', type="t"),
+            TaskSpec(key="a-b", type="t", depends_on=('say "hi" #1 <b>',)),
+            TaskSpec(key="a_b", type="t", depends_on=("a-b",)),
+            TaskSpec(key="a.b", type="t", compensate_for="a-b"),
+        ),
+    )
+
+
+def broken_mermaid_texts() -> dict[str, str]:
+    """Near misses the parser must reject, or the checks above would mean nothing."""
+    rendered = to_mermaid(parse_definition(hazardous_keys_spec()))
+    return {
+        "task keys as ids": rendered.replace("t_end", "end"),
+        "dangling edge": rendered + "  t_end -->\n",
+        "unclosed label": 'flowchart TD\n  a["unclosed --> b\n',
+    }
+
+
 @pytest.fixture(scope="module")
 def mermaid_results() -> dict[str, dict[str, Any]]:
-    """Every case rendered and parsed in one node process (starting Mermaid takes seconds)."""
-    texts = [
-        to_mermaid(case.definition, direction=case.direction, states=case.states)  # type: ignore[arg-type]
+    """Every text of this module parsed in one node process (starting Mermaid takes seconds)."""
+    texts = {
+        case.name: to_mermaid(case.definition, direction=case.direction, states=case.states)
         for case in CASES
-    ]
-    return dict(zip(CASE_IDS, parse_mermaid(texts), strict=True))
+    }
+    texts["odd keys"] = to_mermaid(odd_keys_definition())
+    texts.update(broken_mermaid_texts())
+    return dict(zip(texts, parse_mermaid(list(texts.values())), strict=True))
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -199,32 +234,22 @@ def test_mermaid_colours_each_state_with_its_own_defined_class(
     assert len(set(styles_by_state.values())) == len(styles_by_state), "states look alike"
 
 
-def test_mermaid_parser_rejects_what_the_renderer_must_avoid() -> None:
-    """The parser is strict enough for the checks above to mean something."""
-    rendered = to_mermaid(parse_definition(hazardous_keys_spec()))
-    raw_ids = rendered.replace("t_end", "end")  # what using task keys as ids would give
-    truncated = rendered + "  t_end -->\n"
-    results = parse_mermaid([raw_ids, truncated, 'flowchart TD\n  a["unclosed --> b\n'])
-    assert [result["ok"] for result in results] == [False, False, False]
-    assert "Parse error" in results[0]["error"]
+def test_mermaid_parser_rejects_what_the_renderer_must_avoid(
+    mermaid_results: dict[str, dict[str, Any]],
+) -> None:
+    for name in broken_mermaid_texts():
+        assert not mermaid_results[name]["ok"], name
+        assert "Parse error" in mermaid_results[name]["error"]
 
 
-def test_labels_are_escaped_and_ids_never_clash() -> None:
-    # bypasses validation on purpose: rendering must stay safe for any key it is handed
-    definition = DefinitionSpec(
-        workflow="odd",
-        version=1,
-        tasks=(
-            TaskSpec(key='say "hi" #1 <b>', type="t"),
-            TaskSpec(key="a-b", type="t", depends_on=('say "hi" #1 <b>',)),
-            TaskSpec(key="a_b", type="t", depends_on=("a-b",)),
-            TaskSpec(key="a.b", type="t", compensate_for="a-b"),
-        ),
-    )
+def test_labels_are_escaped_and_ids_never_clash(
+    mermaid_results: dict[str, dict[str, Any]],
+) -> None:
+    definition = odd_keys_definition()
     ids = node_ids(definition)
     assert ids["a-b"] == "t_a_b"
     assert len(set(ids.values())) == 4
-    (parsed,) = parse_mermaid([to_mermaid(definition)])
+    parsed = mermaid_results["odd keys"]
     assert parsed["ok"], parsed.get("error")
     assert sorted(vertex["text"] for vertex in parsed["vertices"]) == sorted(
         task.key for task in definition.tasks
@@ -252,7 +277,7 @@ def _task_nodes(graph: pydot.Dot) -> list[pydot.Node]:
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_dot_parses_to_exactly_the_definitions_graph(case: Case) -> None:
-    text = to_dot(case.definition, direction=case.direction, states=case.states)  # type: ignore[arg-type]
+    text = to_dot(case.definition, direction=case.direction, states=case.states)
     graphs = pydot.graph_from_dot_data(text)
     assert graphs is not None and len(graphs) == 1, text
     graph = graphs[0]
@@ -276,7 +301,7 @@ def test_dot_parses_to_exactly_the_definitions_graph(case: Case) -> None:
 
     solid, dashed = set(), set()
     for edge in graph.get_edges():
-        pair = (key_of[edge.get_source()], key_of[edge.get_destination()])
+        pair = (key_of[str(edge.get_source())], key_of[str(edge.get_destination())])
         if edge.get("style") == "dashed":
             assert _unquote(edge.get("label")) == "undoes"
             dashed.add(pair)
@@ -301,9 +326,9 @@ def test_pydot_rejects_broken_dot() -> None:
 def test_output_does_not_depend_on_declaration_order() -> None:
     spec = example_spec("etl-diamond.yaml")
     reordered = {**spec, "tasks": list(reversed(spec["tasks"]))}
-    for output_format in ("mermaid", "dot"):
-        first = render_graph(parse_definition(spec), output_format=output_format)  # type: ignore[arg-type]
-        second = render_graph(parse_definition(reordered), output_format=output_format)  # type: ignore[arg-type]
+    for output_format in GRAPH_FORMATS:
+        first = render_graph(parse_definition(spec), output_format=output_format)
+        second = render_graph(parse_definition(reordered), output_format=output_format)
         assert first == second
 
 

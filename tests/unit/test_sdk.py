@@ -307,11 +307,11 @@ def test_compensations_mapping_errors() -> None:
     [
         (lambda: chain(), r"chain\(\) needs at least one step"),
         (lambda: group(), r"group\(\) needs at least one step"),
-        (lambda: chain(step("a"), "b"), r"chain\(\) argument 2 must be a task"),
-        (lambda: chord(step("a"), ["b"]), r"chord callback must be a task.*not list"),
+        (lambda: chain(step("a"), "b"), r"chain\(\) argument 2 must be a task"),  # type: ignore[arg-type]
+        (lambda: chord(step("a"), ["b"]), r"chord callback must be a task.*not list"),  # type: ignore[arg-type]
         (lambda: task("", "step"), r"task key must be a non-empty string"),
-        (lambda: task("a", None), r"task type must be a non-empty string"),
-        (lambda: task("a", "step", config=["x"]), r"config must be a mapping"),
+        (lambda: task("a", None), r"task type must be a non-empty string"),  # type: ignore[arg-type]
+        (lambda: task("a", "step", config=["x"]), r"config must be a mapping"),  # type: ignore[arg-type]
         (
             lambda: step("a", compensated_by=group(step("b"), step("c"))),
             r'the compensator of "a" must be a single task',

@@ -66,7 +66,9 @@ class KubeClient:
         self._batch = k8s.BatchV1Api(api_client)
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
+        # Job creation has threads of its own: status patches and Events never delay it
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+        self._jobs_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-jobs")
         self._job_bucket = TokenBucket(rate=job_creation_qps,
                                        burst=max(1, int(job_creation_qps)))
 
@@ -84,7 +86,7 @@ class KubeClient:
             except k8s_config.ConfigException:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration)
-        configuration.connection_pool_maxsize = threads
+        configuration.connection_pool_maxsize = 2 * threads
         return cls(k8s.ApiClient(configuration), job_creation_qps=job_creation_qps,
                    threads=threads)
 
@@ -92,8 +94,14 @@ class KubeClient:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: function(*args, **kwargs))
 
+    async def _call_critical(self, function: Callable[..., T], /, *args: Any,
+                             **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._jobs_pool, lambda: function(*args, **kwargs))
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._jobs_pool.shutdown(wait=False, cancel_futures=True)
         self._api.close()  # type: ignore[no-untyped-call]
 
     # Jobs
@@ -103,7 +111,7 @@ class KubeClient:
         await self._job_bucket.acquire()
         namespace = manifest["metadata"]["namespace"]
         try:
-            await self._call(self._batch.create_namespaced_job, namespace, manifest,
+            await self._call_critical(self._batch.create_namespaced_job, namespace, manifest,
                              _preload_content=False)
         except ApiException as error:
             if error.status == 409:

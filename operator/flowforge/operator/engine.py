@@ -273,6 +273,7 @@ class Engine:
         outcome: AttemptOutcome,
         received: float | None = None,
     ) -> None:
+        stored_at = time.perf_counter()
         with metrics.store_timer("record_outcome"):
             decision = await store.record_outcome(
                 self.pool,
@@ -287,7 +288,15 @@ class Engine:
         if not decision.recorded:
             return
         metrics.TASK_OUTCOMES.labels(identity.role.value, outcome.reason.value).inc()
+        decided_at = time.perf_counter()
         await self._create_jobs(context, decision.dispatched, received=received)
+        if received is not None and decision.dispatched:
+            done = time.perf_counter()
+            if done - received > 0.5:
+                logger.info("slow hand-off after %s: %.0f ms before the store, %.0f ms in the "
+                            "store, %.0f ms creating %d Jobs", identity.name,
+                            (stored_at - received) * 1000, (decided_at - stored_at) * 1000,
+                            (done - decided_at) * 1000, len(decision.dispatched))
         if self.settings.job_ttl_seconds >= 0 and outcome.reason is not OutcomeReason.LOST:
             self._later(
                 self.settings.job_ttl_seconds,

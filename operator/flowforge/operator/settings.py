@@ -34,7 +34,7 @@ class OperatorSettings:
     lease_renew_seconds: float = 3.0
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    store_pool_size: int = 10
+    store_pool_size: int = 20
 
     @property
     def lease_ttl(self) -> timedelta:
@@ -61,5 +61,5 @@ class OperatorSettings:
                 cap_seconds=_float(env, "FLOWFORGE_RETRY_CAP", 300.0),
                 jitter=_float(env, "FLOWFORGE_RETRY_JITTER", 0.5),
             ),
-            store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 10)),
+            store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 20)),
         )

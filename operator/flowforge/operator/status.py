@@ -26,7 +26,9 @@ from flowforge.store.connection import Pool
 from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
-COALESCE_SECONDS = 0.05
+COALESCE_SECONDS = 0.1
+# projections share the store pool with outcome transactions: keep them to a few connections
+CONCURRENT_PROJECTIONS = 3
 
 
 class StatusWriter:
@@ -38,6 +40,7 @@ class StatusWriter:
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._conditions: dict[int, Sequence[Mapping[str, Any]]] = {}
+        self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
 
     def mark(self, run_id: int) -> None:
         self._dirty.add(run_id)
@@ -116,8 +119,9 @@ class StatusWriter:
         return body
 
     async def write(self, run_id: int) -> None:
-        context = await self._runs.by_id(run_id)
-        body = await self.project(context)
+        async with self._slots:
+            context = await self._runs.by_id(run_id)
+            body = await self.project(context)
         await self._kube.patch_run_status(
             namespace=context.namespace, name=context.name, status=body
         )

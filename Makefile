@@ -15,15 +15,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Mermaid's own parser (under jsdom) checks the graphs `flowforge graph` renders.
+NODE_STAMP := tests/tools/node_modules/.installed
+$(NODE_STAMP): tests/tools/package.json tests/tools/package-lock.json
+	npm ci --prefix tests/tools --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 controlplane:
 	bash deploy/local/build.sh
 
-test: $(STAMP) controlplane
+test: $(STAMP) $(NODE_STAMP) controlplane
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest tests
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest tests/unit
 
 lint: $(STAMP)

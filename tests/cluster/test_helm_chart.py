@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +32,10 @@ from flowforge.kube.webhook_config import (
 )
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
+from flowforge.operator.certs import generate_webhook_certificates
 from flowforge.store.connection import Pool
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.webhooks import WebhookHttps, WebhookServer, _free_port, _wait_until_serving
 
 CHART = repo_root() / "charts" / "flowforge"
 KUBE_VERSION = "1.34.4"

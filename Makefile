@@ -44,3 +44,8 @@ dev-down:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# For machines with Docker: build the image, start kind, helm install, run an example.
+.PHONY: e2e-kind
+e2e-kind:
+	bash deploy/kind/e2e.sh

@@ -235,3 +235,23 @@ def test_label_values_fit() -> None:
     assert len(long_value) <= 63
     assert label_value("r" * 200) != label_value("r" * 199)
     assert parameter_env_name("batch-size") == "FLOWFORGE_PARAM_BATCH_SIZE"
+
+
+def test_conditions_keep_their_transition_time_while_unchanged() -> None:
+    later = NOW + timedelta(minutes=5)
+    first = project_status(_status(2))
+    again = project_status(StatusInput(
+        phase=RunPhase.SUCCEEDED, counts=TaskCounts(total=2, succeeded=2),
+        fingerprint="sha256:" + "0" * 64, started_at=NOW, finished_at=NOW, now=later,
+        previous_conditions=first["conditions"]))
+    ready_before = next(c for c in first["conditions"] if c["type"] == "Ready")
+    ready_after = next(c for c in again["conditions"] if c["type"] == "Ready")
+    assert ready_after["lastTransitionTime"] == ready_before["lastTransitionTime"]
+    failed = project_status(StatusInput(
+        phase=RunPhase.FAILED, counts=TaskCounts(total=2, succeeded=1, failed=1),
+        fingerprint="sha256:" + "0" * 64, started_at=NOW, finished_at=NOW, now=later,
+        failure_message="task b failed", previous_conditions=first["conditions"]))
+    ready_failed = next(c for c in failed["conditions"] if c["type"] == "Ready")
+    assert ready_failed["status"] == "False" and ready_failed["reason"] == "Failed"
+    assert ready_failed["lastTransitionTime"] == "2026-11-30T12:05:00Z"
+    assert failed["message"] == "task b failed"

@@ -27,6 +27,7 @@ from flowforge.operator.reconciler import Reconciler
 from flowforge.operator.runs import RunRefusedError
 from flowforge.operator.settings import OperatorSettings
 from flowforge.store.definitions import publish_definition
+from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool
 
@@ -99,12 +100,13 @@ async def _guarded(engine: Engine, what: str, action: Any) -> None:
         await action
     except (NotLeaderError, RunRefusedError):
         pass
+    except StaleEpochError as error:
+        logger.error("%s refused, this operator was deposed: %s", what, error)
+        await engine.leadership.lose()
     except Exception as error:
         # no kopf retries for events: the reconciler is the retry
         metrics.RECONCILE_ERRORS.inc()
         logger.warning("%s failed, left to the reconciler: %s", what, error)
-        if error.__class__.__name__ == "StaleEpochError":
-            await engine.leadership.lose()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,7 +15,7 @@ from flowforge.domain.execution import STATUS_TASK_SUMMARY_LIMIT
 from flowforge.store import engine as store_engine
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 
 pytestmark = pytest.mark.cluster
 
@@ -30,6 +35,12 @@ def diamond(workflow: str = "diamond") -> dict[str, Any]:
     }
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _created(job: Any) -> float:
     return float(job.metadata.creation_timestamp.timestamp())
 
@@ -39,8 +50,11 @@ def _finished(job: Any) -> float:
 
 
 async def test_diamond_runs_in_dependency_order_and_succeeds(
-    operator: OperatorProcess, driver: RunDriver
+    operators: Callable[..., OperatorProcess], driver: RunDriver
 ) -> None:
+    metrics_port = free_port()
+    operator = operators(env={"FLOWFORGE_METRICS_PORT": str(metrics_port)})
+    await wait_for_leader(driver.pool, operator.identity, process=operator)
     await driver.publish(diamond())
     driver.create_run("d1", workflow="diamond", parameters={"date": "2026-11-30"})
     body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=operator)
@@ -77,6 +91,12 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     reasons = {event.reason for event in driver.events("d1")}
     assert {"RunStarted", "TaskStarted", "RunSucceeded"} <= reasons
 
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+        exposition = response.read().decode()
+    assert 'flowforge_task_outcomes_total{reason="Completed",role="forward"} 4.0' in exposition
+    assert "flowforge_handoff_latency_seconds_count 3.0" in exposition
+    assert 'flowforge_jobs_created_total{role="forward"} 4.0' in exposition
+
 
 async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     operator: OperatorProcess, driver: RunDriver
@@ -109,3 +129,36 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
     created = await store_engine.job_created_attempts(driver.pool, run.id)
     assert len(created) == width + 2
+
+
+async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish({
+        "workflow": "doomed", "version": 1,
+        "taskTypes": {"slow": {"image": "busybox:1.36",
+                               "annotations": {"flowforge.io/simulate-duration": "60s"}}},
+        "tasks": [{"key": "slow", "type": "slow"},
+                  {"key": "after", "type": "slow", "dependsOn": ["slow"]}],
+    })
+    body = driver.create_run("gone", workflow="doomed")
+    deadline = time.monotonic() + 60
+    while not driver.jobs("gone") and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert len(driver.jobs("gone")) == 1
+    driver.delete_run("gone")
+    deadline = time.monotonic() + 60
+    while driver.jobs("gone") and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    assert driver.jobs("gone") == [], "the garbage collector removes a deleted run's Jobs"
+    run = await find_run(driver.pool, namespace=driver.namespace, name="gone",
+                         uid=body["metadata"]["uid"])
+    deadline = time.monotonic() + 30
+    while run.phase.value == "running" and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        run = await find_run(driver.pool, namespace=driver.namespace, name="gone",
+                             uid=body["metadata"]["uid"])
+    assert run.phase.value == "cancelled"
+    kinds = [event.kind for event in await run_history(driver.pool, run.id)]
+    assert kinds[0] == "run.created" and "task.dispatched" in kinds
+    assert "run.cancel_requested" in kinds

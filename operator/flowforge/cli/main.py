@@ -17,6 +17,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "flowforge.cli.definitions",
     "flowforge.cli.db",
     "flowforge.cli.authoring",
+    "flowforge.cli.runs",  # after authoring: it adds run sources to `graph`
+    "flowforge.cli.doctor",
 )
 
 EXIT_OK = 0

@@ -220,15 +220,6 @@ class Engine:
             received=None,
         )
 
-    async def attempt_unresolved(self, context: RunContext, identity: JobIdentity) -> bool:
-        rows = await store.active_tasks(self.pool, context.run_id)
-        return any(
-            row.key == identity.task_key
-            and row.attempt == identity.attempt
-            and row.state == "running"
-            for row in rows
-        )
-
     async def dispatch(self, context: RunContext) -> None:
         with metrics.store_timer("dispatch_due"):
             dispatched = await store.dispatch_due(
@@ -236,7 +227,7 @@ class Engine:
             )
         await self._create_jobs(context, dispatched)
         self.status.mark(context.run_id)
-        await self._schedule_due(context)
+        await self.schedule_due(context)
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
         identity = JobIdentity.of(job)
@@ -244,14 +235,23 @@ class Engine:
             return
         received = time.perf_counter()
         outcome = await self._observed_outcome(job, identity)
-        if outcome is None and event_type == "DELETED":
-            outcome = lost_outcome(job=identity.name, now=datetime.now(UTC))
-        if outcome is None:
+        if outcome is None and event_type != "DELETED":
             return
         context = await self.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return
+        if outcome is None:
+            if await self._run_gone(context):
+                # the garbage collector removes a deleted run's Jobs: not a lost attempt
+                await self.cancel(context, reason="the WorkflowRun was deleted")
+                return
+            outcome = lost_outcome(job=identity.name, now=datetime.now(UTC))
         await self.record(context, identity=identity, outcome=outcome, received=received)
+
+    async def _run_gone(self, context: RunContext) -> bool:
+        body = await self.kube.read_run(namespace=context.namespace, name=context.name)
+        return (body is None or body["metadata"].get("uid") != context.uid
+                or bool(body["metadata"].get("deletionTimestamp")))
 
     async def _observed_outcome(
         self, job: Mapping[str, Any], identity: JobIdentity
@@ -306,7 +306,7 @@ class Engine:
                 ),
             )
         if decision.retry_at is not None:
-            await self._schedule_due(context)
+            await self.schedule_due(context)
         if not outcome.succeeded:
             final = "failed" if decision.final_failure else "failed, will retry"
             self.spawn(
@@ -428,7 +428,7 @@ class Engine:
                 what="event",
             )
 
-    async def _schedule_due(self, context: RunContext) -> None:
+    async def schedule_due(self, context: RunContext) -> None:
         """Wake up when the earliest delayed retry of the run is due (no polling)."""
         rows = await store.active_tasks(self.pool, context.run_id)
         waits = [row.not_before for row in rows if row.state == "ready"]

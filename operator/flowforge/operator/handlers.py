@@ -82,6 +82,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     engine: Engine | None = memo.get("engine")
     if engine is not None:
         await engine.shutdown()
+        await engine.leadership.release()
     if memo.get("kube") is not None:
         memo.kube.close()
     if memo.get("pool") is not None:

@@ -18,7 +18,14 @@ from datetime import timedelta
 from flowforge.operator import metrics
 from flowforge.store.connection import Pool
 from flowforge.store.errors import LeaseNotHeldError
-from flowforge.store.lease import DEFAULT_LEASE, Fence, Lease, acquire_lease, renew_lease
+from flowforge.store.lease import (
+    DEFAULT_LEASE,
+    Fence,
+    Lease,
+    acquire_lease,
+    release_lease,
+    renew_lease,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +108,17 @@ class Leadership:
         except LeaseNotHeldError:
             logger.error("lease %s lost: another operator took over; no longer acting", self._name)
             await self.lose()
+
+    async def release(self) -> None:
+        """On a clean shutdown: let the lease expire now so a standby need not wait."""
+        lease, self._lease = self._lease, None
+        self._gained.clear()
+        metrics.LEADER.set(0)
+        if lease is not None:
+            try:
+                await release_lease(self._pool, lease)
+            except Exception as error:  # shutting down anyway; expiry frees it later
+                logger.warning("lease %s not released: %s", self._name, error)
 
     async def lose(self) -> None:
         self._lease = None

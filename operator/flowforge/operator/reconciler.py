@@ -81,6 +81,8 @@ class Reconciler:
             active, created = snapshots[context.run_id]
             await self._fix_run(context, active=active, created=created, jobs=jobs)
         await self._clean_up_jobs(jobs)
+        for phase, count in (await store.runs_by_phase(engine.pool)).items():
+            metrics.RUNS_BY_PHASE.labels(phase).set(count)
 
     async def _active_run_ids(self) -> list[int]:
         ids: list[int] = []
@@ -123,12 +125,13 @@ class Reconciler:
     ) -> None:
         engine = self._engine
         now = datetime.now(UTC)
-        due = False
+        due = waiting_for_backoff = False
         for row in active:
             if row.role is not TaskRole.FORWARD:
                 continue
             if row.state == TaskState.READY:
                 due = due or row.not_before <= now
+                waiting_for_backoff = waiting_for_backoff or row.not_before > now
                 continue
             if row.state != TaskState.RUNNING:
                 continue
@@ -169,25 +172,38 @@ class Reconciler:
                 await engine.on_job_event(job, "RECONCILE")
         if due:
             await engine.dispatch(context)
+        elif waiting_for_backoff:
+            await engine.schedule_due(context)  # e.g. after a restart: no timer in memory
         await settle_run(engine.pool, fence=engine.fence(), run_id=context.run_id)
         engine.status.mark(context.run_id)
 
     async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
-        """Delete finished Jobs older than the TTL whose attempt is no longer running."""
+        """Delete Jobs whose attempt is no longer running: unfinished ones at once (a cancel
+        whose deletions a crash interrupted), finished ones after the TTL."""
         ttl = self._engine.settings.job_ttl_seconds
-        if ttl < 0:
-            return
-        cutoff = datetime.now(UTC) - timedelta(seconds=ttl)
+        cutoff = datetime.now(UTC) - timedelta(seconds=max(ttl, 0))
+        running: dict[str, set[tuple[str, int]] | None] = {}
         for job in jobs.values():
             outcome = job_outcome(job.get("status") or {})
-            if outcome is None or outcome.finished_at is None or outcome.finished_at > cutoff:
+            if outcome is not None and (ttl < 0 or outcome.finished_at is None
+                                        or outcome.finished_at > cutoff):
                 continue
             identity = JobIdentity.of(job)
-            if identity is None:
+            if identity is None or identity.role is not TaskRole.FORWARD:
                 continue
-            context = await self._engine.runs.by_uid(
-                namespace=identity.namespace, uid=identity.run_uid
-            )
-            if context is not None and await self._engine.attempt_unresolved(context, identity):
-                continue
+            if identity.run_uid not in running:
+                running[identity.run_uid] = await self._running_attempts(identity)
+            attempts = running[identity.run_uid]
+            if attempts is None or (identity.task_key, identity.attempt) in attempts:
+                continue  # a run this store does not know is not ours to clean up
+            if outcome is None:
+                metrics.RECONCILE_FIXES.labels("orphan_job_stopped").inc()
             await self._engine.kube.delete_job(namespace=identity.namespace, name=identity.name)
+
+    async def _running_attempts(self, identity: JobIdentity) -> set[tuple[str, int]] | None:
+        context = await self._engine.runs.by_uid(namespace=identity.namespace,
+                                                 uid=identity.run_uid)
+        if context is None:
+            return None
+        rows = await store.active_tasks(self._engine.pool, context.run_id)
+        return {(row.key, row.attempt) for row in rows if row.state == TaskState.RUNNING}

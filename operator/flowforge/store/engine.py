@@ -399,3 +399,10 @@ async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | N
             "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid))
         row = await cursor.fetchone()
     return None if row is None else int(row[0])
+
+
+async def runs_by_phase(pool: Pool) -> dict[str, int]:
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT phase, count(*) FROM flowforge_run GROUP BY phase")
+        return {str(phase): int(count) for phase, count in await cursor.fetchall()}

@@ -1,0 +1,249 @@
+"""Retrying a finished run: which tasks the new run reuses, and how it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from flowforge.cli.main import main
+from flowforge.domain.states import RunPhase
+from flowforge.store.compensation import (
+    finish_compensation,
+    next_compensation,
+    start_compensation,
+)
+from flowforge.store.connection import Pool
+from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
+from flowforge.store.events import run_history
+from flowforge.store.lease import Fence
+from flowforge.store.queries import list_tasks
+from flowforge.store.redrive import (
+    create_run_reusing,
+    find_run_by_name,
+    list_runs_by_namespace,
+    reusable_tasks,
+)
+from flowforge.store.runs import get_run
+from flowforge.store.transitions import mark_running, record_outcome
+from tests.store.conftest import NAMESPACE, definition
+
+pytestmark = pytest.mark.store
+
+DIAMOND: list[dict[str, Any]] = [
+    {"key": "a"},
+    {"key": "b", "dependsOn": ["a"]},
+    {"key": "c", "dependsOn": ["a"]},
+    {"key": "d", "dependsOn": ["b", "c"]},
+]
+# provision has no compensator, deploy has one; report ran on top of deploy
+SAGA: list[dict[str, Any]] = [
+    {"key": "provision"},
+    {"key": "deploy", "dependsOn": ["provision"]},
+    {"key": "report", "dependsOn": ["deploy"]},
+    {"key": "verify", "dependsOn": ["report"]},
+    {"key": "undeploy", "compensateFor": "deploy"},
+]
+
+
+async def _publish(store: Pool, tasks: Sequence[Mapping[str, Any]], *, workflow: str,
+                   version: int = 1) -> StoredDefinition:
+    await publish_definition(store, namespace=NAMESPACE,
+                             definition=definition(tasks, workflow=workflow, version=version))
+    return await load_definition(store, namespace=NAMESPACE, workflow=workflow, version=version)
+
+
+async def _create(store: Pool, fence: Fence, stored: StoredDefinition, name: str, *,
+                  retry_of: str | None = None, uid: str | None = None) -> int:
+    created = await create_run_reusing(
+        store, fence=fence, namespace=NAMESPACE, name=name, uid=uid or str(uuid.uuid4()),
+        definition=stored, parameters={"date": "2026-11-30"}, retry_of=retry_of,
+    )
+    return created.run.id
+
+
+async def _finish(store: Pool, fence: Fence, run_id: int, key: str, *, ok: bool) -> None:
+    await mark_running(store, fence=fence, run_id=run_id, task_key=key, attempt=1)
+    await record_outcome(store, fence=fence, run_id=run_id, task_key=key, attempt=1,
+                         succeeded=ok, error=None if ok else "exit code 3")
+
+
+async def _rollback(store: Pool, fence: Fence, run_id: int, *, failing: str = "") -> None:
+    while (step := await next_compensation(store, run_id)) is not None:
+        await start_compensation(store, fence=fence, run_id=run_id, task_key=step.task_key,
+                                 attempt=step.attempt)
+        await finish_compensation(store, fence=fence, run_id=run_id, task_key=step.task_key,
+                                  attempt=step.attempt, succeeded=step.task_key != failing)
+
+
+async def _states(store: Pool, run_id: int) -> dict[str, tuple[str, int]]:
+    return {task.task_key: (task.state, task.pending_dependencies)
+            for task in await list_tasks(store, run_id)}
+
+
+async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
+    store: Pool, fence: Fence
+) -> None:
+    stored = await _publish(store, DIAMOND, workflow="diamond")
+    old = await _create(store, fence, stored, "diamond-1")
+    await _finish(store, fence, old, "a", ok=True)
+    await _finish(store, fence, old, "b", ok=True)
+    await _finish(store, fence, old, "c", ok=False)
+    assert (await get_run(store, old)).phase is RunPhase.FAILED
+    assert await reusable_tasks(store, namespace=NAMESPACE, run_name="diamond-1") == {"a", "b"}
+
+    new = await _create(store, fence, stored, "diamond-1-retry-1", retry_of="diamond-1")
+    assert await _states(store, new) == {
+        "a": ("succeeded", 0), "b": ("succeeded", 0), "c": ("ready", 0), "d": ("waiting", 1),
+    }
+    history = await run_history(store, new)
+    reused = [(event.task_key, dict(event.detail)) for event in history
+              if event.kind == "task.reused"]
+    assert reused == [("a", {"retryOf": "diamond-1"}), ("b", {"retryOf": "diamond-1"})]
+
+    await _finish(store, fence, new, "c", ok=True)
+    assert (await _states(store, new))["d"] == ("ready", 0)
+    await _finish(store, fence, new, "d", ok=True)
+    assert (await get_run(store, new)).phase is RunPhase.SUCCEEDED
+
+
+async def test_compensated_work_and_what_ran_on_top_of_it_run_again(
+    store: Pool, fence: Fence
+) -> None:
+    stored = await _publish(store, SAGA, workflow="saga")
+    old = await _create(store, fence, stored, "saga-1")
+    for key in ("provision", "deploy", "report"):
+        await _finish(store, fence, old, key, ok=True)
+    await _finish(store, fence, old, "verify", ok=False)
+    await _rollback(store, fence, old)
+    assert (await get_run(store, old)).phase is RunPhase.FAILED
+    assert (await _states(store, old))["undeploy"][0] == "succeeded"
+
+    assert await reusable_tasks(store, namespace=NAMESPACE, run_name="saga-1") == {"provision"}
+    new = await _create(store, fence, stored, "saga-1-retry-1", retry_of="saga-1")
+    states = await _states(store, new)
+    assert states["provision"] == ("succeeded", 0)
+    assert states["deploy"] == ("ready", 0)
+    assert states["report"] == ("waiting", 1)
+    assert states["undeploy"] == ("not_triggered", 0)
+
+
+async def test_a_halted_rollback_leaves_the_untouched_work_reusable(
+    store: Pool, fence: Fence
+) -> None:
+    tasks: list[dict[str, Any]] = [
+        {"key": "one"}, {"key": "two", "dependsOn": ["one"]},
+        {"key": "three", "dependsOn": ["two"]},
+        {"key": "undo-one", "compensateFor": "one"}, {"key": "undo-two", "compensateFor": "two"},
+    ]
+    stored = await _publish(store, tasks, workflow="halt")
+    old = await _create(store, fence, stored, "halt-1")
+    await _finish(store, fence, old, "one", ok=True)
+    await _finish(store, fence, old, "two", ok=True)
+    await _finish(store, fence, old, "three", ok=False)
+    # undo-two runs first and fails for good: undo-one is skipped, "one" still stands
+    await _rollback(store, fence, old, failing="undo-two")
+    states = await _states(store, old)
+    assert (states["undo-two"][0], states["undo-one"][0]) == ("failed", "skipped")
+    assert await reusable_tasks(store, namespace=NAMESPACE, run_name="halt-1") == {"one"}
+
+
+async def test_retrying_a_run_whose_every_task_is_reused_finishes_at_creation(
+    store: Pool, fence: Fence
+) -> None:
+    stored = await _publish(store, DIAMOND, workflow="done")
+    old = await _create(store, fence, stored, "done-1")
+    for key in ("a", "b", "c", "d"):
+        await _finish(store, fence, old, key, ok=True)
+    new_id = await _create(store, fence, stored, "done-1-retry-1", retry_of="done-1")
+    run = await get_run(store, new_id)
+    assert (run.phase, run.finished_at is not None) == (RunPhase.SUCCEEDED, True)
+
+
+async def test_nothing_is_reused_across_definition_versions_or_without_a_source(
+    store: Pool, fence: Fence
+) -> None:
+    v1 = await _publish(store, DIAMOND, workflow="versions")
+    v2 = await _publish(store, DIAMOND, workflow="versions", version=2)
+    old = await _create(store, fence, v1, "versions-1")
+    await _finish(store, fence, old, "a", ok=True)
+    await _finish(store, fence, old, "b", ok=False)
+    await _finish(store, fence, old, "c", ok=True)
+
+    other_version = await _create(store, fence, v2, "versions-1-retry-1", retry_of="versions-1")
+    assert (await _states(store, other_version))["a"] == ("ready", 0)
+    kinds = [event.kind for event in await run_history(store, other_version)]
+    assert "run.retry_of" in kinds and "task.reused" not in kinds
+
+    unknown = await _create(store, fence, v1, "versions-x", retry_of="no-such-run")
+    assert (await _states(store, unknown))["a"] == ("ready", 0)
+    assert await reusable_tasks(store, namespace=NAMESPACE, run_name="no-such-run") == set()
+
+
+async def test_creating_the_retry_again_changes_nothing(store: Pool, fence: Fence) -> None:
+    stored = await _publish(store, DIAMOND, workflow="again")
+    old = await _create(store, fence, stored, "again-1")
+    await _finish(store, fence, old, "a", ok=True)
+    await _finish(store, fence, old, "b", ok=False)
+    await _finish(store, fence, old, "c", ok=True)
+    uid = str(uuid.uuid4())
+    first = await _create(store, fence, stored, "again-2", retry_of="again-1", uid=uid)
+    await _finish(store, fence, first, "b", ok=True)
+    second = await _create(store, fence, stored, "again-2", retry_of="again-1", uid=uid)
+    assert second == first
+    assert (await _states(store, first))["b"] == ("succeeded", 0)
+    reused = [event for event in await run_history(store, first) if event.kind == "task.reused"]
+    assert sorted(event.task_key or "" for event in reused) == ["a", "c"]
+
+
+async def test_runs_are_found_by_name_newest_first(store: Pool, fence: Fence) -> None:
+    stored = await _publish(store, DIAMOND, workflow="names")
+    first = await _create(store, fence, stored, "same-name")
+    second = await _create(store, fence, stored, "same-name")  # the object was recreated
+    other = await _create(store, fence, stored, "other-name")
+    found = await find_run_by_name(store, namespace=NAMESPACE, name="same-name")
+    assert found is not None and found.id == second != first
+    assert (found.workflow, found.version, found.phase) == ("names", 1, RunPhase.RUNNING)
+    assert await find_run_by_name(store, namespace=NAMESPACE, name="missing") is None
+    listed = await list_runs_by_namespace(store, namespace=NAMESPACE)
+    assert [run.id for run in listed] == [other, second, first]
+    assert await list_runs_by_namespace(store, namespace="elsewhere") == []
+
+
+async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
+    store: Pool, store_dsn: str, fence: Fence, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks: list[dict[str, Any]] = [
+        {"key": "one"}, {"key": "two", "dependsOn": ["one"]},
+        {"key": "three", "dependsOn": ["two"]},
+        {"key": "undo-one", "compensateFor": "one"}, {"key": "undo-two", "compensateFor": "two"},
+        {"key": "undo-three", "compensateFor": "three"},
+    ]
+    stored = await _publish(store, tasks, workflow="show")
+    run_id = await _create(store, fence, stored, "show-1")
+    await _finish(store, fence, run_id, "one", ok=True)
+    await _finish(store, fence, run_id, "two", ok=True)
+    await _finish(store, fence, run_id, "three", ok=False)
+    await _rollback(store, fence, run_id)
+
+    capsys.readouterr()
+    argv = ["runs", "show", "show-1", "--dsn", store_dsn, "-n", NAMESPACE, "-o", "json"]
+    assert await asyncio.to_thread(main, argv) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["phase"] == "failed" and shown["progress"] == "2/3"
+    assert [(step["key"], step["compensates"], step["state"])
+            for step in shown["compensation"]] == [
+        ("undo-two", "two", "succeeded"), ("undo-one", "one", "succeeded")]
+    three = next(task for task in shown["tasks"] if task["key"] == "three")
+    assert three["state"] == "failed" and three["message"] == "exit code 3"
+    assert [attempt["outcome"] for attempt in three["attempts"]] == ["failed"]
+
+    assert await asyncio.to_thread(main, argv[:-2]) == 0
+    text = capsys.readouterr().out
+    steps = text.split("Compensation (in the order it runs, last task first):\n")[1]
+    assert [line.split()[:4] for line in steps.splitlines()[1:]] == [
+        ["1", "undo-two", "two", "succeeded"], ["2", "undo-one", "one", "succeeded"]]

@@ -19,11 +19,10 @@ several WorkflowRun objects over time, the newest run wins.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
@@ -33,7 +32,7 @@ from flowforge.store.definitions import StoredDefinition
 from flowforge.store.events import append_event
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.retry import in_transaction
-from flowforge.store.runs import CreatedRun, create_run
+from flowforge.store.runs import CreatedRun, create_run, insert_run
 from flowforge.store.settle import settle_locked
 
 RETRY_OF_ANNOTATION = "flowforge.io/retry-of"
@@ -210,21 +209,6 @@ async def mark_reused(
     return ReuseResult(reused=reused, released=released)
 
 
-class _TransactionAsPool:
-    """Lends ``create_run`` the connection of an open transaction: its own transaction
-    becomes a savepoint inside ours, so the run and its reuse commit together.
-
-    To go once ``store.runs`` offers the body of ``create_run`` as a function taking a
-    connection (see the report of the redrive change)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Connection]:
-        yield self._connection
-
-
 async def create_run_reusing(
     pool: Pool,
     *,
@@ -245,10 +229,8 @@ async def create_run_reusing(
 
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
-        created = await create_run(
-            cast(Pool, _TransactionAsPool(connection)), fence=fence, namespace=namespace,
-            name=name, uid=uid, definition=definition, parameters=parameters,
-        )
+        created = await insert_run(connection, fence=fence, namespace=namespace, name=name,
+                                   uid=uid, definition=definition, parameters=parameters)
         if not created.created:
             return created
         source = await _find_by_name(connection, namespace=namespace, name=source_name)

@@ -76,6 +76,25 @@ async def create_run(
     definition: StoredDefinition,
     parameters: Mapping[str, Any] | None = None,
 ) -> CreatedRun:
+    async def decide(connection: Connection) -> CreatedRun:
+        await check_fence(connection, fence)
+        return await insert_run(connection, fence=fence, namespace=namespace, name=name,
+                                uid=uid, definition=definition, parameters=parameters)
+
+    return await in_transaction(pool, decide)
+
+
+async def insert_run(
+    connection: Connection,
+    *,
+    fence: Fence,
+    namespace: str,
+    name: str,
+    uid: str,
+    definition: StoredDefinition,
+    parameters: Mapping[str, Any] | None = None,
+) -> CreatedRun:
+    """``create_run`` inside the caller's transaction, which has checked the fence."""
     spec = definition.spec
     order = {key: index for index, key in enumerate(spec.graph.topological_order())}
     forward = spec.forward_tasks
@@ -110,76 +129,72 @@ async def create_run(
     edge_tasks = [task.key for task in forward for _ in task.depends_on]
     edge_upstreams = [upstream for task in forward for upstream in task.depends_on]
 
-    async def decide(connection: Connection) -> CreatedRun:
-        await check_fence(connection, fence)
-        cursor = await connection.execute(
-            "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase) "
-            "VALUES (%s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
-            f"RETURNING {_RUN_COLUMNS}",
-            (
-                namespace,
-                name,
-                uid,
-                definition.id,
-                Jsonb(dict(parameters or {})),
-                RunPhase.RUNNING,
-            ),
+    cursor = await connection.execute(
+        "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase) "
+        "VALUES (%s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
+        f"RETURNING {_RUN_COLUMNS}",
+        (
+            namespace,
+            name,
+            uid,
+            definition.id,
+            Jsonb(dict(parameters or {})),
+            RunPhase.RUNNING,
+        ),
+    )
+    row = await cursor.fetchone()
+    if row is None:
+        return CreatedRun(
+            run=await _find(connection, namespace=namespace, name=name, uid=uid),
+            created=False,
         )
-        row = await cursor.fetchone()
-        if row is None:
-            return CreatedRun(
-                run=await _find(connection, namespace=namespace, name=name, uid=uid),
-                created=False,
-            )
-        run = RunRecord.from_row(row)
+    run = RunRecord.from_row(row)
+    await connection.execute(
+        """
+        INSERT INTO flowforge_task (run_id, task_key, role, state, compensates_key,
+            max_attempts, timeout_seconds, pending_dependencies, topological_index)
+        SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],
+            %s::int[], %s::int[], %s::int[], %s::int[])
+        """,
+        (
+            run.id,
+            keys,
+            [str(role) for role in roles],
+            [str(state) for state in states],
+            compensates,
+            max_attempts,
+            timeouts,
+            pending,
+            topological,
+        ),
+    )
+    if edge_tasks:
         await connection.execute(
             """
-            INSERT INTO flowforge_task (run_id, task_key, role, state, compensates_key,
-                max_attempts, timeout_seconds, pending_dependencies, topological_index)
-            SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],
-                %s::int[], %s::int[], %s::int[], %s::int[])
+            INSERT INTO flowforge_task_dependency (run_id, upstream_id, task_id)
+            SELECT %(run)s, upstream.id, task.id
+            FROM unnest(%(tasks)s::text[], %(upstreams)s::text[]) AS edge(task, upstream)
+            JOIN flowforge_task AS task
+                ON task.run_id = %(run)s AND task.task_key = edge.task
+            JOIN flowforge_task AS upstream
+                ON upstream.run_id = %(run)s AND upstream.task_key = edge.upstream
             """,
-            (
-                run.id,
-                keys,
-                [str(role) for role in roles],
-                [str(state) for state in states],
-                compensates,
-                max_attempts,
-                timeouts,
-                pending,
-                topological,
-            ),
+            {"run": run.id, "tasks": edge_tasks, "upstreams": edge_upstreams},
         )
-        if edge_tasks:
-            await connection.execute(
-                """
-                INSERT INTO flowforge_task_dependency (run_id, upstream_id, task_id)
-                SELECT %(run)s, upstream.id, task.id
-                FROM unnest(%(tasks)s::text[], %(upstreams)s::text[]) AS edge(task, upstream)
-                JOIN flowforge_task AS task
-                    ON task.run_id = %(run)s AND task.task_key = edge.task
-                JOIN flowforge_task AS upstream
-                    ON upstream.run_id = %(run)s AND upstream.task_key = edge.upstream
-                """,
-                {"run": run.id, "tasks": edge_tasks, "upstreams": edge_upstreams},
-            )
-        await append_event(
-            connection,
-            run_id=run.id,
-            kind="run.created",
-            epoch=fence.epoch,
-            detail={
-                "definition": f"{spec.workflow} v{spec.version}",
-                "fingerprint": definition.fingerprint,
-                "forwardTasks": len(forward),
-                "compensators": len(compensators),
-            },
-        )
-        return CreatedRun(run=run, created=True)
-
-    return await in_transaction(pool, decide)
+    await append_event(
+        connection,
+        run_id=run.id,
+        kind="run.created",
+        epoch=fence.epoch,
+        detail={
+            "definition": f"{spec.workflow} v{spec.version}",
+            "fingerprint": definition.fingerprint,
+            "forwardTasks": len(forward),
+            "compensators": len(compensators),
+        },
+    )
+    return CreatedRun(run=run, created=True)
 
 
 async def _find(connection: Connection, *, namespace: str, name: str, uid: str) -> RunRecord:

@@ -19,7 +19,8 @@ from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
 from flowforge.store.errors import StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
-from flowforge.store.runs import create_run, get_run
+from flowforge.store.redrive import RETRY_OF_ANNOTATION, create_run_reusing
+from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class RunCache:
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
         parameters = dict(spec.get("parameters") or {})
-        created = await create_run(
+        created = await create_run_reusing(
             self._pool,
             fence=fence,
             namespace=namespace,
@@ -93,6 +94,7 @@ class RunCache:
             uid=uid,
             definition=definition,
             parameters=parameters,
+            retry_of=(metadata.get("annotations") or {}).get(RETRY_OF_ANNOTATION),
         )
         self._definitions[definition.id] = definition
         context = RunContext(

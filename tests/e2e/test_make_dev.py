@@ -1,0 +1,67 @@
+"""The `make dev` path, end to end: everything starts, the examples reach their expected
+phases on the local control plane, and `make dev-down` leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command_line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in command_line and int(entry.name) != os.getpid():
+            found.append(f"{entry.name}: {command_line[:200]}")
+    return found
+
+
+def _dev(action: str, state_dir: Path, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowforge.localdev.dev", action, "--dir", str(state_dir)],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture
+def dev_dir() -> Iterator[Path]:
+    # Under /tmp: the local PostgreSQL runs as an unprivileged account that must reach it.
+    with tempfile.TemporaryDirectory(prefix="flowforge-dev-test-", dir="/tmp") as directory:
+        state_dir = Path(directory)
+        state_dir.chmod(0o755)
+        yield state_dir
+        _dev("down", state_dir, timeout=120)
+
+
+def test_make_dev_runs_the_examples_and_dev_down_stops_everything(dev_dir: Path) -> None:
+    started = _dev("up", dev_dir, timeout=900)
+    assert started.returncode == 0, started.stdout + started.stderr
+    listing = started.stdout
+    assert "==> examples" in listing
+    rows = {line.split()[1]: line.split() for line in listing.splitlines()
+            if line.startswith("default ")}
+    assert rows["etl-2026-11-30"][4] == "succeeded", listing
+    assert rows["etl-2026-11-30"][5] == "4/4", listing
+    assert rows["order-1001"][4] == "failed", listing
+
+    again = _dev("up", dev_dir, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already running" in again.stdout, "re-running make dev reuses what runs"
+
+    assert _processes_mentioning(str(dev_dir)), "the dev processes run from the state folder"
+    stopped = _dev("down", dev_dir, timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert _processes_mentioning(str(dev_dir)) == []

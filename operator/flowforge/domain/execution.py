@@ -28,13 +28,21 @@ from enum import StrEnum
 from typing import Any
 
 from flowforge.domain.run import (
+    MAX_COMPENSATION_STEPS,
+    CompensationStep,
+    CompensationSummary,
     Condition,
     ConditionStatus,
     RunProgress,
     RunStatus,
     TaskSummary,
 )
-from flowforge.domain.states import RunPhase, TaskRole
+from flowforge.domain.states import (
+    TERMINAL_COMPENSATION_STATES,
+    CompensationState,
+    RunPhase,
+    TaskRole,
+)
 
 MAX_JOB_NAME_LENGTH = 63
 JOB_NAME_HASH_LENGTH = 8
@@ -247,9 +255,14 @@ def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
     return RunPhase.SUCCEEDED
 
 
-def progress_text(counts: TaskCounts) -> str:
-    """What the progress printer column shows: succeeded of total, e.g. ``3/4``."""
-    return f"{counts.succeeded}/{counts.total}"
+def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = ()) -> str:
+    """What the progress printer column shows: succeeded of total, e.g. ``3/4``; while a
+    rollback runs, how far it got too, e.g. ``2/3 compensating 1/2``."""
+    text = f"{counts.succeeded}/{counts.total}"
+    if any(step.state not in TERMINAL_COMPENSATION_STATES for step in rollback):
+        done = sum(step.state in TERMINAL_COMPENSATION_STATES for step in rollback)
+        text += f" compensating {done}/{len(rollback)}"
+    return text
 
 
 @dataclass(frozen=True)
@@ -264,6 +277,8 @@ class StatusInput:
     failure_message: str | None = None
     tasks: Sequence[TaskSummary] = field(default_factory=tuple)
     compensating: bool = False
+    # the rollback's steps in the order it runs them (empty until one is triggered)
+    compensation: Sequence[CompensationStep] = field(default_factory=tuple)
     observed_generation: int | None = None
     previous_conditions: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
 
@@ -287,8 +302,70 @@ def _condition(
     )
 
 
+def _failed_step(steps: Sequence[CompensationStep]) -> CompensationStep | None:
+    return next((step for step in steps if step.state is CompensationState.FAILED), None)
+
+
+def compensation_failure(steps: Sequence[CompensationStep]) -> str | None:
+    """Which compensator halted the rollback and what it left undone, or None."""
+    failed = _failed_step(steps)
+    if failed is None:
+        return None
+    halted = [step.name for step in steps if step.state is CompensationState.SKIPPED]
+    text = f"compensator {failed.name} (undoing {failed.compensates}) failed"
+    if failed.attempt > 1:
+        text += f" after {failed.attempt} attempts"
+    if failed.message:
+        text += f": {failed.message}"
+    if halted:
+        text += f"; rollback halted, not run: {', '.join(halted)}"
+    return text
+
+
+def _rollback_conditions(status: StatusInput) -> list[Condition]:
+    steps = status.compensation
+    if not steps:
+        return []
+    failure = compensation_failure(steps)
+    current = next((s for s in steps if s.state is CompensationState.RUNNING), None)
+    done = sum(step.state is CompensationState.SUCCEEDED for step in steps)
+    if status.compensating:
+        reason = "RollingBack"
+        message = (
+            f"running {current.name} (undoing {current.compensates}), step "
+            f"{steps.index(current) + 1} of {len(steps)}"
+            if current is not None
+            else f"{done} of {len(steps)} compensators succeeded, next one pending"
+        )
+    else:
+        reason = "CompensationFailed" if failure else "RolledBack"
+        message = failure or f"all {len(steps)} compensators succeeded"
+    return [
+        _condition(status, kind="Compensating", holds=status.compensating, reason=reason,
+                   message=message),
+        _condition(
+            status,
+            kind="CompensationFailed",
+            holds=failure is not None,
+            reason="CompensatorFailed" if failure else "NoCompensatorFailed",
+            message=failure or f"{done} of {len(steps)} compensators succeeded",
+        ),
+    ]
+
+
+def compensation_summary(status: StatusInput) -> CompensationSummary | None:
+    steps = status.compensation
+    if not steps:
+        return None
+    current = next((s.name for s in steps if s.state is CompensationState.RUNNING), None)
+    return CompensationSummary(
+        active=status.compensating, current=current, steps=list(steps[:MAX_COMPENSATION_STEPS])
+    )
+
+
 def run_conditions(status: StatusInput) -> list[Condition]:
-    """Ready (finished well), Progressing, Failed and Cancelled, each with a reason."""
+    """Ready (finished well), Progressing, Failed and Cancelled, each with a reason; once
+    a rollback is triggered also Compensating and CompensationFailed."""
     phase = status.phase
     finished = phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
     counts = status.counts
@@ -328,17 +405,22 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             reason="CancelRequested" if status.cancel_requested else "NotRequested",
             message="spec.cancel is true" if status.cancel_requested else "",
         ),
+        *_rollback_conditions(status),
     ]
 
 
 def _phase_message(status: StatusInput) -> str:
     counts = status.counts
+    rollback_failure = compensation_failure(status.compensation)
+    after = f"; {rollback_failure}" if rollback_failure else ""
     if status.phase is RunPhase.SUCCEEDED:
         return f"all {counts.total} tasks succeeded"
     if status.phase is RunPhase.FAILED:
-        return status.failure_message or f"{counts.failed} tasks failed"
+        return (status.failure_message or f"{counts.failed} tasks failed") + after
     if status.phase is RunPhase.CANCELLED:
-        return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled"
+        return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled" + after
+    if status.compensating:
+        return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
     return f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
 
 
@@ -356,7 +438,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         started_at=status.started_at,
         finished_at=status.finished_at,
         definition_fingerprint=status.fingerprint,
-        progress=progress_text(counts),
+        progress=progress_text(counts, rollback=status.compensation),
         counts=RunProgress(
             total=counts.total,
             waiting=counts.waiting,
@@ -370,6 +452,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         conditions=run_conditions(status),
         tasks=list(status.tasks) if small else [],
         tasks_truncated=not small,
+        compensation=compensation_summary(status),
         message=_phase_message(status)[:4096],
     )
     body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -35,6 +35,7 @@ from flowforge.kube.jobs import (
 )
 from flowforge.operator import metrics
 from flowforge.operator.leadership import Leadership
+from flowforge.operator.rollback import Rollback
 from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
 from flowforge.operator.settings import OperatorSettings
 from flowforge.operator.status import StatusWriter
@@ -42,6 +43,7 @@ from flowforge.store import engine as store
 from flowforge.store.connection import Pool
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
+from flowforge.store.settle import SettledRun
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class Engine:
         self.leadership = leadership
         self.runs = RunCache(pool)
         self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs)
+        self.rollback = Rollback(self)
         self._background: set[asyncio.Task[Any]] = set()
         self._timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
         self._started: set[str] = set()
@@ -197,17 +200,21 @@ class Engine:
         metadata = body["metadata"]
         context = await self.runs.by_uid(namespace=metadata["namespace"], uid=metadata["uid"])
         if context is not None:
-            with metrics.store_timer("cancel_run"):
-                await store.cancel_run(
-                    self.pool,
-                    fence=self.fence(),
-                    run_id=context.run_id,
-                    reason="the WorkflowRun was deleted",
-                )
+            await self.run_gone(context)
+
+    async def run_gone(self, context: RunContext) -> None:
+        """Cancel the run and drop what is left of its rollback: with the WorkflowRun
+        gone, the garbage collector removes every Job it owns, compensators' included."""
+        reason = "the WorkflowRun was deleted"
+        with metrics.store_timer("cancel_run"):
+            await store.cancel_run(self.pool, fence=self.fence(), run_id=context.run_id,
+                                   reason=reason)
+        await self.rollback.abandon(context, reason=reason)
 
     async def create_missing_job(self, context: RunContext, row: store.TaskRow) -> None:
-        """The reconciler found a running attempt whose Job was never created."""
-        await self._create_job(
+        """The reconciler found a running attempt (of a task or a compensator) whose Job
+        was never created."""
+        await self.create_job(
             context,
             store.Dispatch(
                 run_id=context.run_id,
@@ -231,7 +238,7 @@ class Engine:
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
         identity = JobIdentity.of(job)
-        if identity is None or identity.role is not TaskRole.FORWARD:
+        if identity is None:
             return
         received = time.perf_counter()
         outcome = await self._observed_outcome(job, identity)
@@ -243,7 +250,7 @@ class Engine:
         if outcome is None:
             if await self._run_gone(context):
                 # the garbage collector removes a deleted run's Jobs: not a lost attempt
-                await self.cancel(context, reason="the WorkflowRun was deleted")
+                await self.run_gone(context)
                 return
             outcome = lost_outcome(job=identity.name, now=datetime.now(UTC))
         await self.record(context, identity=identity, outcome=outcome, received=received)
@@ -273,6 +280,9 @@ class Engine:
         outcome: AttemptOutcome,
         received: float | None = None,
     ) -> None:
+        if identity.role is TaskRole.COMPENSATION:
+            await self.rollback.record(context, identity=identity, outcome=outcome)
+            return
         stored_at = time.perf_counter()
         with metrics.store_timer("record_outcome"):
             decision = await store.record_outcome(
@@ -297,49 +307,73 @@ class Engine:
                             "store, %.0f ms creating %d Jobs", identity.name,
                             (stored_at - received) * 1000, (decided_at - stored_at) * 1000,
                             (done - decided_at) * 1000, len(decision.dispatched))
-        if self.settings.job_ttl_seconds >= 0 and outcome.reason is not OutcomeReason.LOST:
-            self._later(
-                self.settings.job_ttl_seconds,
-                key=(context.run_id, identity.name),
-                coroutine_factory=lambda: self.kube.delete_job(
-                    namespace=identity.namespace, name=identity.name
-                ),
-            )
+        self.delete_job_later(context, identity=identity, outcome=outcome)
         if decision.retry_at is not None:
             await self.schedule_due(context)
         if not outcome.succeeded:
             final = "failed" if decision.final_failure else "failed, will retry"
-            self.spawn(
-                self.kube.post_run_event(
-                    namespace=context.namespace,
-                    run_name=context.name,
-                    run_uid=context.uid,
-                    reason="TaskFailed" if decision.final_failure else "TaskRetrying",
-                    message=f"task {identity.task_key} attempt {identity.attempt} {final}: "
-                    f"{outcome.reason.value}: {outcome.message}"
-                    + (f"; skipped {', '.join(decision.skipped)}" if decision.skipped else ""),
-                    warning=True,
-                ),
-                what="event",
+            self.post_event(
+                context,
+                reason="TaskFailed" if decision.final_failure else "TaskRetrying",
+                message=f"task {identity.task_key} attempt {identity.attempt} {final}: "
+                f"{outcome.reason.value}: {outcome.message}"
+                + (f"; skipped {', '.join(decision.skipped)}" if decision.skipped else ""),
+                warning=True,
             )
-        self._after_settle(context, decision)
+        self.after_settle(context, decision.settled)
         self.status.mark(context.run_id)
+        if decision.settled is not None and decision.settled.compensating:
+            await self.rollback.advance(context)
 
-    def _after_settle(self, context: RunContext, decision: store.Decision) -> None:
-        settled = decision.settled
-        if settled is None or not settled.finished:
+    def after_settle(self, context: RunContext, settled: SettledRun | None) -> None:
+        """Events for a run that started its rollback or finished."""
+        if settled is None:
+            return
+        if settled.compensators_triggered:
+            self.post_event(
+                context,
+                reason="RollbackStarted",
+                message="undoing what succeeded, one at a time: "
+                + " -> ".join(settled.compensators_triggered),
+                warning=True,
+            )
+        if not settled.finished:
             return
         metrics.RUNS_FINISHED.labels(settled.phase.value).inc()
+        self.post_event(
+            context,
+            reason=f"Run{settled.phase.value.capitalize()}",
+            message=f"run finished: {settled.phase.value}",
+            warning=settled.phase is not RunPhase.SUCCEEDED,
+        )
+
+    def post_event(
+        self, context: RunContext, *, reason: str, message: str, warning: bool = False
+    ) -> None:
         self.spawn(
             self.kube.post_run_event(
                 namespace=context.namespace,
                 run_name=context.name,
                 run_uid=context.uid,
-                reason=f"Run{settled.phase.value.capitalize()}",
-                message=f"run finished: {settled.phase.value}",
-                warning=settled.phase is not RunPhase.SUCCEEDED,
+                reason=reason,
+                message=message,
+                warning=warning,
             ),
             what="event",
+        )
+
+    def delete_job_later(
+        self, context: RunContext, *, identity: JobIdentity, outcome: AttemptOutcome
+    ) -> None:
+        """Delete a finished Job whose outcome is committed, after the TTL."""
+        if self.settings.job_ttl_seconds < 0 or outcome.reason is OutcomeReason.LOST:
+            return
+        self.later(
+            self.settings.job_ttl_seconds,
+            key=(context.run_id, identity.name),
+            coroutine_factory=lambda: self.kube.delete_job(
+                namespace=identity.namespace, name=identity.name
+            ),
         )
 
     async def cancel(self, context: RunContext, *, reason: str) -> None:
@@ -358,18 +392,16 @@ class Engine:
                 for key, attempt in decision.stop_jobs
             )
         )
-        self.spawn(
-            self.kube.post_run_event(
-                namespace=context.namespace,
-                run_name=context.name,
-                run_uid=context.uid,
-                reason="RunCancelling",
-                message=f"{reason}: stopped {len(decision.stop_jobs)} running tasks",
-            ),
-            what="event",
+        self.post_event(
+            context,
+            reason="RunCancelling",
+            message=f"{reason}: stopped {len(decision.stop_jobs)} running tasks",
         )
-        self._after_settle(context, decision)
+        self.after_settle(context, decision.settled)
         self.status.mark(context.run_id)
+        # the stopped tasks' Jobs are deleted: the rollback may begin
+        if decision.settled is not None and decision.settled.compensating:
+            await self.rollback.advance(context)
 
     # Jobs
 
@@ -382,12 +414,13 @@ class Engine:
     ) -> None:
         if dispatched:
             await asyncio.gather(
-                *(self._create_job(context, item, received=received) for item in dispatched)
+                *(self.create_job(context, item, received=received) for item in dispatched)
             )
 
-    async def _create_job(
+    async def create_job(
         self, context: RunContext, item: store.Dispatch, *, received: float | None
     ) -> None:
+        """Create the Job of a running attempt (idempotent) and record that it exists."""
         task = context.definition.spec.task(item.task_key)
         template = context.definition.spec.task_types[task.type]
         request = JobRequest(
@@ -416,16 +449,18 @@ class Engine:
             job=request.name,
             created=created,
         )
-        if created:
-            self.spawn(
-                self.kube.post_run_event(
-                    namespace=context.namespace,
-                    run_name=context.name,
-                    run_uid=context.uid,
-                    reason="TaskStarted",
-                    message=f"task {item.task_key} attempt {item.attempt}: Job {request.name}",
-                ),
-                what="event",
+        if created and item.role is TaskRole.COMPENSATION:
+            self.post_event(
+                context,
+                reason="CompensationStarted",
+                message=f"compensator {item.task_key} (undoing {task.compensate_for}) "
+                f"attempt {item.attempt}: Job {request.name}",
+            )
+        elif created:
+            self.post_event(
+                context,
+                reason="TaskStarted",
+                message=f"task {item.task_key} attempt {item.attempt}: Job {request.name}",
             )
 
     async def schedule_due(self, context: RunContext) -> None:
@@ -435,13 +470,13 @@ class Engine:
         if not waits:
             return
         delay = max(0.0, (min(waits) - datetime.now(UTC)).total_seconds())
-        self._later(
+        self.later(
             delay + 0.01,
             key=(context.run_id, "dispatch"),
             coroutine_factory=lambda: self.dispatch(context),
         )
 
-    def _later(self, delay: float, *, key: tuple[int, str], coroutine_factory: Any) -> None:
+    def later(self, delay: float, *, key: tuple[int, str], coroutine_factory: Any) -> None:
         previous = self._timers.pop(key, None)
         if previous is not None:
             previous.cancel()

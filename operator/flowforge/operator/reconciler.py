@@ -2,9 +2,11 @@
 
 Each pass (leader only): every WorkflowRun in the watched namespaces has its store run;
 every running attempt has its Job (created when missing and never created; recorded as
-lost when it vanished; its outcome recorded when the Job finished); released tasks that are
-due are dispatched; runs are settled; statuses are re-projected; finished Jobs whose
-outcome is committed are deleted after the TTL. The store is read before Jobs are listed,
+lost when it vanished; its outcome recorded when the Job finished), compensators included;
+released tasks that are due are dispatched; runs are settled; statuses are re-projected;
+finished Jobs whose outcome is committed are deleted after the TTL; and, once the Jobs of
+stopped tasks are gone, a rollback whose next compensator has no Job yet is advanced (after
+a restart, that is where the rollback resumes). The store is read before Jobs are listed,
 so a Job created concurrently is never mistaken for a vanished one.
 """
 
@@ -17,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import job_outcome, lost_outcome
-from flowforge.domain.states import TaskRole, TaskState
+from flowforge.domain.states import CompensationState, TaskRole, TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import metrics
 from flowforge.operator.engine import Engine, JobIdentity
@@ -75,12 +77,16 @@ class Reconciler:
             for c in contexts
         }
         jobs = await self._list_jobs()
+        rolling_back: list[RunContext] = []
         for context in contexts:
             if context.uid not in seen_uids and await self._run_deleted(context):
                 continue
             active, created = snapshots[context.run_id]
-            await self._fix_run(context, active=active, created=created, jobs=jobs)
+            if await self._fix_run(context, active=active, created=created, jobs=jobs):
+                rolling_back.append(context)
         await self._clean_up_jobs(jobs)
+        for context in rolling_back:
+            await engine.rollback.advance(context)
         for phase, count in (await store.runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
 
@@ -112,7 +118,7 @@ class Reconciler:
         if body is not None and body["metadata"]["uid"] == context.uid:
             return False
         metrics.RECONCILE_FIXES.labels("run_deleted").inc()
-        await self._engine.cancel(context, reason="the WorkflowRun was deleted")
+        await self._engine.run_gone(context)
         return True
 
     async def _fix_run(
@@ -122,12 +128,15 @@ class Reconciler:
         active: list[store.TaskRow],
         created: set[tuple[str, int]],
         jobs: dict[tuple[str, str], dict[str, Any]],
-    ) -> None:
+    ) -> bool:
+        """Fix one run; True when its rollback has a compensator waiting for its turn."""
         engine = self._engine
         now = datetime.now(UTC)
         due = waiting_for_backoff = False
+        rollback_pending = False
         for row in active:
-            if row.role is not TaskRole.FORWARD:
+            if row.role is TaskRole.COMPENSATION and row.state == CompensationState.PENDING:
+                rollback_pending = True
                 continue
             if row.state == TaskState.READY:
                 due = due or row.not_before <= now
@@ -135,7 +144,7 @@ class Reconciler:
                 continue
             if row.state != TaskState.RUNNING:
                 continue
-            name = context.job_name(task_key=row.key, attempt=row.attempt)
+            name = context.job_name(task_key=row.key, attempt=row.attempt, role=row.role)
             identity = JobIdentity(
                 namespace=context.namespace,
                 name=name,
@@ -174,8 +183,10 @@ class Reconciler:
             await engine.dispatch(context)
         elif waiting_for_backoff:
             await engine.schedule_due(context)  # e.g. after a restart: no timer in memory
-        await settle_run(engine.pool, fence=engine.fence(), run_id=context.run_id)
+        settled = await settle_run(engine.pool, fence=engine.fence(), run_id=context.run_id)
+        engine.after_settle(context, settled)
         engine.status.mark(context.run_id)
+        return rollback_pending or (settled is not None and settled.compensating)
 
     async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Delete Jobs whose attempt is no longer running: unfinished ones at once (a cancel
@@ -189,7 +200,7 @@ class Reconciler:
                                         or outcome.finished_at > cutoff):
                 continue
             identity = JobIdentity.of(job)
-            if identity is None or identity.role is not TaskRole.FORWARD:
+            if identity is None:
                 continue
             if identity.run_uid not in running:
                 running[identity.run_uid] = await self._running_attempts(identity)

@@ -17,11 +17,12 @@ from flowforge.domain.execution import (
     StatusInput,
     project_status,
 )
-from flowforge.domain.run import TaskSummary
-from flowforge.domain.states import TaskState
+from flowforge.domain.run import CompensationStep, TaskSummary
+from flowforge.domain.states import CompensationState, TaskState
 from flowforge.kube.client import KubeClient
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.store import engine as store
+from flowforge.store.compensation import RollbackStep, rollback_steps
 from flowforge.store.connection import Pool
 from flowforge.store.runs import get_run
 
@@ -112,6 +113,8 @@ class StatusWriter:
                 failure_message=failure,
                 tasks=summaries,
                 compensating=record.compensating,
+                compensation=[_step(row) for row in await rollback_steps(
+                    self._pool, context.run_id)],
                 previous_conditions=self._conditions.get(context.run_id, ()),
             )
         )
@@ -125,3 +128,16 @@ class StatusWriter:
         await self._kube.patch_run_status(
             namespace=context.namespace, name=context.name, status=body
         )
+
+
+def _step(row: RollbackStep) -> CompensationStep:
+    message = row.last_error or ""
+    if row.state is CompensationState.SKIPPED and not message:
+        message = "not run: the rollback halted"
+    return CompensationStep(
+        name=row.task_key,
+        compensates=row.compensates_key,
+        state=row.state,
+        attempt=row.attempt if row.started_at is not None else 0,
+        message=message[:1024],
+    )

@@ -166,10 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--addr", default="127.0.0.1")
     parser.add_argument("--certs", type=Path, required=True, help="directory of ca.crt/tls.*")
-    parser.add_argument("--dsn", required=True, help="PostgreSQL DSN of the store")
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("FLOWFORGE_DSN"),
+        help="PostgreSQL DSN of the store (default: $FLOWFORGE_DSN, which keeps it out of ps)",
+    )
     parser.add_argument("--kubeconfig", type=Path, help="defaults to $KUBECONFIG")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if not args.dsn:
+        parser.error("a PostgreSQL DSN is required (--dsn or FLOWFORGE_DSN)")
     if args.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
     kopf.configure(verbose=args.verbose)

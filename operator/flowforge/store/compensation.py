@@ -185,3 +185,77 @@ async def finish_compensation(
         )
 
     return await in_transaction(pool, decide)
+
+
+async def abandon_rollback(
+    pool: Pool, *, fence: Fence, run_id: int, reason: str
+) -> tuple[tuple[str, ...], SettledRun | None]:
+    """Skip every pending or running compensator (the run's object is gone, so no Job of
+    it can run any more) and settle the run; returns the skipped keys."""
+
+    async def decide(connection: Connection) -> tuple[tuple[str, ...], SettledRun | None]:
+        await check_fence(connection, fence)
+        await connection.execute(
+            "SELECT 1 FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE", (run_id,)
+        )
+        cursor = await connection.execute(
+            "UPDATE flowforge_task SET state = 'skipped', finished_at = now(), "
+            "updated_at = now(), last_error = %s WHERE run_id = %s AND role = 'compensation' "
+            "AND state IN ('pending', 'running') RETURNING task_key",
+            (reason[:1000], run_id),
+        )
+        skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
+        if not skipped:
+            return skipped, None
+        await append_task_events(
+            connection, run_id=run_id, kind="compensation.skipped", epoch=fence.epoch,
+            task_keys=skipped,
+        )
+        return skipped, await settle_locked(connection, fence=fence, run_id=run_id)
+
+    return await in_transaction(pool, decide)
+
+
+@dataclasses.dataclass(frozen=True)
+class RollbackStep:
+    """A compensator of a triggered rollback (its forward task succeeded)."""
+
+    task_key: str
+    compensates_key: str
+    state: CompensationState
+    attempt: int
+    max_attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+
+
+async def rollback_steps(pool: Pool, run_id: int) -> list[RollbackStep]:
+    """The compensators of the run's rollback, in the order it runs them (empty until a
+    rollback is triggered). Compensators of tasks that never succeeded are not steps."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            """
+            SELECT compensator.task_key, compensator.compensates_key, compensator.state,
+                   compensator.attempt, compensator.max_attempts, compensator.started_at,
+                   compensator.finished_at, compensator.last_error
+            FROM flowforge_task AS compensator
+            JOIN flowforge_task AS forward
+              ON forward.run_id = compensator.run_id
+             AND forward.task_key = compensator.compensates_key
+            WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+              AND compensator.state <> 'not_triggered' AND forward.state = 'succeeded'
+            ORDER BY compensator.topological_index DESC, compensator.task_key DESC
+            """,
+            {"run": run_id},
+        )
+        rows = await cursor.fetchall()
+    return [
+        RollbackStep(
+            task_key=str(key), compensates_key=str(compensates),
+            state=CompensationState(state), attempt=int(attempt),
+            max_attempts=int(max_attempts), started_at=started, finished_at=finished,
+            last_error=error,
+        )
+        for key, compensates, state, attempt, max_attempts, started, finished, error in rows
+    ]

@@ -1,0 +1,365 @@
+"""The saga rollback on the real control plane: compensators' Jobs one at a time, in
+reverse dependency order, durable across an operator SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from flowforge.domain.validation import parse_definition
+from flowforge.store.connection import Pool
+from flowforge.store.errors import RunNotFoundError
+from flowforge.store.events import Event, run_history
+from flowforge.store.queries import list_tasks
+from flowforge.store.runs import find_run
+from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
+
+pytestmark = pytest.mark.cluster
+
+FINISHED = {"succeeded", "failed", "cancelled"}
+QUICK = {"image": "busybox:1.36"}
+OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
+UNDO = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "2s"}}
+FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
+SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
+
+ORDER_SAGA: dict[str, Any] = {
+    "workflow": "order", "version": 1,
+    "taskTypes": {"ok": OK, "undo": UNDO, "fail": FAIL},
+    "tasks": [
+        {"key": "reserve", "type": "ok"},
+        {"key": "charge", "type": "ok", "dependsOn": ["reserve"]},
+        {"key": "ship", "type": "fail", "dependsOn": ["charge"]},
+        {"key": "release", "type": "undo", "compensateFor": "reserve"},
+        {"key": "refund", "type": "undo", "compensateFor": "charge"},
+    ],
+}
+
+
+async def history(driver: RunDriver, name: str) -> list[Event]:
+    body = driver.run(name)
+    run = await find_run(driver.pool, namespace=driver.namespace, name=name,
+                         uid=body["metadata"]["uid"])
+    return await run_history(driver.pool, run.id)
+
+
+def started_order(events: list[Event]) -> list[str]:
+    return [str(event.task_key) for event in events if event.kind == "compensation.started"]
+
+
+def compensation_jobs(driver: RunDriver, run: str) -> list[Any]:
+    jobs = [job for job in driver.jobs(run)
+            if job.metadata.labels["flowforge.io/role"] == "compensation"]
+    return sorted(jobs, key=lambda job: (job.metadata.creation_timestamp, job.metadata.name))
+
+
+def steps(body: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(step["name"], step["compensates"], step["state"])
+            for step in body["status"]["compensation"]["steps"]]
+
+
+def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in body["status"]["conditions"] if c["type"] == kind)
+
+
+async def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str,
+                     operator: OperatorProcess | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    tail = operator.log_tail() if operator else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
+
+
+async def compensator_states(pool: Pool, driver: RunDriver, name: str) -> dict[str, str]:
+    body = driver.run(name)
+    try:
+        run = await find_run(pool, namespace=driver.namespace, name=name,
+                             uid=body["metadata"]["uid"])
+    except RunNotFoundError:
+        return {}  # the operator has not seen the run yet
+    return {task.task_key: str(task.state) for task in await list_tasks(pool, run.id)
+            if task.compensates_key is not None}
+
+
+async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish(ORDER_SAGA)
+    driver.create_run("o1", workflow="order")
+    # while the rollback runs, the run is still running and kubectl shows it compensating
+    rolling = await wait_until(
+        lambda: "compensating" in (driver.printer_row("o1").get("Progress") or "")
+        and driver.printer_row("o1"),
+        timeout=90, what="the rollback to show in kubectl get wfr", operator=operator)
+    assert rolling["Phase"] == "running", rolling
+    during = driver.run("o1")["status"]
+    assert during["compensation"]["active"] is True
+    assert condition({"status": during}, "Compensating")["status"] == "True"
+
+    body = await driver.wait_phase("o1", FINISHED, operator=operator)
+    assert body["status"]["phase"] == "failed", body["status"]
+    assert steps(body) == [("refund", "charge", "succeeded"),
+                           ("release", "reserve", "succeeded")]
+    assert body["status"]["compensation"]["active"] is False
+    assert "compensating" not in body["status"]["progress"]
+    compensating = condition(body, "Compensating")
+    assert (compensating["status"], compensating["reason"]) == ("False", "RolledBack")
+    assert condition(body, "CompensationFailed")["status"] == "False"
+
+    jobs = compensation_jobs(driver, "o1")
+    assert [job.metadata.labels["flowforge.io/task"] for job in jobs] == ["refund", "release"]
+    assert all(job.metadata.name.startswith("o1-c-") for job in jobs)
+    refund, release = jobs
+    # one at a time: release's Job exists only after refund's finished (second resolution)
+    assert refund.status.completion_time is not None and release.status.start_time is not None
+    assert release.metadata.creation_timestamp >= refund.status.completion_time
+    assert release.status.start_time >= refund.status.completion_time
+    # ... and to the microsecond in the history: started, succeeded, started, succeeded
+    events = [(event.kind, event.task_key) for event in await history(driver, "o1")
+              if event.kind in ("compensation.started", "compensation.succeeded")]
+    assert events == [("compensation.started", "refund"), ("compensation.succeeded", "refund"),
+                      ("compensation.started", "release"),
+                      ("compensation.succeeded", "release")]
+    reasons = [event.reason for event in driver.events("o1")]
+    assert {"RollbackStarted", "CompensationStarted", "CompensationSucceeded",
+            "RunFailed"} <= set(reasons)
+    assert reasons.count("CompensationStarted") == 2
+
+
+WIDE_SAGA: dict[str, Any] = {
+    "workflow": "wide", "version": 1, "taskTypes": {"quick": QUICK, "fail": FAIL},
+    "tasks": [
+        {"key": "prepare", "type": "quick"},
+        {"key": "left-a", "type": "quick", "dependsOn": ["prepare"]},
+        {"key": "left-b", "type": "quick", "dependsOn": ["left-a"]},
+        {"key": "right", "type": "quick", "dependsOn": ["prepare"]},
+        {"key": "side", "type": "quick"},
+        {"key": "join", "type": "quick", "dependsOn": ["left-b", "right"]},
+        {"key": "boom", "type": "fail", "dependsOn": ["join"]},
+        {"key": "never", "type": "quick", "dependsOn": ["boom"]},
+        # declared in no particular order: the rollback order comes from the graph
+        {"key": "undo-side", "type": "quick", "compensateFor": "side"},
+        {"key": "undo-prepare", "type": "quick", "compensateFor": "prepare"},
+        {"key": "undo-join", "type": "quick", "compensateFor": "join"},
+        {"key": "undo-left-a", "type": "quick", "compensateFor": "left-a"},
+        {"key": "undo-right", "type": "quick", "compensateFor": "right"},
+        {"key": "undo-left-b", "type": "quick", "compensateFor": "left-b"},
+        {"key": "undo-boom", "type": "quick", "compensateFor": "boom"},
+        {"key": "undo-never", "type": "quick", "compensateFor": "never"},
+    ],
+}
+
+
+async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish(WIDE_SAGA)
+    spec = parse_definition(WIDE_SAGA)
+    succeeded = {"prepare", "left-a", "left-b", "right", "side", "join"}
+    expected = list(spec.graph.compensation_order(
+        succeeded, {key: task.key for key, task in spec.compensators.items()}))
+    assert expected.index("undo-join") < expected.index("undo-left-b") < expected.index(
+        "undo-left-a") < expected.index("undo-prepare")
+    assert expected.index("undo-right") < expected.index("undo-prepare")
+
+    orders = []
+    for name in ("w1", "w2"):
+        driver.create_run(name, workflow="wide")
+        body = await driver.wait_phase(name, FINISHED, operator=operator, timeout=120)
+        assert body["status"]["phase"] == "failed", body["status"]
+        assert [step[0] for step in steps(body)] == expected
+        assert {step[2] for step in steps(body)} == {"succeeded"}
+        order = started_order(await history(driver, name))
+        assert order == expected
+        jobs = compensation_jobs(driver, name)
+        assert {job.metadata.labels["flowforge.io/task"] for job in jobs} == set(expected)
+        for earlier, later in itertools.pairwise(jobs):
+            assert later.metadata.creation_timestamp >= earlier.status.completion_time
+        states = await compensator_states(driver.pool, driver, name)
+        # the failed task and the one it skipped are not compensated
+        assert states["undo-boom"] == "skipped" and states["undo-never"] == "skipped"
+        orders.append(order)
+    assert orders[0] == orders[1]
+
+
+async def test_a_failing_compensator_halts_the_rollback_and_the_condition_names_it(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish({
+        "workflow": "halt", "version": 1,
+        "taskTypes": {"quick": QUICK, "fail": FAIL},
+        "tasks": [
+            {"key": "a", "type": "quick"},
+            {"key": "b", "type": "quick", "dependsOn": ["a"]},
+            {"key": "c", "type": "quick", "dependsOn": ["b"]},
+            {"key": "d", "type": "fail", "dependsOn": ["c"]},
+            {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+            {"key": "undo-b", "type": "fail", "compensateFor": "b", "retries": 1,
+             "timeoutSeconds": 30},
+            {"key": "undo-c", "type": "quick", "compensateFor": "c"},
+        ],
+    })
+    driver.create_run("h1", workflow="halt")
+    body = await driver.wait_phase("h1", FINISHED, operator=operator, timeout=120)
+    assert body["status"]["phase"] == "failed", body["status"]
+    assert steps(body) == [("undo-c", "c", "succeeded"), ("undo-b", "b", "failed"),
+                           ("undo-a", "a", "skipped")]
+    failed = condition(body, "CompensationFailed")
+    assert (failed["status"], failed["reason"]) == ("True", "CompensatorFailed")
+    assert "undo-b" in failed["message"] and "undo-a" in failed["message"], failed
+    assert "undo-b" in body["status"]["message"]
+    compensating = condition(body, "Compensating")
+    assert (compensating["status"], compensating["reason"]) == ("False", "CompensationFailed")
+
+    jobs = compensation_jobs(driver, "h1")
+    # undo-b honours its retries (a new Job per attempt) and its timeout; undo-a never runs
+    assert [(job.metadata.labels["flowforge.io/task"], job.metadata.labels["flowforge.io/attempt"])
+            for job in jobs] == [("undo-c", "1"), ("undo-b", "1"), ("undo-b", "2")]
+    assert {job.spec.active_deadline_seconds for job in jobs
+            if job.metadata.labels["flowforge.io/task"] == "undo-b"} == {30}
+    reasons = {event.reason for event in driver.events("h1")}
+    assert {"CompensationRetrying", "CompensationFailed", "RunFailed"} <= reasons
+
+
+async def test_a_succeeded_run_is_never_compensated_and_cancel_rolls_back(
+    operator: OperatorProcess, driver: RunDriver
+) -> None:
+    await driver.publish({
+        "workflow": "fine", "version": 1, "taskTypes": {"quick": QUICK},
+        "tasks": [{"key": "a", "type": "quick"},
+                  {"key": "b", "type": "quick", "dependsOn": ["a"]},
+                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                  {"key": "undo-b", "type": "quick", "compensateFor": "b"}],
+    })
+    driver.create_run("ok1", workflow="fine")
+    body = await driver.wait_phase("ok1", FINISHED, operator=operator)
+    assert body["status"]["phase"] == "succeeded"
+    assert compensation_jobs(driver, "ok1") == []
+    assert "compensation" not in body["status"]
+    assert set((await compensator_states(driver.pool, driver, "ok1")).values()) == {
+        "not_triggered"}
+
+    await driver.publish({
+        "workflow": "stoppable", "version": 1, "taskTypes": {"quick": QUICK, "slow": SLOW},
+        "tasks": [{"key": "a", "type": "quick"},
+                  {"key": "b", "type": "slow", "dependsOn": ["a"]},
+                  {"key": "c", "type": "quick", "dependsOn": ["b"]},
+                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                  {"key": "undo-b", "type": "quick", "compensateFor": "b"},
+                  {"key": "undo-c", "type": "quick", "compensateFor": "c"}],
+    })
+    driver.create_run("c1", workflow="stoppable")
+    await wait_until(lambda: any(job.metadata.labels["flowforge.io/task"] == "b"
+                                 for job in driver.jobs("c1")),
+                     timeout=60, what="b's Job", operator=operator)
+    assert compensation_jobs(driver, "c1") == []  # never while the run goes forward
+    driver.cancel("c1")
+    body = await driver.wait_phase("c1", FINISHED, operator=operator)
+    assert body["status"]["phase"] == "cancelled", body["status"]
+    assert steps(body) == [("undo-a", "a", "succeeded")]
+    assert [job.metadata.labels["flowforge.io/task"]
+            for job in compensation_jobs(driver, "c1")] == ["undo-a"]
+    assert not [job for job in driver.jobs("c1") if job.metadata.labels["flowforge.io/task"] == "b"]
+    kinds = [(event.kind, event.task_key) for event in await history(driver, "c1")]
+    assert kinds.index(("task.cancelled", "b")) < kinds.index(("compensation.started", "undo-a"))
+    assert condition(body, "Cancelled")["status"] == "True"
+
+
+async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_once(
+    operator: OperatorProcess, driver: RunDriver, engine_store: Pool
+) -> None:
+    spec = {
+        "workflow": "crashy", "version": 1,
+        "taskTypes": {"quick": QUICK, "undo": UNDO, "fail": FAIL},
+        "tasks": [{"key": "one", "type": "quick"},
+                  {"key": "two", "type": "quick", "dependsOn": ["one"]},
+                  {"key": "three", "type": "quick", "dependsOn": ["two"]},
+                  {"key": "four", "type": "fail", "dependsOn": ["three"]},
+                  {"key": "undo-one", "type": "undo", "compensateFor": "one"},
+                  {"key": "undo-two", "type": "undo", "compensateFor": "two"},
+                  {"key": "undo-three", "type": "undo", "compensateFor": "three"}],
+    }
+    await driver.publish(spec)
+    log = JobCreationLog(driver.api, driver.namespace)
+    try:
+        driver.create_run("k1", workflow="crashy")
+
+        async def second_running() -> bool:
+            states = await compensator_states(engine_store, driver, "k1")
+            return states.get("undo-two") == "running"
+
+        deadline = time.monotonic() + 90
+        while not await second_running():
+            assert time.monotonic() < deadline, operator.log_tail()
+            await asyncio.sleep(0.1)
+        operator.kill()
+        # undo-two's Job finishes while no operator is watching
+        await asyncio.sleep(3)
+        operator.start()
+        await wait_for_leader(engine_store, operator.identity, process=operator)
+        body = await driver.wait_phase("k1", FINISHED, operator=operator, timeout=120)
+    finally:
+        log.close()
+    assert body["status"]["phase"] == "failed", body["status"]
+    expected = ["undo-three", "undo-two", "undo-one"]
+    assert steps(body) == [("undo-three", "three", "succeeded"), ("undo-two", "two", "succeeded"),
+                           ("undo-one", "one", "succeeded")]
+    events = await history(driver, "k1")
+    assert started_order(events) == expected
+    epoch = {(event.kind, event.task_key): event.epoch for event in events}
+    # undo-two was started by the killed operator and recorded by the restarted one
+    assert epoch[("compensation.started", "undo-two")] is not None
+    assert epoch[("compensation.succeeded", "undo-two")] is not None
+    assert epoch[("compensation.started", "undo-two")] < epoch[
+        ("compensation.succeeded", "undo-two")]
+    created = {name: labels for name, labels in log.labels_by_name.items()
+               if labels.get("flowforge.io/run") == "k1"
+               and labels.get("flowforge.io/role") == "compensation"}
+    assert sorted((labels["flowforge.io/task"], labels["flowforge.io/attempt"])
+                  for labels in created.values()) == sorted((key, "1") for key in expected)
+    duplicates = {name: uids for name, uids in log.uids_by_name.items() if len(uids) > 1}
+    assert not duplicates, duplicates
+
+
+async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store(
+    operator: OperatorProcess, driver: RunDriver, engine_store: Pool
+) -> None:
+    await driver.publish({
+        "workflow": "gone", "version": 1,
+        "taskTypes": {"quick": QUICK, "slow": SLOW, "fail": FAIL},
+        "tasks": [{"key": "a", "type": "quick"},
+                  {"key": "b", "type": "quick", "dependsOn": ["a"]},
+                  {"key": "c", "type": "fail", "dependsOn": ["b"]},
+                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                  {"key": "undo-b", "type": "slow", "compensateFor": "b"}],
+    })
+    body = driver.create_run("g1", workflow="gone")
+    uid = body["metadata"]["uid"]
+
+    async def undo_b_running() -> bool:
+        return (await compensator_states(engine_store, driver, "g1")).get("undo-b") == "running"
+
+    deadline = time.monotonic() + 90
+    while not await undo_b_running():
+        assert time.monotonic() < deadline, operator.log_tail()
+        await asyncio.sleep(0.2)
+    driver.delete_run("g1")
+    # with the WorkflowRun gone its Jobs go too: the rest of the rollback cannot run
+    while True:
+        run = await find_run(engine_store, namespace=driver.namespace, name="g1", uid=uid)
+        if run.finished_at is not None:
+            break
+        assert time.monotonic() < deadline + 60, operator.log_tail()
+        await asyncio.sleep(0.2)
+    assert str(run.phase) == "cancelled"
+    tasks = {task.task_key: str(task.state) for task in await list_tasks(engine_store, run.id)}
+    assert (tasks["undo-b"], tasks["undo-a"]) == ("skipped", "skipped")

@@ -363,3 +363,30 @@ async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store
     assert str(run.phase) == "cancelled"
     tasks = {task.task_key: str(task.state) for task in await list_tasks(engine_store, run.id)}
     assert (tasks["undo-b"], tasks["undo-a"]) == ("skipped", "skipped")
+
+
+async def test_a_vanished_compensation_job_is_a_lost_attempt_and_retried(
+    operator: OperatorProcess, driver: RunDriver, engine_store: Pool
+) -> None:
+    await driver.publish({
+        "workflow": "vanish", "version": 1,
+        "taskTypes": {"quick": QUICK, "undo": UNDO, "fail": FAIL},
+        "tasks": [{"key": "a", "type": "quick"},
+                  {"key": "b", "type": "fail", "dependsOn": ["a"]},
+                  {"key": "undo-a", "type": "undo", "compensateFor": "a", "retries": 1}],
+    })
+    driver.create_run("v1", workflow="vanish")
+    first = await wait_until(
+        lambda: next((job for job in compensation_jobs(driver, "v1")
+                      if job.metadata.labels["flowforge.io/attempt"] == "1"), None),
+        timeout=60, what="undo-a's first Job", operator=operator)
+    driver.batch.delete_namespaced_job(first.metadata.name, driver.namespace,
+                                       propagation_policy="Background")
+    body = await driver.wait_phase("v1", FINISHED, operator=operator)
+    assert body["status"]["phase"] == "failed", body["status"]
+    step = body["status"]["compensation"]["steps"][0]
+    assert (step["name"], step["state"], step["attempt"]) == ("undo-a", "succeeded", 2)
+    retried = [event for event in await history(driver, "v1")
+               if event.kind == "compensation.retry_scheduled"]
+    assert [event.attempt for event in retried] == [1]
+    assert "vanished" in str(retried[0].detail.get("error"))

@@ -491,6 +491,48 @@ def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
     }).encode()
 
 
+FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
+
+
+@pytest.mark.cluster
+async def test_operator_compensates_with_only_the_namespaced_chart_rbac(
+    helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
+    driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
+) -> None:
+    release = f"ff{uuid.uuid4().hex[:6]}"
+    values = helm.values_file({"watchNamespaces": [engine_namespace],
+                               "webhook": {"enabled": False}})
+    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
+             kubeconfig=cluster.kubeconfig)
+    process: OperatorProcess | None = None
+    try:
+        kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-operator",
+                                       namespace=release_namespace,
+                                       path=tmp_path / "chart-sa.kubeconfig")
+        process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
+                                  namespace=engine_namespace, identity="chart-sa",
+                                  log_path=tmp_path / "operator.log")
+        process.start()
+        await wait_for_leader(engine_store, process.identity, process=process)
+        await driver.publish({
+            "workflow": "saga", "version": 1, "taskTypes": {"ok": STEP, "fail": FAIL},
+            "tasks": [{"key": "reserve", "type": "ok"},
+                      {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
+                      {"key": "release", "type": "ok", "compensateFor": "reserve"}],
+        })
+        driver.create_run("s1", workflow="saga")
+        body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
+        assert body["status"]["phase"] == "failed", body["status"]
+        compensations = [job for job in driver.jobs("s1")
+                         if job.metadata.labels["flowforge.io/role"] == "compensation"]
+        assert [job.metadata.labels["flowforge.io/task"] for job in compensations] == ["release"]
+    finally:
+        if process is not None:
+            process.stop()
+        helm.run("uninstall", release, "-n", release_namespace, "--wait",
+                 kubeconfig=cluster.kubeconfig)
+
+
 @pytest.mark.cluster
 def test_webhook_server_serves_with_only_the_webhook_service_account(
     helm: Helm, cluster: Cluster, release_namespace: str, store_dsn: str, tmp_path: Path

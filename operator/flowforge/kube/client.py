@@ -27,6 +27,7 @@ T = TypeVar("T")
 RUN_GROUP = "flowforge.io"
 RUN_VERSION = "v1alpha1"
 RUN_PLURAL = "workflowruns"
+DEFINITION_PLURAL = "workflowdefinitions"
 
 
 class TokenBucket:
@@ -196,10 +197,21 @@ class KubeClient:
 
     async def patch_run_status(self, *, namespace: str, name: str,
                                status: Mapping[str, Any]) -> bool:
-        """Merge-patch the status subresource; False when the run is gone."""
+        """Merge-patch the run's status subresource; False when the run is gone."""
+        return await self._patch_status(RUN_PLURAL, namespace=namespace, name=name, status=status)
+
+    async def patch_definition_status(self, *, namespace: str, name: str,
+                                      status: Mapping[str, Any]) -> bool:
+        """Merge-patch a WorkflowDefinition's status; False when it is gone."""
+        return await self._patch_status(
+            DEFINITION_PLURAL, namespace=namespace, name=name, status=status
+        )
+
+    async def _patch_status(self, plural: str, *, namespace: str, name: str,
+                            status: Mapping[str, Any]) -> bool:
         try:
             await self._call(self._custom.patch_namespaced_custom_object_status, RUN_GROUP,
-                             RUN_VERSION, namespace, RUN_PLURAL, name, {"status": dict(status)},
+                             RUN_VERSION, namespace, plural, name, {"status": dict(status)},
                              _preload_content=False)
         except ApiException as error:
             if error.status == 404:

@@ -136,16 +136,26 @@ async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("flowforge.io", "v1alpha1", "workflowdefinitions")
 async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    """Publish a definition the admission webhook did not (idempotent, by content)."""
-    if event.get("type") == "DELETED" or memo.get("pool") is None:
+    """Publish a definition the admission webhook did not (idempotent, by content), and show
+    its task count and fingerprint (or why it is unusable) in its status."""
+    engine = _engine(memo)
+    if event.get("type") == "DELETED" or engine is None:
         return
     body = event["object"]
+    metadata = body["metadata"]
+    status: dict[str, Any] = {"observedGeneration": metadata.get("generation")}
     try:
         definition = parse_definition(body.get("spec") or {})
-        await publish_definition(
-            memo.pool, namespace=body["metadata"]["namespace"], definition=definition
-        )
+        await publish_definition(engine.pool, namespace=metadata["namespace"],
+                                 definition=definition)
+        status.update(taskCount=len(definition.tasks), fingerprint=definition.fingerprint,
+                      message="published")
     except FlowForgeError as error:
-        logger.warning(
-            "WorkflowDefinition %s not published: %s", body["metadata"].get("name"), error
-        )
+        logger.warning("WorkflowDefinition %s not published: %s", metadata.get("name"), error)
+        status["message"] = f"not published: {error}"[:4000]
+    current = body.get("status") or {}
+    if any(current.get(field) != value for field, value in status.items()):
+        await _guarded(engine, f"WorkflowDefinition {metadata.get('name')}",
+                       engine.kube.patch_definition_status(
+                           namespace=metadata["namespace"], name=metadata["name"],
+                           status=status))

@@ -6,7 +6,10 @@ durability (fsync on, synchronous_commit on), or uses ``--dsn`` / ``FLOWFORGE_BE
 run holds N independent pairs ``root-i -> child-i``; every root is marked running first,
 then the writers record the roots' successes concurrently. Each ``record_outcome`` is one
 fenced compare-and-set transaction that also releases the child and appends the events,
-followed by the run-settle probe. Prints transactions per second for 1 and 4 writers.
+followed by the run-settle probe. Prints transactions per second for 1 and 4 writers,
+and, as the baseline measured on the same server in the same run, pgbench's built-in
+TPC-B-like transaction (5 statements, one commit) with as many clients: the ratio says how
+close an outcome comes to what this machine's PostgreSQL commits at all.
 
     .venv/bin/python bench/bench_store.py [--pairs 2000] [--writers 1 4]
 """
@@ -16,7 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -87,7 +92,7 @@ async def _measure(pool: Pool, fence: Fence, *, run_id: int, pairs: int, writers
     return pairs / elapsed
 
 
-async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> None:
+async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int, float]:
     await migrate(dsn)
     pool = await open_pool(dsn, min_size=max(writer_counts), max_size=max(writer_counts))
     try:
@@ -95,17 +100,42 @@ async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> None:
         if lease is None:
             raise SystemExit("the operator lease is held by someone else")
         label = uuid.uuid4().hex[:8]
+        rates: dict[int, float] = {}
         for writers in writer_counts:
             run_id = await _prepare_run(
                 pool, lease.fence, pairs=pairs, label=f"bench-{label}-{writers}"
             )
             rate = await _measure(pool, lease.fence, run_id=run_id, pairs=pairs, writers=writers)
+            rates[writers] = rate
             print(
                 f"writers={writers}: {rate:,.0f} outcome transactions/s "
                 f"({pairs} outcomes, each releasing one dependent)"
             )
     finally:
         await pool.close()
+    return rates
+
+
+def pgbench_baseline(dsn: str, *, clients: int, seconds: int = 10) -> float:
+    """Transactions per second of pgbench's default script on the same server."""
+    pgbench = str(localdev.find_binary("pgbench"))
+    subprocess.run([pgbench, "--initialize", "--quiet", "--scale=4", dsn],
+                   check=True, capture_output=True, text=True)
+    result = subprocess.run(
+        [pgbench, f"--client={clients}", f"--jobs={min(clients, 2)}", f"--time={seconds}", dsn],
+        check=True, capture_output=True, text=True,
+    )
+    match = re.search(r"tps = ([0-9.]+)", result.stdout)
+    if match is None:
+        raise SystemExit(f"pgbench printed no tps:\n{result.stdout}{result.stderr}")
+    return float(match.group(1))
+
+
+def _print_baselines(dsn: str, rates: dict[int, float]) -> None:
+    for writers, rate in rates.items():
+        baseline = pgbench_baseline(dsn, clients=writers)
+        print(f"writers={writers}: pgbench baseline {baseline:,.0f} tps on the same server; "
+              f"outcome/pgbench ratio {rate / baseline:.2f}")
 
 
 def main() -> None:
@@ -121,7 +151,8 @@ def main() -> None:
     try:
         server = localdev.start(directory)
         print(f"local PostgreSQL 15 in {directory}, default durability (fsync on)")
-        asyncio.run(_bench(server.dsn, pairs=args.pairs, writer_counts=args.writers))
+        rates = asyncio.run(_bench(server.dsn, pairs=args.pairs, writer_counts=args.writers))
+        _print_baselines(server.dsn, rates)
     finally:
         localdev.stop(directory)
         shutil.rmtree(directory, ignore_errors=True)

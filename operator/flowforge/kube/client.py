@@ -62,6 +62,7 @@ def _json(response: Any) -> dict[str, Any]:
 
 class KubeClient:
     def __init__(self, api_client: k8s.ApiClient, *, job_creation_qps: float = 50.0,
+                 job_creation_burst: int = 50, api_qps: float = 0.0, api_burst: int = 1,
                  threads: int = 16) -> None:
         self._api = api_client
         self._batch = k8s.BatchV1Api(api_client)
@@ -70,11 +71,13 @@ class KubeClient:
         # Job creation has threads of its own: status patches and Events never delay it
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
         self._jobs_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-jobs")
-        self._job_bucket = TokenBucket(rate=job_creation_qps,
-                                       burst=max(1, int(job_creation_qps)))
+        self._job_bucket = TokenBucket(rate=job_creation_qps, burst=max(1, job_creation_burst))
+        # kopf has no client-side limiter; ours covers every call made through this client
+        self._api_bucket = TokenBucket(rate=api_qps, burst=max(1, api_burst))
 
     @classmethod
     def connect(cls, *, kubeconfig: str | None = None, job_creation_qps: float = 50.0,
+                job_creation_burst: int = 50, api_qps: float = 0.0, api_burst: int = 1,
                 threads: int = 16) -> KubeClient:
         configuration = k8s.Configuration()
         if kubeconfig:
@@ -89,14 +92,17 @@ class KubeClient:
                     client_configuration=configuration)
         configuration.connection_pool_maxsize = 2 * threads
         return cls(k8s.ApiClient(configuration), job_creation_qps=job_creation_qps,
+                   job_creation_burst=job_creation_burst, api_qps=api_qps, api_burst=api_burst,
                    threads=threads)
 
     async def _call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        await self._api_bucket.acquire()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: function(*args, **kwargs))
 
     async def _call_critical(self, function: Callable[..., T], /, *args: Any,
                              **kwargs: Any) -> T:
+        await self._api_bucket.acquire()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._jobs_pool, lambda: function(*args, **kwargs))
 

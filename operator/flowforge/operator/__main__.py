@@ -8,7 +8,6 @@ address unless asked (the metrics endpoint and kopf's liveness probe are off or 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -52,11 +51,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _environment(args)
     if not os.environ.get("FLOWFORGE_DSN"):
         parser.error("a PostgreSQL DSN is required (--dsn or FLOWFORGE_DSN)")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     import kopf
+
+    from flowforge.operator.settings import OperatorSettings
+
+    try:
+        settings = OperatorSettings.from_environment()
+    except ValueError as error:
+        parser.error(str(error))
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL,
+    )
 
     import flowforge.operator.handlers  # noqa: F401  (registers the handlers)
 

@@ -49,9 +49,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.networking.request_timeout = 60
 
     config = OperatorSettings.from_environment()
+    settings.queueing.worker_limit = config.event_workers
+    # With a list of namespaces the operator may not list namespaces at all (namespaced
+    # RBAC); without this kopf retries that scan for about a minute before going on.
+    settings.scanning.disabled = bool(config.namespaces)
     pool = await open_pool(config.dsn, min_size=2, max_size=config.store_pool_size)
     kube = KubeClient.connect(
-        kubeconfig=config.kubeconfig, job_creation_qps=config.job_creation_qps
+        kubeconfig=config.kubeconfig,
+        job_creation_qps=config.job_creation_qps,
+        job_creation_burst=config.job_creation_burst,
+        api_qps=config.kube_api_qps,
+        api_burst=config.kube_api_burst,
+        threads=config.kube_api_threads,
     )
     leadership = Leadership(
         pool, identity=config.identity, ttl=config.lease_ttl, renew_every=config.lease_renew_seconds

@@ -19,6 +19,17 @@ def _float(environment: Mapping[str, str], name: str, default: float) -> float:
     return default if raw in (None, "") else float(raw)
 
 
+LOG_FORMATS = ("text", "json")
+
+
+def _log_format(raw: str) -> str:
+    value = raw.strip().lower() or "text"
+    if value not in LOG_FORMATS:
+        choices = ", ".join(LOG_FORMATS)
+        raise ValueError(f"FLOWFORGE_LOG_FORMAT must be one of {choices}, not {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     dsn: str
@@ -28,6 +39,14 @@ class OperatorSettings:
     # finished Jobs are deleted this long after their outcome is recorded; < 0 keeps them
     job_ttl_seconds: float = 300.0
     job_creation_qps: float = 50.0
+    job_creation_burst: int = 50
+    # every call this operator makes to the API (Jobs, status, Events); 0 = unlimited.
+    # kopf's own watches are long-lived streams and are not counted.
+    kube_api_qps: float = 100.0
+    kube_api_burst: int = 200
+    kube_api_threads: int = 16
+    event_workers: int = 50  # concurrent kopf event handlers per resource kind
+    log_format: str = "text"  # text | json
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no metrics endpoint
     lease_ttl_seconds: float = 10.0
@@ -51,6 +70,12 @@ class OperatorSettings:
             reconcile_interval_seconds=_float(env, "FLOWFORGE_RECONCILE_INTERVAL", 10.0),
             job_ttl_seconds=_float(env, "FLOWFORGE_JOB_TTL", 300.0),
             job_creation_qps=_float(env, "FLOWFORGE_JOB_CREATION_QPS", 50.0),
+            job_creation_burst=int(_float(env, "FLOWFORGE_JOB_CREATION_BURST", 50)),
+            kube_api_qps=_float(env, "FLOWFORGE_KUBE_API_QPS", 100.0),
+            kube_api_burst=int(_float(env, "FLOWFORGE_KUBE_API_BURST", 200)),
+            kube_api_threads=int(_float(env, "FLOWFORGE_KUBE_API_THREADS", 16)),
+            event_workers=int(_float(env, "FLOWFORGE_EVENT_WORKERS", 50)),
+            log_format=_log_format(env.get("FLOWFORGE_LOG_FORMAT", "text")),
             metrics_host=env.get("FLOWFORGE_METRICS_HOST", "127.0.0.1"),
             metrics_port=int(_float(env, "FLOWFORGE_METRICS_PORT", 0)),
             lease_ttl_seconds=_float(env, "FLOWFORGE_LEASE_TTL", 10.0),

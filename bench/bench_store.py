@@ -6,7 +6,10 @@ durability (fsync on, synchronous_commit on), or uses ``--dsn`` / ``FLOWFORGE_BE
 run holds N independent pairs ``root-i -> child-i``; every root is marked running first,
 then the writers record the roots' successes concurrently. Each ``record_outcome`` is one
 fenced compare-and-set transaction that also releases the child and appends the events,
-followed by the run-settle probe. Prints transactions per second for 1 and 4 writers,
+followed by the run-settle probe. Prints transactions per second for 1 and 4 writers;
+then the same for the operator's own outcome transaction (``store.engine.record_outcome``:
+several statements under the run's row lock, dispatching the released child), one run per
+writer;
 and, as the baseline measured on the same server in the same run, pgbench's built-in
 TPC-B-like transaction (5 statements, one commit) with as many clients: the ratio says how
 close an outcome comes to what this machine's PostgreSQL commits at all.
@@ -28,8 +31,10 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeReason
 from flowforge.domain.validation import parse_definition
 from flowforge.localdev import postgres as localdev
+from flowforge.store import engine as store_engine
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.lease import Fence, acquire_lease
@@ -41,7 +46,7 @@ from flowforge.store.transitions import mark_running, record_outcome
 NAMESPACE = "bench"
 
 
-async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> int:
+async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> tuple[int, str]:
     tasks: list[dict[str, object]] = []
     for n in range(pairs):
         tasks.append({"key": f"root-{n}", "type": "py"})
@@ -66,7 +71,34 @@ async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> i
     )
     for n in range(pairs):
         await mark_running(pool, fence=fence, run_id=run.run.id, task_key=f"root-{n}", attempt=1)
-    return run.run.id
+    return run.run.id, run.run.uid
+
+
+async def _measure_engine_path(
+    pool: Pool, fence: Fence, *, runs: list[tuple[int, str]], pairs_per_run: int
+) -> float:
+    """The operator's own outcome transaction (store.engine.record_outcome: the run row is
+    locked, so one run's decisions are serialised; it also dispatches the released child).
+    One writer per run, as the operator's concurrency comes from many runs at once."""
+    success = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED)
+    dispatched = 0
+
+    async def writer(run_id: int, run_uid: str) -> None:
+        nonlocal dispatched
+        for n in range(pairs_per_run):
+            decision = await store_engine.record_outcome(
+                pool, fence=fence, run_id=run_id, run_uid=run_uid, task_key=f"root-{n}",
+                attempt=1, outcome=success, backoff=BackoffPolicy(),
+            )
+            dispatched += len(decision.dispatched)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer(run_id, uid) for run_id, uid in runs))
+    elapsed = time.perf_counter() - started
+    total = pairs_per_run * len(runs)
+    if dispatched != total:
+        raise SystemExit(f"expected {total} dispatches, saw {dispatched}")
+    return total / elapsed
 
 
 async def _measure(pool: Pool, fence: Fence, *, run_id: int, pairs: int, writers: int) -> float:
@@ -102,7 +134,7 @@ async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int,
         label = uuid.uuid4().hex[:8]
         rates: dict[int, float] = {}
         for writers in writer_counts:
-            run_id = await _prepare_run(
+            run_id, _ = await _prepare_run(
                 pool, lease.fence, pairs=pairs, label=f"bench-{label}-{writers}"
             )
             rate = await _measure(pool, lease.fence, run_id=run_id, pairs=pairs, writers=writers)
@@ -110,6 +142,18 @@ async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int,
             print(
                 f"writers={writers}: {rate:,.0f} outcome transactions/s "
                 f"({pairs} outcomes, each releasing one dependent)"
+            )
+            runs = [
+                await _prepare_run(pool, lease.fence, pairs=pairs // writers,
+                                   label=f"bench-{label}-engine-{writers}-{index}")
+                for index in range(writers)
+            ]
+            engine_rate = await _measure_engine_path(
+                pool, lease.fence, runs=runs, pairs_per_run=pairs // writers
+            )
+            print(
+                f"writers={writers}: {engine_rate:,.0f} operator outcome transactions/s "
+                f"(store.engine path, {writers} run(s), one writer each)"
             )
     finally:
         await pool.close()

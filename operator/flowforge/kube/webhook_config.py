@@ -170,24 +170,22 @@ def apply_webhook_configurations(
     with _api_client(kubeconfig) as api_client:
         # Typed as Any: the client accepts our plain dicts as bodies.
         api: Any = client.AdmissionregistrationV1Api(api_client)
-        validating = build_validating_configuration(endpoint, name=name)
-        mutating = build_mutating_configuration(endpoint, name=name)
-        try:
-            api.create_validating_webhook_configuration(body=validating)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            current = api.read_validating_webhook_configuration(name=name)
-            validating["metadata"]["resourceVersion"] = current.metadata.resource_version
-            api.replace_validating_webhook_configuration(name=name, body=validating)
-        try:
-            api.create_mutating_webhook_configuration(body=mutating)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            current = api.read_mutating_webhook_configuration(name=name)
-            mutating["metadata"]["resourceVersion"] = current.metadata.resource_version
-            api.replace_mutating_webhook_configuration(name=name, body=mutating)
+        _create_or_replace(api, "validating_webhook_configuration",
+                           build_validating_configuration(endpoint, name=name))
+        _create_or_replace(api, "mutating_webhook_configuration",
+                           build_mutating_configuration(endpoint, name=name))
+
+
+def _create_or_replace(api: Any, kind: str, body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    try:
+        getattr(api, f"create_{kind}")(body=body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        current = getattr(api, f"read_{kind}")(name=name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        getattr(api, f"replace_{kind}")(name=name, body=body)
 
 
 def delete_webhook_configurations(

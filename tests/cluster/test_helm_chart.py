@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -404,70 +405,93 @@ STEP = {"image": "busybox:1.36", "command": ["true"],
         "annotations": {"flowforge.io/simulate-duration": "1s"}}
 
 
+@contextmanager
+def _namespaced_release(
+    helm: Helm, cluster: Cluster, *, release_namespace: str, watched_namespace: str
+) -> Iterator[str]:
+    """The chart installed in namespaced mode for one watched namespace; uninstalled after."""
+    release = f"ff{uuid.uuid4().hex[:6]}"
+    # the webhook is off here: its pods are kwok's fakes, and nothing may dial them
+    values = helm.values_file({"watchNamespaces": [watched_namespace],
+                               "webhook": {"enabled": False}})
+    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
+             kubeconfig=cluster.kubeconfig)
+    try:
+        yield release
+    finally:
+        helm.run("uninstall", release, "-n", release_namespace, "--wait",
+                 kubeconfig=cluster.kubeconfig)
+
+
+async def _start_operator(
+    *, kubeconfig: Path, store_dsn: str, engine_store: Pool, engine_namespace: str,
+    tmp_path: Path, extra_env: dict[str, str] | None = None,
+) -> OperatorProcess:
+    """The operator, run locally with the chart ServiceAccount's credentials, leading."""
+    process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
+                              namespace=engine_namespace, identity="chart-sa",
+                              log_path=tmp_path / "operator.log", extra_env=dict(extra_env or {}))
+    process.start()
+    await wait_for_leader(engine_store, process.identity, process=process)
+    return process
+
+
 @pytest.mark.cluster
 async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
     helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
     driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
 ) -> None:
-    release = f"ff{uuid.uuid4().hex[:6]}"
-    # the webhook is off here: its pods are kwok's fakes, and nothing may dial them
-    values = helm.values_file({"watchNamespaces": [engine_namespace],
-                               "webhook": {"enabled": False}})
-    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
-             kubeconfig=cluster.kubeconfig)
     process: OperatorProcess | None = None
-    try:
-        service_account = f"{release}-flowforge-operator"
-        subject = f"system:serviceaccount:{release_namespace}:{service_account}"
-        assert _can(cluster, subject, "create", "jobs.batch", engine_namespace)
-        assert _can(cluster, subject, "patch", "workflowruns.flowforge.io/status",
-                    engine_namespace)
-        for verb, resource, namespace in [
-            ("get", "secrets", engine_namespace), ("get", "secrets", release_namespace),
-            ("create", "jobs.batch", release_namespace), ("create", "jobs.batch", "default"),
-            ("list", "jobs.batch", None), ("list", "workflowruns.flowforge.io", None),
-        ]:
-            assert not _can(cluster, subject, verb, resource, namespace), (verb, namespace)
+    with _namespaced_release(helm, cluster, release_namespace=release_namespace,
+                             watched_namespace=engine_namespace) as release:
+        try:
+            service_account = f"{release}-flowforge-operator"
+            subject = f"system:serviceaccount:{release_namespace}:{service_account}"
+            assert _can(cluster, subject, "create", "jobs.batch", engine_namespace)
+            assert _can(cluster, subject, "patch", "workflowruns.flowforge.io/status",
+                        engine_namespace)
+            for verb, resource, namespace in [
+                ("get", "secrets", engine_namespace), ("get", "secrets", release_namespace),
+                ("create", "jobs.batch", release_namespace), ("create", "jobs.batch", "default"),
+                ("list", "jobs.batch", None), ("list", "workflowruns.flowforge.io", None),
+            ]:
+                assert not _can(cluster, subject, verb, resource, namespace), (verb, namespace)
 
-        kubeconfig = _token_kubeconfig(cluster, service_account=service_account,
-                                       namespace=release_namespace,
-                                       path=tmp_path / "chart-sa.kubeconfig")
-        forbidden = kubectl(cluster, "--kubeconfig", str(kubeconfig), "get", "secrets",
-                            "-n", engine_namespace, check=False)
-        assert forbidden.returncode != 0 and "Forbidden" in forbidden.stderr
+            kubeconfig = _token_kubeconfig(cluster, service_account=service_account,
+                                           namespace=release_namespace,
+                                           path=tmp_path / "chart-sa.kubeconfig")
+            forbidden = kubectl(cluster, "--kubeconfig", str(kubeconfig), "get", "secrets",
+                                "-n", engine_namespace, check=False)
+            assert forbidden.returncode != 0 and "Forbidden" in forbidden.stderr
 
-        process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
-                                  namespace=engine_namespace, identity="chart-sa",
-                                  log_path=tmp_path / "operator.log",
-                                  extra_env={"FLOWFORGE_JOB_TTL": "1"})
-        process.start()
-        await wait_for_leader(engine_store, process.identity, process=process)
-        await driver.publish({
-            "workflow": "diamond", "version": 1, "taskTypes": {"step": STEP},
-            "tasks": [{"key": "extract", "type": "step"},
-                      {"key": "left", "type": "step", "dependsOn": ["extract"]},
-                      {"key": "right", "type": "step", "dependsOn": ["extract"]},
-                      {"key": "load", "type": "step", "dependsOn": ["left", "right"]}],
-        })
-        driver.create_run("d1", workflow="diamond")
-        body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=process)
-        assert body["status"]["phase"] == "succeeded", body["status"]
-        assert body["status"]["progress"] == "4/4"
-        assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
-        # finished Jobs are deleted after their TTL: the delete verb works as granted
-        wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
-        # The one refusal allowed: kopf's namespace scan (namespaced mode grants no
-        # cluster-wide namespace list; kopf then uses the watched namespaces as given).
-        refusals = [line for line in process.log_path.read_text(errors="replace").splitlines()
-                    if "Forbidden" in line or "403" in line]
-        unexpected = [line for line in refusals if "/api/v1/namespaces ->" not in line
-                      and "permissions to list namespaces" not in line]
-        assert unexpected == [], "\n".join(unexpected)
-    finally:
-        if process is not None:
-            process.stop()
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
+            process = await _start_operator(
+                kubeconfig=kubeconfig, store_dsn=store_dsn, engine_store=engine_store,
+                engine_namespace=engine_namespace, tmp_path=tmp_path,
+                extra_env={"FLOWFORGE_JOB_TTL": "1"})
+            await driver.publish({
+                "workflow": "diamond", "version": 1, "taskTypes": {"step": STEP},
+                "tasks": [{"key": "extract", "type": "step"},
+                          {"key": "left", "type": "step", "dependsOn": ["extract"]},
+                          {"key": "right", "type": "step", "dependsOn": ["extract"]},
+                          {"key": "load", "type": "step", "dependsOn": ["left", "right"]}],
+            })
+            driver.create_run("d1", workflow="diamond")
+            body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=process)
+            assert body["status"]["phase"] == "succeeded", body["status"]
+            assert body["status"]["progress"] == "4/4"
+            assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
+            # finished Jobs are deleted after their TTL: the delete verb works as granted
+            wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
+            # The one refusal allowed: kopf's namespace scan (namespaced mode grants no
+            # cluster-wide namespace list; kopf then uses the watched namespaces as given).
+            refusals = [line for line in process.log_path.read_text(errors="replace").splitlines()
+                        if "Forbidden" in line or "403" in line]
+            unexpected = [line for line in refusals if "/api/v1/namespaces ->" not in line
+                          and "permissions to list namespaces" not in line]
+            assert unexpected == [], "\n".join(unexpected)
+        finally:
+            if process is not None:
+                process.stop()
 
 
 
@@ -499,38 +523,32 @@ async def test_operator_compensates_with_only_the_namespaced_chart_rbac(
     helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
     driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
 ) -> None:
-    release = f"ff{uuid.uuid4().hex[:6]}"
-    values = helm.values_file({"watchNamespaces": [engine_namespace],
-                               "webhook": {"enabled": False}})
-    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
-             kubeconfig=cluster.kubeconfig)
     process: OperatorProcess | None = None
-    try:
-        kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-operator",
-                                       namespace=release_namespace,
-                                       path=tmp_path / "chart-sa.kubeconfig")
-        process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
-                                  namespace=engine_namespace, identity="chart-sa",
-                                  log_path=tmp_path / "operator.log")
-        process.start()
-        await wait_for_leader(engine_store, process.identity, process=process)
-        await driver.publish({
-            "workflow": "saga", "version": 1, "taskTypes": {"ok": STEP, "fail": FAIL},
-            "tasks": [{"key": "reserve", "type": "ok"},
-                      {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
-                      {"key": "release", "type": "ok", "compensateFor": "reserve"}],
-        })
-        driver.create_run("s1", workflow="saga")
-        body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
-        assert body["status"]["phase"] == "failed", body["status"]
-        compensations = [job for job in driver.jobs("s1")
-                         if job.metadata.labels["flowforge.io/role"] == "compensation"]
-        assert [job.metadata.labels["flowforge.io/task"] for job in compensations] == ["release"]
-    finally:
-        if process is not None:
-            process.stop()
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
+    with _namespaced_release(helm, cluster, release_namespace=release_namespace,
+                             watched_namespace=engine_namespace) as release:
+        try:
+            kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-operator",
+                                           namespace=release_namespace,
+                                           path=tmp_path / "chart-sa.kubeconfig")
+            process = await _start_operator(
+                kubeconfig=kubeconfig, store_dsn=store_dsn, engine_store=engine_store,
+                engine_namespace=engine_namespace, tmp_path=tmp_path)
+            await driver.publish({
+                "workflow": "saga", "version": 1, "taskTypes": {"ok": STEP, "fail": FAIL},
+                "tasks": [{"key": "reserve", "type": "ok"},
+                          {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
+                          {"key": "release", "type": "ok", "compensateFor": "reserve"}],
+            })
+            driver.create_run("s1", workflow="saga")
+            body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
+            assert body["status"]["phase"] == "failed", body["status"]
+            compensations = [job for job in driver.jobs("s1")
+                             if job.metadata.labels["flowforge.io/role"] == "compensation"]
+            compensated = [job.metadata.labels["flowforge.io/task"] for job in compensations]
+            assert compensated == ["release"]
+        finally:
+            if process is not None:
+                process.stop()
 
 
 @pytest.mark.cluster

@@ -7,9 +7,9 @@ run holds N independent pairs ``root-i -> child-i``; every root is marked runnin
 then the writers record the roots' successes concurrently. Each ``record_outcome`` is one
 fenced compare-and-set transaction that also releases the child and appends the events,
 followed by the run-settle probe. Prints transactions per second for 1 and 4 writers;
-then the same for the operator's own outcome transaction (``store.engine.record_outcome``:
-several statements under the run's row lock, dispatching the released child), one run per
-writer;
+then the same for the operator's own outcome path (``store.engine.record_outcome``: the
+same one statement, which also moves the released child on to running, then the settle
+probe), one run per writer;
 and, as the baseline measured on the same server in the same run, pgbench's built-in
 TPC-B-like transaction (5 statements, one commit) with as many clients: the ratio says how
 close an outcome comes to what this machine's PostgreSQL commits at all.
@@ -77,9 +77,9 @@ async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> t
 async def _measure_engine_path(
     pool: Pool, fence: Fence, *, runs: list[tuple[int, str]], pairs_per_run: int
 ) -> float:
-    """The operator's own outcome transaction (store.engine.record_outcome: the run row is
-    locked, so one run's decisions are serialised; it also dispatches the released child).
-    One writer per run, as the operator's concurrency comes from many runs at once."""
+    """The operator's own outcome path (store.engine.record_outcome: one statement that also
+    dispatches the released child). One writer per run, as the operator's concurrency comes
+    from many runs at once."""
     success = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED)
     dispatched = 0
 

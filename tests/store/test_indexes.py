@@ -108,7 +108,8 @@ CASES: dict[str, tuple[str, Params, str]] = {
     "running": (RUNNING_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
     "record_success_and_release": (
         RECORD_SUCCESS_QUERY,
-        lambda r, t: {"lease": "operator", "epoch": 1, "run": r, "key": "root", "attempt": 1},
+        lambda r, t: {"lease": "operator", "epoch": 1, "run": r, "key": "root", "attempt": 1,
+                      "detail": "{}", "dispatch": True},
         "flowforge_task_dependency_pkey",
     ),
     "skip_downstream": (SKIP_DOWNSTREAM_QUERY, lambda r, t: {"task": t},
@@ -123,7 +124,8 @@ async def test_recording_a_success_finds_its_task_row_by_index(
     """The task row is found by (run_id, task_key) or by (run_id, role, state): the planner
     may pick either, both are selective; what must not happen is a scan of the run."""
     run_id, _ = populated
-    params = {"lease": "operator", "epoch": 1, "run": run_id, "key": "root", "attempt": 1}
+    params = {"lease": "operator", "epoch": 1, "run": run_id, "key": "root", "attempt": 1,
+              "detail": "{}", "dispatch": True}
 
     used = await _plan_indexes(store, RECORD_SUCCESS_QUERY, params)
 

@@ -12,13 +12,20 @@ import pytest
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition
-from flowforge.store.errors import TransitionConflictError
+from flowforge.store.errors import StaleEpochError, TransitionConflictError
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import get_task, list_dispatchable_tasks, list_tasks, run_progress
 from flowforge.store.runs import create_run, get_run
-from flowforge.store.transitions import OutcomeResult, cancel_run, mark_running, record_outcome
+from flowforge.store.transitions import (
+    OutcomeResult,
+    SuccessResult,
+    cancel_run,
+    mark_running,
+    record_outcome,
+    record_success,
+)
 from tests.store.conftest import NAMESPACE, start_run
 
 pytestmark = pytest.mark.store
@@ -265,3 +272,74 @@ async def test_history_is_append_only(store_dsn: str, store: Pool, fence: Fence)
         with pytest.raises(psycopg.errors.CheckViolation, match="append-only"):
             await connection.execute("UPDATE flowforge_event SET kind = 'run.forged'")
     assert [e.kind for e in await run_history(store, run_id)] == ["run.created"]
+
+
+async def test_a_dispatching_success_moves_what_it_releases_on_to_running_in_one_commit(
+    store: Pool, fence: Fence
+) -> None:
+    run_id = (await start_run(store, fence, DIAMOND)).run.id
+    await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
+
+    result = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
+                                  attempt=1, detail={"exitCode": 0}, dispatch=True)
+
+    assert result.recorded and result.released == ("clean", "enrich")
+    assert [(d.task_key, d.attempt) for d in result.dispatched] == [("clean", 1), ("enrich", 1)]
+    states = await _states(store, run_id)
+    assert (states["clean"], states["enrich"], states["load"]) == ("running", "running",
+                                                                    "waiting")
+    history = [(e.kind, e.task_key) for e in await run_history(store, run_id)]
+    assert history[-5:] == [("task.succeeded", "extract"), ("task.released", "clean"),
+                            ("task.released", "enrich"), ("task.dispatched", "clean"),
+                            ("task.dispatched", "enrich")]
+    succeeded = [e for e in await run_history(store, run_id) if e.kind == "task.succeeded"]
+    assert succeeded[0].detail == {"exitCode": 0}
+
+
+async def test_a_replayed_success_records_nothing_and_releases_nothing(
+    store: Pool, fence: Fence
+) -> None:
+    run_id = (await start_run(store, fence, DIAMOND)).run.id
+    await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
+    await record_success(store, fence=fence, run_id=run_id, task_key="extract", attempt=1,
+                         dispatch=True)
+    before = len(await run_history(store, run_id))
+
+    again = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
+                                 attempt=1, dispatch=True)
+
+    assert again == SuccessResult(recorded=False)
+    assert len(await run_history(store, run_id)) == before
+    load = await get_task(store, run_id=run_id, task_key="load")
+    assert load is not None and load.pending_dependencies == 2
+
+
+async def test_a_success_in_a_cancelling_run_releases_but_dispatches_nothing(
+    store: Pool, fence: Fence
+) -> None:
+    run_id = (await start_run(store, fence, DIAMOND)).run.id
+    await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
+    async with store.connection() as connection:
+        await connection.execute(
+            "UPDATE flowforge_run SET cancel_requested = true WHERE id = %s", (run_id,))
+
+    result = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
+                                  attempt=1, dispatch=True)
+
+    assert result.released == ("clean", "enrich") and result.dispatched == ()
+    states = await _states(store, run_id)
+    assert (states["clean"], states["enrich"]) == ("ready", "ready")
+
+
+async def test_a_dispatching_success_with_a_stale_epoch_changes_nothing(
+    store: Pool, fence: Fence
+) -> None:
+    run_id = (await start_run(store, fence, DIAMOND)).run.id
+    await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
+    stale = Fence(lease=fence.lease, epoch=fence.epoch - 1)
+
+    with pytest.raises(StaleEpochError):
+        await record_success(store, fence=stale, run_id=run_id, task_key="extract",
+                             attempt=1, dispatch=True)
+
+    assert (await _states(store, run_id))["extract"] == "running"

@@ -302,7 +302,7 @@ class Engine:
         await self._create_jobs(context, decision.dispatched, received=received)
         if received is not None and decision.dispatched:
             done = time.perf_counter()
-            if done - received > 0.5:
+            if done - received > 0.1:
                 logger.info("slow hand-off after %s: %.0f ms before the store, %.0f ms in the "
                             "store, %.0f ms creating %d Jobs", identity.name,
                             (stored_at - received) * 1000, (decided_at - stored_at) * 1000,

@@ -50,6 +50,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
     config = OperatorSettings.from_environment()
     settings.queueing.worker_limit = config.event_workers
+    settings.queueing.idle_timeout = config.event_worker_idle_seconds
     # With a list of namespaces the operator may not list namespaces at all (namespaced
     # RBAC); without this kopf retries that scan for about a minute before going on.
     settings.scanning.disabled = bool(config.namespaces)

@@ -46,6 +46,9 @@ class OperatorSettings:
     kube_api_burst: int = 200
     kube_api_threads: int = 16
     event_workers: int = 50  # concurrent kopf event handlers per resource kind
+    # kopf keeps an object's worker (and its slot of event_workers) this long after its last
+    # event; kopf's own 5 s made a burst of new Jobs wait seconds for a slot
+    event_worker_idle_seconds: float = 0.2
     log_format: str = "text"  # text | json
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no metrics endpoint
@@ -75,6 +78,7 @@ class OperatorSettings:
             kube_api_burst=int(_float(env, "FLOWFORGE_KUBE_API_BURST", 200)),
             kube_api_threads=int(_float(env, "FLOWFORGE_KUBE_API_THREADS", 16)),
             event_workers=int(_float(env, "FLOWFORGE_EVENT_WORKERS", 50)),
+            event_worker_idle_seconds=_float(env, "FLOWFORGE_EVENT_WORKER_IDLE", 0.2),
             log_format=_log_format(env.get("FLOWFORGE_LOG_FORMAT", "text")),
             metrics_host=env.get("FLOWFORGE_METRICS_HOST", "127.0.0.1"),
             metrics_port=int(_float(env, "FLOWFORGE_METRICS_PORT", 0)),

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from flowforge.domain.execution import (
     AttemptOutcome,
     BackoffPolicy,
@@ -30,10 +32,12 @@ from flowforge.domain.execution import (
 )
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
+from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.retry import in_transaction
-from flowforge.store.settle import SettledRun, settle_locked
+from flowforge.store.settle import SettledRun, settle_locked, settle_run
+from flowforge.store.transitions import record_success
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,25 +124,6 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> tuple[Dispat
     return await in_transaction(pool, decide)
 
 
-async def _release_dependents(connection: Connection, *, fence: Fence, run_id: int,
-                              task_id: int) -> None:
-    cursor = await connection.execute(
-        """
-        UPDATE flowforge_task AS task
-        SET pending_dependencies = task.pending_dependencies - 1,
-            state = CASE WHEN task.pending_dependencies = 1 THEN 'ready' ELSE task.state END,
-            not_before = now(), updated_at = now()
-        FROM flowforge_task_dependency AS edge
-        WHERE edge.upstream_id = %s AND task.id = edge.task_id AND task.state = 'waiting'
-        RETURNING task.task_key, task.state
-        """,
-        (task_id,),
-    )
-    released = [key for key, state in await cursor.fetchall() if state == TaskState.READY]
-    await append_task_events(connection, run_id=run_id, kind="task.released",
-                             epoch=fence.epoch, task_keys=sorted(released))
-
-
 async def _skip_downstream(connection: Connection, *, fence: Fence, run_id: int,
                            task_id: int) -> tuple[str, ...]:
     cursor = await connection.execute(
@@ -187,10 +172,16 @@ async def record_outcome(
 ) -> Decision:
     """Record how one attempt ended, and in the same transaction act on it.
 
-    Success releases dependents whose every upstream succeeded and dispatches them; a
-    failure with attempts left schedules the next attempt after the backoff; a final
-    failure skips everything downstream. Then the run is settled.
+    Success is the hot path, one statement (``transitions.record_success``): it releases
+    the dependents whose every upstream succeeded and moves them on to running, and the run
+    is settled after the commit only when it released nothing (a released task is
+    unresolved: whoever resolves it settles). A failure with attempts left schedules the
+    next attempt after the backoff; a final failure skips everything downstream; both lock
+    the run and settle it in their transaction.
     """
+    if outcome.succeeded:
+        return await _record_success(pool, fence=fence, run_id=run_id, task_key=task_key,
+                                     attempt=attempt, outcome=outcome)
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
@@ -210,17 +201,7 @@ async def record_outcome(
         retry_at: datetime | None = None
         skipped: tuple[str, ...] = ()
         final_failure = False
-        if outcome.succeeded:
-            await connection.execute(
-                "UPDATE flowforge_task SET state = 'succeeded', finished_at = now(), "
-                "updated_at = now(), last_error = NULL WHERE id = %s",
-                (task_id,),
-            )
-            await append_event(connection, run_id=run_id, kind="task.succeeded",
-                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
-                               detail=detail)
-            await _release_dependents(connection, fence=fence, run_id=run_id, task_id=task_id)
-        elif may_retry(attempt=attempt, retries=max_attempts - 1):
+        if may_retry(attempt=attempt, retries=max_attempts - 1):
             delay = retry_delay(
                 failed_attempts=attempt, policy=backoff,
                 unit=jitter_unit(run_uid=run_uid, task_key=task_key, attempt=attempt),
@@ -256,6 +237,23 @@ async def record_outcome(
                         final_failure=final_failure, skipped=skipped, settled=settled)
 
     return await in_transaction(pool, decide)
+
+
+async def _record_success(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
+                          attempt: int, outcome: AttemptOutcome) -> Decision:
+    success = await record_success(pool, fence=fence, run_id=run_id, task_key=task_key,
+                                   attempt=attempt, detail=_outcome_detail(outcome),
+                                   dispatch=True)
+    if not success.recorded:
+        return Decision(recorded=False)
+    dispatched = tuple(
+        Dispatch(run_id=run_id, task_key=item.task_key, role=TaskRole.FORWARD,
+                 attempt=item.attempt, timeout_seconds=item.timeout_seconds,
+                 released_at=item.not_before)
+        for item in success.dispatched
+    )
+    settled = None if success.released else await settle_run(pool, fence=fence, run_id=run_id)
+    return Decision(recorded=True, dispatched=dispatched, settled=settled)
 
 
 async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> Decision:
@@ -296,17 +294,33 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> D
     return await in_transaction(pool, decide)
 
 
+JOB_CREATED_QUERY = """
+WITH fence AS (
+    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
+), recorded AS (
+    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, %(key)s, %(attempt)s, 'task.job_created', epoch, %(detail)s
+    FROM fence WHERE epoch = %(epoch)s
+)
+SELECT (SELECT epoch FROM fence)
+"""
+
+
 async def record_job_created(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
                              attempt: int, job: str, created: bool) -> None:
-    """Note that the Job of an attempt exists (``created`` False: it already existed)."""
+    """Note that the Job of an attempt exists (``created`` False: it already existed).
+    One fenced statement, one round trip."""
 
     async def decide(connection: Connection) -> None:
-        await check_fence(connection, fence)
-        await append_event(connection, run_id=run_id, kind="task.job_created",
-                           epoch=fence.epoch, task_key=task_key, attempt=attempt,
-                           detail={"job": job, "created": created})
+        cursor = await connection.execute(JOB_CREATED_QUERY, {
+            "lease": fence.lease, "epoch": fence.epoch, "run": run_id, "key": task_key,
+            "attempt": attempt, "detail": Jsonb({"job": job, "created": created})})
+        row = await cursor.fetchone()
+        current = None if row is None or row[0] is None else int(row[0])
+        if current != fence.epoch:
+            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current)
 
-    await in_transaction(pool, decide)
+    await in_transaction(pool, decide, single_statement=True)
 
 
 async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:

@@ -17,7 +17,11 @@ transitively; independent branches are untouched.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from flowforge.domain.states import TaskState
 from flowforge.store.connection import Connection, Pool
@@ -103,9 +107,13 @@ RETURNING task.task_key
 RECORD_SUCCESS_QUERY = """
 WITH fence AS (
     SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
+), run AS (
+    SELECT %(dispatch)s::boolean AND phase IN ('pending', 'running') AND NOT cancel_requested
+           AS may_dispatch
+    FROM flowforge_run WHERE id = %(run)s
 ), moved AS (
     UPDATE flowforge_task
-    SET state = 'succeeded', finished_at = now(), updated_at = now()
+    SET state = 'succeeded', finished_at = now(), updated_at = now(), last_error = NULL
     WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
       AND state = 'running' AND attempt = %(attempt)s
       AND (SELECT epoch FROM fence) = %(epoch)s
@@ -120,36 +128,76 @@ WITH fence AS (
     UPDATE flowforge_task AS task
     SET pending_dependencies = task.pending_dependencies - 1,
         state = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
-                     THEN 'ready' ELSE task.state END,
+                     THEN CASE WHEN (SELECT may_dispatch FROM run) THEN 'running' ELSE 'ready' END
+                     ELSE task.state END,
+        started_at = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
+                          AND (SELECT may_dispatch FROM run)
+                          THEN coalesce(task.started_at, now()) ELSE task.started_at END,
         not_before = CASE WHEN task.pending_dependencies = 1 AND task.state = 'waiting'
                           THEN greatest(task.not_before, now()) ELSE task.not_before END,
         updated_at = now()
     FROM dependents
     WHERE task.id = dependents.id
-    RETURNING task.task_key, task.state
+    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before
 ), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch)
-    SELECT %(run)s, task_key, attempt, kind, %(epoch)s FROM (
+    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, task_key, attempt, kind, %(epoch)s, detail FROM (
         SELECT 0 AS position, %(key)s AS task_key, %(attempt)s::int AS attempt,
-               'task.succeeded' AS kind
+               'task.succeeded' AS kind, %(detail)s::jsonb AS detail
         FROM moved
         UNION ALL
-        SELECT 1, task_key, NULL, 'task.released' FROM released WHERE state = 'ready'
+        SELECT 1, task_key, NULL, 'task.released', '{}'::jsonb
+        FROM released WHERE state IN ('ready', 'running')
+        UNION ALL
+        SELECT 2, task_key, attempt, 'task.dispatched', '{}'::jsonb
+        FROM released WHERE state = 'running'
     ) AS events
     ORDER BY position, task_key
 )
 SELECT (SELECT epoch FROM fence),
        (SELECT count(*) FROM moved),
-       ARRAY(SELECT task_key FROM released WHERE state = 'ready' ORDER BY task_key)
+       ARRAY(SELECT task_key FROM released WHERE state IN ('ready', 'running')
+             ORDER BY task_key),
+       ARRAY(SELECT task_key FROM released WHERE state = 'running' ORDER BY task_key),
+       ARRAY(SELECT attempt FROM released WHERE state = 'running' ORDER BY task_key),
+       ARRAY(SELECT timeout_seconds FROM released WHERE state = 'running' ORDER BY task_key),
+       ARRAY(SELECT not_before FROM released WHERE state = 'running' ORDER BY task_key)
 """
 
 
-async def _record_success(
-    pool: Pool, *, fence: Fence, run_id: int, task_key: str, attempt: int
-) -> OutcomeResult:
-    """The hot path, one statement: fence check, compare-and-set, release, events."""
+@dataclasses.dataclass(frozen=True)
+class Released:
+    """A dependent this success released and (when dispatching) moved on to running."""
 
-    async def decide(connection: Connection) -> OutcomeResult:
+    task_key: str
+    attempt: int
+    timeout_seconds: int | None
+    not_before: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class SuccessResult:
+    recorded: bool  # False: the attempt was not running (a replayed or stale outcome)
+    released: tuple[str, ...] = ()  # every dependent released (ready or running)
+    dispatched: tuple[Released, ...] = ()  # of those, the ones moved on to running
+
+
+async def record_success(
+    pool: Pool,
+    *,
+    fence: Fence,
+    run_id: int,
+    task_key: str,
+    attempt: int,
+    detail: Mapping[str, Any] | None = None,
+    dispatch: bool = False,
+) -> SuccessResult:
+    """The hot path, one statement on an autocommit connection (one round trip): fence
+    check, compare-and-set, release of dependents under row locks taken in id order, and
+    events. With ``dispatch`` the dependents it releases go straight on to running (unless
+    the run is cancelling or over), so their Jobs can be created as soon as it commits."""
+
+    async def decide(connection: Connection) -> SuccessResult:
         cursor = await connection.execute(
             RECORD_SUCCESS_QUERY,
             {
@@ -158,24 +206,28 @@ async def _record_success(
                 "run": run_id,
                 "key": task_key,
                 "attempt": attempt,
+                "detail": Jsonb(dict(detail or {})),
+                "dispatch": dispatch,
             },
         )
         row = await cursor.fetchone()
         assert row is not None
-        current_epoch, moved, released = row
+        current_epoch, moved, released, keys, attempts, timeouts, not_befores = row
         if current_epoch != fence.epoch:
             raise StaleEpochError(
                 lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch
             )
         if moved != 1:
-            raise await _conflict(
-                connection,
-                run_id=run_id,
-                task_key=task_key,
-                expected=f"running (attempt {attempt})",
-            )
-        return OutcomeResult(
-            state=TaskState.SUCCEEDED, attempt=attempt, released=tuple(released)
+            return SuccessResult(recorded=False)
+        return SuccessResult(
+            recorded=True,
+            released=tuple(released),
+            dispatched=tuple(
+                Released(task_key=key, attempt=number, timeout_seconds=timeout,
+                         not_before=not_before)
+                for key, number, timeout, not_before in zip(
+                    keys, attempts, timeouts, not_befores, strict=True)
+            ),
         )
 
     return await in_transaction(pool, decide, single_statement=True)
@@ -199,8 +251,17 @@ async def record_outcome(
     After the commit the run is settled if this was its last unresolved forward task.
     """
     if succeeded:
-        result = await _record_success(
+        success = await record_success(
             pool, fence=fence, run_id=run_id, task_key=task_key, attempt=attempt
+        )
+        if not success.recorded:
+            async with pool.connection() as connection:
+                raise await _conflict(
+                    connection, run_id=run_id, task_key=task_key,
+                    expected=f"running (attempt {attempt})",
+                )
+        result = OutcomeResult(
+            state=TaskState.SUCCEEDED, attempt=attempt, released=success.released
         )
         if result.released:
             # a task this commit released is unresolved; whoever resolves it settles

@@ -21,11 +21,13 @@ def test_every_tunable_is_read_from_the_environment() -> None:
         "FLOWFORGE_KUBE_API_THREADS": "3", "FLOWFORGE_EVENT_WORKERS": "5",
         "FLOWFORGE_LOG_FORMAT": "JSON", "FLOWFORGE_RECONCILE_INTERVAL": "2.5",
         "FLOWFORGE_JOB_TTL": "-1", "FLOWFORGE_STORE_POOL_SIZE": "4",
+        "FLOWFORGE_EVENT_WORKER_IDLE": "0.5",
     })
     assert settings.namespaces == ("a", "b")
     assert (settings.job_creation_qps, settings.job_creation_burst) == (7.0, 9)
     assert (settings.kube_api_qps, settings.kube_api_burst) == (11.0, 13)
     assert (settings.kube_api_threads, settings.event_workers) == (3, 5)
+    assert settings.event_worker_idle_seconds == 0.5
     assert settings.log_format == "json"
     assert settings.reconcile_interval_seconds == 2.5
     assert settings.job_ttl_seconds == -1.0

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -23,7 +23,6 @@ from kubernetes.client.exceptions import ApiException
 from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.jobs import CONTAINER_NAME, RUN_API_VERSION, RUN_KIND
 
-T = TypeVar("T")
 RUN_GROUP = "flowforge.io"
 RUN_VERSION = "v1alpha1"
 RUN_PLURAL = "workflowruns"
@@ -55,9 +54,24 @@ class TokenBucket:
                 await asyncio.sleep((1.0 - self._tokens) / self._rate)
 
 
-def _json(response: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(response.data)
+def _json(body: bytes) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(body)
     return data
+
+
+def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """Call the API and read the raw response body, and hand the connection back.
+
+    A response left unread keeps its connection out of the pool, and the next call pays a
+    new TLS handshake (on both ends: that was most of the operator's and much of the
+    apiserver's CPU under load).
+    """
+    response = function(*args, _preload_content=False, **kwargs)
+    try:
+        body: bytes = response.data
+        return body
+    finally:
+        response.release_conn()
 
 
 class KubeClient:
@@ -98,16 +112,18 @@ class KubeClient:
                    job_creation_burst=job_creation_burst, api_qps=api_qps, api_burst=api_burst,
                    threads=threads)
 
-    async def _call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    async def _call(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bytes:
+        """One API call on the shared threads; returns the raw response body."""
         await self._api_bucket.acquire()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: function(*args, **kwargs))
+        return await loop.run_in_executor(self._pool, _body, function, args, kwargs)
 
-    async def _call_critical(self, function: Callable[..., T], /, *args: Any,
-                             **kwargs: Any) -> T:
+    async def _call_critical(self, function: Callable[..., Any], /, *args: Any,
+                             **kwargs: Any) -> bytes:
+        """One API call on the Job-creation threads."""
         await self._api_bucket.acquire()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._jobs_pool, lambda: function(*args, **kwargs))
+        return await loop.run_in_executor(self._jobs_pool, _body, function, args, kwargs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -121,8 +137,7 @@ class KubeClient:
         await self._job_bucket.acquire()
         namespace = manifest["metadata"]["namespace"]
         try:
-            await self._call_critical(self._batch.create_namespaced_job, namespace, manifest,
-                             _preload_content=False)
+            await self._call_critical(self._batch.create_namespaced_job, namespace, manifest)
         except ApiException as error:
             if error.status == 409:
                 return False
@@ -133,7 +148,7 @@ class KubeClient:
         """Delete a Job and (in the background) its Pods; False when it was already gone."""
         try:
             await self._call(self._batch.delete_namespaced_job, name, namespace,
-                             propagation_policy="Background", _preload_content=False)
+                             propagation_policy="Background")
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -142,8 +157,7 @@ class KubeClient:
 
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response = await self._call(self._batch.read_namespaced_job, name, namespace,
-                                        _preload_content=False)
+            response = await self._call(self._batch.read_namespaced_job, name, namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -155,18 +169,17 @@ class KubeClient:
     ) -> list[dict[str, Any]]:
         if namespace is None:
             response = await self._call(self._batch.list_job_for_all_namespaces,
-                                        label_selector=label_selector, _preload_content=False)
+                                        label_selector=label_selector)
         else:
             response = await self._call(self._batch.list_namespaced_job, namespace,
-                                        label_selector=label_selector, _preload_content=False)
+                                        label_selector=label_selector)
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
     async def job_termination(self, *, namespace: str, job_name: str) -> TerminatedContainer | None:
         """How the task container of the Job's newest Pod ended, when a Pod still says."""
         response = await self._call(self._core.list_namespaced_pod, namespace,
-                                    label_selector=f"job-name={job_name}",
-                                    _preload_content=False)
+                                    label_selector=f"job-name={job_name}")
         pods = _json(response).get("items", [])
         pods.sort(key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
         for pod in reversed(pods):
@@ -185,8 +198,7 @@ class KubeClient:
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             response = await self._call(self._custom.get_namespaced_custom_object, RUN_GROUP,
-                                        RUN_VERSION, namespace, RUN_PLURAL, name,
-                                        _preload_content=False)
+                                        RUN_VERSION, namespace, RUN_PLURAL, name)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -196,11 +208,10 @@ class KubeClient:
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
             response = await self._call(self._custom.list_cluster_custom_object, RUN_GROUP,
-                                        RUN_VERSION, RUN_PLURAL, _preload_content=False)
+                                        RUN_VERSION, RUN_PLURAL)
         else:
             response = await self._call(self._custom.list_namespaced_custom_object, RUN_GROUP,
-                                        RUN_VERSION, namespace, RUN_PLURAL,
-                                        _preload_content=False)
+                                        RUN_VERSION, namespace, RUN_PLURAL)
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
@@ -220,8 +231,7 @@ class KubeClient:
                             status: Mapping[str, Any]) -> bool:
         try:
             await self._call(self._custom.patch_namespaced_custom_object_status, RUN_GROUP,
-                             RUN_VERSION, namespace, plural, name, {"status": dict(status)},
-                             _preload_content=False)
+                             RUN_VERSION, namespace, plural, name, {"status": dict(status)})
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -245,5 +255,4 @@ class KubeClient:
             "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "count": 1,
         }
-        await self._call(self._core.create_namespaced_event, namespace, body,
-                         _preload_content=False)
+        await self._call(self._core.create_namespaced_event, namespace, body)

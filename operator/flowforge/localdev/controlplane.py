@@ -156,7 +156,8 @@ def load_cluster(state_dir: Path) -> Cluster | None:
 
 
 def start_cluster(
-    *, state_dir: Path, bin_dir: Path | None = None, timeout: float = 180.0
+    *, state_dir: Path, bin_dir: Path | None = None, timeout: float = 180.0,
+    controller_manager_qps: int | None = None,
 ) -> Cluster:
     """Start a cluster whose state lives in state_dir and wait until it can run Jobs.
 
@@ -176,7 +177,8 @@ def start_cluster(
     for attempt in range(1, START_ATTEMPTS + 1):
         started = time.monotonic()
         ports = pick_free_ports()
-        _create(state_dir=state_dir, bin_dir=binaries, ports=ports, versions=versions)
+        _create(state_dir=state_dir, bin_dir=binaries, ports=ports, versions=versions,
+                controller_manager_qps=controller_manager_qps)
         try:
             client = _wait_until_ready(state_dir, deadline=started + timeout)
         except ClusterError:
@@ -201,11 +203,13 @@ def start_cluster(
 
 
 def _create(
-    *, state_dir: Path, bin_dir: Path, ports: ClusterPorts, versions: dict[str, str]
+    *, state_dir: Path, bin_dir: Path, ports: ClusterPorts, versions: dict[str, str],
+    controller_manager_qps: int | None,
 ) -> None:
     config = state_dir / "kwokctl.yaml"
     write_config(config, bin_dir=bin_dir, ports=ports,
-                 kube_version=versions["KUBE_VERSION"], kwok_version=versions["KWOK_VERSION"])
+                 kube_version=versions["KUBE_VERSION"], kwok_version=versions["KWOK_VERSION"],
+                 controller_manager_qps=controller_manager_qps)
     completed = _kwokctl(bin_dir, state_dir, "--config", str(config), "create", "cluster")
     if completed.returncode != 0:
         stop_cluster(state_dir)

@@ -59,7 +59,9 @@ run_history, prune a run's events       ``flowforge_event_run_idx``
 Transactions: decide in a transaction, commit, then act on Kubernetes idempotently; never
 call Kubernetes inside one. Recording a success is the hot path and is one statement
 (``transitions.RECORD_SUCCESS_QUERY``: fence check, compare-and-set, release of dependents
-under row locks taken in id order, events) on an autocommit connection, so one round trip.
+under row locks taken in id order, for the operator their dispatch to running, events) on
+an autocommit connection, so one round trip; the operator uses it through
+``engine.record_outcome``.
 Settling the run happens right after the outcome commits (``settle.py`` explains why that
 is exactly once) and again from the reconciler as a backstop. Pool connections are in
 autocommit mode; ``retry.in_transaction`` opens transactions explicitly.

@@ -1,11 +1,15 @@
 """The run engine's store operations: dispatch, outcomes (with release, retry and skip), cancel.
 
-Every operation is one transaction that first passes the fencing check and then locks the
-run row (``FOR NO KEY UPDATE``): a run's decisions are serialised, so two upstreams finishing
-together release a fan-in task exactly once. Each task move is a compare-and-set on the
-expected state and attempt; an outcome that arrives twice (a watch replay, the reconciler)
-finds the attempt already resolved and changes nothing. Nothing here talks to Kubernetes:
-the caller acts on what a transaction decided only after it committed.
+Every operation is one transaction that first passes the fencing check. A success, the hot
+path, is one statement (``transitions.RECORD_SUCCESS_QUERY``) that locks only the task rows
+it moves, its dependents in id order: two upstreams finishing together decrement a fan-in
+task under its row lock, one after the other, and only the decrement that reaches zero
+releases it (exactly once). Everything else (dispatching due tasks, failures, cancel) locks
+the run row (``FOR NO KEY UPDATE``) first, so those decisions are serialised per run. Each
+task move is a compare-and-set on the expected state and attempt; an outcome that arrives
+twice (a watch replay, the reconciler) finds the attempt already resolved and changes
+nothing. Nothing here talks to Kubernetes: the caller acts on what a transaction decided
+only after it committed.
 
 Dispatching a task moves it ``ready -> running`` and returns what its Job needs; creating
 the Job is the caller's job. ``task.job_created`` events record that a Job exists for an

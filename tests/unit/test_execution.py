@@ -28,7 +28,13 @@ from flowforge.domain.execution import (
 )
 from flowforge.domain.run import TaskSummary
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
-from flowforge.kube.jobs import JobRequest, build_job, label_value, parameter_env_name
+from flowforge.kube.jobs import (
+    JobIdentity,
+    JobRequest,
+    build_job,
+    label_value,
+    parameter_env_name,
+)
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -255,3 +261,24 @@ def test_conditions_keep_their_transition_time_while_unchanged() -> None:
     assert ready_failed["status"] == "False" and ready_failed["reason"] == "Failed"
     assert ready_failed["lastTransitionTime"] == "2026-11-30T12:05:00Z"
     assert failed["message"] == "task b failed"
+
+
+def test_a_jobs_identity_is_read_back_from_its_manifest() -> None:
+    request = JobRequest(
+        namespace="ns", run_name="etl-1", run_uid="uid-1", task_key="undo-load", attempt=3,
+        role=TaskRole.COMPENSATION, template={"image": "busybox"}, config={}, parameters={},
+        timeout_seconds=None,
+    )
+
+    identity = JobIdentity.of(build_job(request))
+
+    assert identity == JobIdentity(namespace="ns", name=request.name, run_uid="uid-1",
+                                   task_key="undo-load", attempt=3, role=TaskRole.COMPENSATION)
+
+
+def test_a_job_without_our_labels_has_no_identity() -> None:
+    assert JobIdentity.of({"metadata": {"namespace": "ns", "name": "other"}}) is None
+    assert JobIdentity.of({"metadata": {
+        "namespace": "ns", "name": "x", "annotations": {"flowforge.io/run-uid": "u"},
+        "labels": {"flowforge.io/task": "t", "flowforge.io/attempt": "one",
+                   "flowforge.io/role": "forward"}}}) is None

@@ -150,3 +150,32 @@ def build_job(request: JobRequest) -> dict[str, Any]:
         },
         "spec": job_spec,
     }
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """Which attempt a Job runs, read back from its labels and annotations."""
+
+    namespace: str
+    name: str
+    run_uid: str
+    task_key: str
+    attempt: int
+    role: TaskRole
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any]) -> JobIdentity | None:
+        metadata = job.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        annotations = metadata.get("annotations") or {}
+        try:
+            return cls(
+                namespace=metadata["namespace"],
+                name=metadata["name"],
+                run_uid=annotations[ANNOTATION_RUN_UID],
+                task_key=labels[LABEL_TASK],
+                attempt=int(labels[LABEL_ATTEMPT]),
+                role=TaskRole(labels[LABEL_ROLE]),
+            )
+        except (KeyError, ValueError):
+            return None

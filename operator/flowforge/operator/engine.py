@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,15 +24,10 @@ from flowforge.domain.execution import (
 )
 from flowforge.domain.states import RunPhase, TaskRole
 from flowforge.kube.client import KubeClient
-from flowforge.kube.jobs import (
-    ANNOTATION_RUN_UID,
-    LABEL_ATTEMPT,
-    LABEL_ROLE,
-    LABEL_TASK,
-    JobRequest,
-    build_job,
-)
+from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
+from flowforge.operator.background import Background, NotLeaderError
+from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.rollback import Rollback
 from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
@@ -41,7 +35,6 @@ from flowforge.operator.settings import OperatorSettings
 from flowforge.operator.status import StatusWriter
 from flowforge.store import engine as store
 from flowforge.store.connection import Pool
-from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
 from flowforge.store.settle import SettledRun
 
@@ -49,37 +42,6 @@ logger = logging.getLogger(__name__)
 # a hand-off slower than this (the target: event received -> dependent Job created) is
 # logged with where its time went
 SLOW_HANDOFF_SECONDS = 0.25
-
-
-class NotLeaderError(Exception):
-    """This operator does not hold the lease: it must not act."""
-
-
-@dataclass(frozen=True)
-class JobIdentity:
-    namespace: str
-    name: str
-    run_uid: str
-    task_key: str
-    attempt: int
-    role: TaskRole
-
-    @classmethod
-    def of(cls, job: Mapping[str, Any]) -> JobIdentity | None:
-        metadata = job.get("metadata") or {}
-        labels = metadata.get("labels") or {}
-        annotations = metadata.get("annotations") or {}
-        try:
-            return cls(
-                namespace=metadata["namespace"],
-                name=metadata["name"],
-                run_uid=annotations[ANNOTATION_RUN_UID],
-                task_key=labels[LABEL_TASK],
-                attempt=int(labels[LABEL_ATTEMPT]),
-                role=TaskRole(labels[LABEL_ROLE]),
-            )
-        except (KeyError, ValueError):
-            return None
 
 
 class Engine:
@@ -93,8 +55,8 @@ class Engine:
         self.runs = RunCache(pool)
         self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs)
         self.rollback = Rollback(self)
-        self._background: set[asyncio.Task[Any]] = set()
-        self._timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
+        self.background = Background(on_deposed=leadership.lose)
+        self.jobs = JobLauncher(self)
         self._started: set[str] = set()
         self._cancelled: set[str] = set()
         self._refused: set[str] = set()
@@ -108,26 +70,14 @@ class Engine:
         return fence
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any], *, what: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._logged(coroutine, what))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.background.spawn(coroutine, what=what)
 
-    async def _logged(self, coroutine: Awaitable[Any], what: str) -> None:
-        try:
-            await coroutine
-        except (NotLeaderError, asyncio.CancelledError):
-            pass
-        except StaleEpochError as error:
-            logger.error("%s refused, deposed: %s", what, error)
-            await self.leadership.lose()
-        except Exception:
-            logger.exception("%s failed; the reconciler will retry", what)
+    def later(self, delay: float, *, key: tuple[int, str],
+              coroutine_factory: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        self.background.later(delay, key=key, coroutine_factory=coroutine_factory)
 
     async def shutdown(self) -> None:
-        for handle in self._timers.values():
-            handle.cancel()
-        for task in list(self._background):
-            task.cancel()
+        self.background.shutdown()
         await self.status.close()
 
     # entry points
@@ -214,28 +164,12 @@ class Engine:
                                    reason=reason)
         await self.rollback.abandon(context, reason=reason)
 
-    async def create_missing_job(self, context: RunContext, row: store.TaskRow) -> None:
-        """The reconciler found a running attempt (of a task or a compensator) whose Job
-        was never created."""
-        await self.create_job(
-            context,
-            store.Dispatch(
-                run_id=context.run_id,
-                task_key=row.key,
-                role=row.role,
-                attempt=row.attempt,
-                timeout_seconds=row.timeout_seconds,
-                released_at=row.not_before,
-            ),
-            received=None,
-        )
-
     async def dispatch(self, context: RunContext) -> None:
         with metrics.store_timer("dispatch_due"):
             dispatched = await store.dispatch_due(
                 self.pool, fence=self.fence(), run_id=context.run_id
             )
-        await self._create_jobs(context, dispatched)
+        await self.jobs.create_all(context, dispatched)
         self.status.mark(context.run_id)
         await self.schedule_due(context)
 
@@ -302,7 +236,7 @@ class Engine:
             return
         metrics.TASK_OUTCOMES.labels(identity.role.value, outcome.reason.value).inc()
         decided_at = time.perf_counter()
-        await self._create_jobs(context, decision.dispatched, received=received)
+        await self.jobs.create_all(context, decision.dispatched, received=received)
         if received is not None and decision.dispatched:
             done = time.perf_counter()
             if done - received > SLOW_HANDOFF_SECONDS:
@@ -310,7 +244,7 @@ class Engine:
                             "store, %.0f ms creating %d Jobs", identity.name,
                             (stored_at - received) * 1000, (decided_at - stored_at) * 1000,
                             (done - decided_at) * 1000, len(decision.dispatched))
-        self.delete_job_later(context, identity=identity, outcome=outcome)
+        self.jobs.delete_later(context, identity=identity, outcome=outcome)
         if decision.retry_at is not None:
             await self.schedule_due(context)
         if not outcome.succeeded:
@@ -365,20 +299,6 @@ class Engine:
             what="event",
         )
 
-    def delete_job_later(
-        self, context: RunContext, *, identity: JobIdentity, outcome: AttemptOutcome
-    ) -> None:
-        """Delete a finished Job whose outcome is committed, after the TTL."""
-        if self.settings.job_ttl_seconds < 0 or outcome.reason is OutcomeReason.LOST:
-            return
-        self.later(
-            self.settings.job_ttl_seconds,
-            key=(context.run_id, identity.name),
-            coroutine_factory=lambda: self.kube.delete_job(
-                namespace=identity.namespace, name=identity.name
-            ),
-        )
-
     async def cancel(self, context: RunContext, *, reason: str) -> None:
         with metrics.store_timer("cancel_run"):
             decision = await store.cancel_run(
@@ -406,66 +326,6 @@ class Engine:
         if decision.settled is not None and decision.settled.compensating:
             await self.rollback.advance(context)
 
-    # Jobs
-
-    async def _create_jobs(
-        self,
-        context: RunContext,
-        dispatched: tuple[store.Dispatch, ...],
-        *,
-        received: float | None = None,
-    ) -> None:
-        if dispatched:
-            await asyncio.gather(
-                *(self.create_job(context, item, received=received) for item in dispatched)
-            )
-
-    async def create_job(
-        self, context: RunContext, item: store.Dispatch, *, received: float | None
-    ) -> None:
-        """Create the Job of a running attempt (idempotent) and record that it exists."""
-        task = context.definition.spec.task(item.task_key)
-        template = context.definition.spec.task_types[task.type]
-        request = JobRequest(
-            namespace=context.namespace,
-            run_name=context.name,
-            run_uid=context.uid,
-            task_key=item.task_key,
-            attempt=item.attempt,
-            role=item.role,
-            template=template.model_dump(mode="json", by_alias=True, exclude_none=True),
-            config=task.config,
-            parameters=context.parameters,
-            timeout_seconds=item.timeout_seconds,
-        )
-        created = await self.kube.create_job(build_job(request))
-        if received is not None:
-            metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
-        if created:
-            metrics.JOBS_CREATED.labels(item.role.value).inc()
-        await store.record_job_created(
-            self.pool,
-            fence=self.fence(),
-            run_id=context.run_id,
-            task_key=item.task_key,
-            attempt=item.attempt,
-            job=request.name,
-            created=created,
-        )
-        if created and item.role is TaskRole.COMPENSATION:
-            self.post_event(
-                context,
-                reason="CompensationStarted",
-                message=f"compensator {item.task_key} (undoing {task.compensate_for}) "
-                f"attempt {item.attempt}: Job {request.name}",
-            )
-        elif created:
-            self.post_event(
-                context,
-                reason="TaskStarted",
-                message=f"task {item.task_key} attempt {item.attempt}: Job {request.name}",
-            )
-
     async def schedule_due(self, context: RunContext) -> None:
         """Wake up when the earliest delayed retry of the run is due (no polling)."""
         rows = await store.active_tasks(self.pool, context.run_id)
@@ -478,14 +338,3 @@ class Engine:
             key=(context.run_id, "dispatch"),
             coroutine_factory=lambda: self.dispatch(context),
         )
-
-    def later(self, delay: float, *, key: tuple[int, str], coroutine_factory: Any) -> None:
-        previous = self._timers.pop(key, None)
-        if previous is not None:
-            previous.cancel()
-
-        def fire() -> None:
-            self._timers.pop(key, None)
-            self.spawn(coroutine_factory(), what=f"timer {key}")
-
-        self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)

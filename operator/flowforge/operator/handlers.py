@@ -21,7 +21,8 @@ from flowforge.domain.validation import parse_definition
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import metrics
-from flowforge.operator.engine import Engine, NotLeaderError
+from flowforge.operator.background import NotLeaderError
+from flowforge.operator.engine import Engine
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.reconciler import Reconciler
 from flowforge.operator.runs import RunRefusedError

@@ -20,9 +20,9 @@ from typing import Any
 
 from flowforge.domain.execution import job_outcome, lost_outcome
 from flowforge.domain.states import CompensationState, TaskRole, TaskState
-from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
+from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.operator import metrics
-from flowforge.operator.engine import Engine, JobIdentity
+from flowforge.operator.engine import Engine
 from flowforge.operator.runs import RunContext, RunRefusedError
 from flowforge.store import engine as store
 from flowforge.store.runs import list_active_runs
@@ -164,7 +164,7 @@ class Reconciler:
                     continue
             if job is None:
                 metrics.RECONCILE_FIXES.labels("job_missing").inc()
-                await engine.create_missing_job(context, row)
+                await engine.jobs.create_missing(context, row)
                 continue
             if (row.key, row.attempt) not in created:
                 await store.record_job_created(

@@ -28,7 +28,8 @@ from flowforge.store.compensation import (
 from flowforge.store.errors import TransitionConflictError
 
 if TYPE_CHECKING:
-    from flowforge.operator.engine import Engine, JobIdentity
+    from flowforge.kube.jobs import JobIdentity
+    from flowforge.operator.engine import Engine
     from flowforge.operator.runs import RunContext
 
 
@@ -59,7 +60,7 @@ class Rollback:
             except TransitionConflictError:
                 return  # started by another path (the reconciler): it creates the Job
             task = context.definition.spec.task(step.task_key)
-            await engine.create_job(
+            await engine.jobs.create(
                 context,
                 store.Dispatch(run_id=context.run_id, task_key=step.task_key,
                                role=TaskRole.COMPENSATION, attempt=step.attempt,
@@ -93,7 +94,7 @@ class Rollback:
         except TransitionConflictError:
             return  # already recorded: a replayed event or the reconciler got there first
         metrics.TASK_OUTCOMES.labels(identity.role.value, outcome.reason.value).inc()
-        engine.delete_job_later(context, identity=identity, outcome=outcome)
+        engine.jobs.delete_later(context, identity=identity, outcome=outcome)
         compensates = context.definition.spec.task(identity.task_key).compensate_for
         what = f"compensator {identity.task_key} (undoing {compensates}) attempt {identity.attempt}"
         if result.state is CompensationState.SUCCEEDED:

@@ -310,16 +310,20 @@ WITH fence AS (
     SELECT %(run)s, %(key)s, %(attempt)s, 'task.job_created', epoch, %(detail)s
     FROM fence WHERE epoch = %(epoch)s
 )
-SELECT (SELECT epoch FROM fence)
+SELECT (SELECT epoch FROM fence),
+       (SELECT state = 'cancelled' AND attempt = %(attempt)s FROM flowforge_task
+        WHERE run_id = %(run)s AND task_key = %(key)s)
 """
 
 
 async def record_job_created(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
-                             attempt: int, job: str, created: bool) -> None:
+                             attempt: int, job: str, created: bool) -> bool:
     """Note that the Job of an attempt exists (``created`` False: it already existed).
-    One fenced statement, one round trip."""
+    One fenced statement, one round trip. Returns whether the attempt was cancelled
+    meanwhile: a cancel that committed between the dispatch and the Job's creation found no
+    Job to delete, so the caller deletes the one it just made."""
 
-    async def decide(connection: Connection) -> None:
+    async def decide(connection: Connection) -> bool:
         cursor = await connection.execute(JOB_CREATED_QUERY, {
             "lease": fence.lease, "epoch": fence.epoch, "run": run_id, "key": task_key,
             "attempt": attempt, "detail": Jsonb({"job": job, "created": created})})
@@ -327,8 +331,9 @@ async def record_job_created(pool: Pool, *, fence: Fence, run_id: int, task_key:
         current = None if row is None or row[0] is None else int(row[0])
         if current != fence.epoch:
             raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current)
+        return bool(row is not None and row[1])
 
-    await in_transaction(pool, decide, single_statement=True)
+    return await in_transaction(pool, decide, single_statement=True)
 
 
 async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:

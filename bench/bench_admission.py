@@ -138,8 +138,8 @@ def admission_review(obj: dict[str, Any]) -> bytes:
 @contextlib.contextmanager
 def local_cluster(cluster_dir: Path | None, scratch: Path) -> Iterator[Cluster]:
     state_dir = cluster_dir or scratch / "cluster"
-    cluster = start_cluster(state_dir=state_dir)
     try:
+        cluster = start_cluster(state_dir=state_dir)
         crds = repo_root() / "crds"
         kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")

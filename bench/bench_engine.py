@@ -153,12 +153,12 @@ async def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
     work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
     cluster_dir = args.cluster_dir or work / "cluster"
-    cluster = start_cluster(state_dir=cluster_dir,
-                            controller_manager_qps=args.controller_manager_qps)
-    postgres = localdev_postgres.start(work / "pg", settings={"fsync": "off",
-                                                              "synchronous_commit": "off"})
     operator: subprocess.Popen[bytes] | None = None
     try:
+        cluster = start_cluster(state_dir=cluster_dir,
+                                controller_manager_qps=args.controller_manager_qps)
+        postgres = localdev_postgres.start(work / "pg", settings={"fsync": "off",
+                                                                  "synchronous_commit": "off"})
         await migrate(postgres.dsn)
         configuration = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
@@ -301,5 +301,10 @@ async def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: stop the cluster and servers
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(asyncio.run(main()))

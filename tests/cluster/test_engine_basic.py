@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.domain.execution import STATUS_TASK_SUMMARY_LIMIT
+from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT
 from flowforge.store import engine as store_engine
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run

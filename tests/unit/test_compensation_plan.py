@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flowforge.domain.execution import StatusInput, TaskCounts, project_status
+from flowforge.domain.projection import StatusInput, TaskCounts, project_status
 from flowforge.domain.run import RUN_STATUS_SCHEMA, CompensationStep, RunStatus
 from flowforge.domain.states import CompensationState, RunPhase
 

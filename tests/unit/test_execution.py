@@ -10,20 +10,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flowforge.domain.execution import (
-    STATUS_TASK_SUMMARY_LIMIT,
     BackoffPolicy,
     OutcomeReason,
-    StatusInput,
-    TaskCounts,
     TerminatedContainer,
     jitter_unit,
     job_name,
     job_outcome,
     lost_outcome,
     may_retry,
+    retry_delay,
+)
+from flowforge.domain.projection import (
+    STATUS_TASK_SUMMARY_LIMIT,
+    StatusInput,
+    TaskCounts,
     progress_text,
     project_status,
-    retry_delay,
     settled_phase,
 )
 from flowforge.domain.run import TaskSummary

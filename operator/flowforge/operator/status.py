@@ -12,11 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from flowforge.domain.execution import (
-    STATUS_TASK_SUMMARY_LIMIT,
-    StatusInput,
-    project_status,
-)
+from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.kube.client import KubeClient

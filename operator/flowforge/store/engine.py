@@ -29,11 +29,11 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.execution import (
     AttemptOutcome,
     BackoffPolicy,
-    TaskCounts,
     jitter_unit,
     may_retry,
     retry_delay,
 )
+from flowforge.domain.projection import TaskCounts
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import StaleEpochError

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from flowforge.domain.execution import TaskCounts
+from flowforge.domain.projection import TaskCounts
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store.connection import Pool
 from flowforge.store.errors import RunNotFoundError

@@ -1,0 +1,269 @@
+"""The ``WorkflowRun.status`` projection: pure rules from the store's counts and rows to the
+status object, its conditions and its progress text.
+
+The object stays far below etcd's size limit whatever the run's size: per-task entries are
+listed only while a run has at most ``STATUS_TASK_SUMMARY_LIMIT`` tasks, the rollback's
+steps are capped, and messages are truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from flowforge.domain.execution import parse_timestamp
+from flowforge.domain.run import (
+    MAX_COMPENSATION_STEPS,
+    CompensationStep,
+    CompensationSummary,
+    Condition,
+    ConditionStatus,
+    RunProgress,
+    RunStatus,
+    TaskSummary,
+)
+from flowforge.domain.states import (
+    TERMINAL_COMPENSATION_STATES,
+    CompensationState,
+    RunPhase,
+)
+
+# per-task entries in the status only while the run is this small; above it, counts only
+STATUS_TASK_SUMMARY_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    total: int = 0
+    waiting: int = 0
+    ready: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    cancelled: int = 0
+
+    @property
+    def unresolved(self) -> int:
+        return self.waiting + self.ready + self.running
+
+    @property
+    def resolved(self) -> int:
+        return self.succeeded + self.failed + self.skipped + self.cancelled
+
+
+def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
+    """The phase of a run whose forward tasks are counted, before any compensation."""
+    if counts.unresolved > 0:
+        return RunPhase.RUNNING
+    if cancel_requested or counts.cancelled > 0:
+        return RunPhase.CANCELLED
+    if counts.failed > 0:
+        return RunPhase.FAILED
+    return RunPhase.SUCCEEDED
+
+
+def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = ()) -> str:
+    """What the progress printer column shows: succeeded of total, e.g. ``3/4``; while a
+    rollback runs, how far it got too, e.g. ``2/3 compensating 1/2``."""
+    text = f"{counts.succeeded}/{counts.total}"
+    if any(step.state not in TERMINAL_COMPENSATION_STATES for step in rollback):
+        done = sum(step.state in TERMINAL_COMPENSATION_STATES for step in rollback)
+        text += f" compensating {done}/{len(rollback)}"
+    return text
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    phase: RunPhase
+    counts: TaskCounts
+    fingerprint: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    now: datetime
+    cancel_requested: bool = False
+    failure_message: str | None = None
+    tasks: Sequence[TaskSummary] = field(default_factory=tuple)
+    compensating: bool = False
+    # the rollback's steps in the order it runs them (empty until one is triggered)
+    compensation: Sequence[CompensationStep] = field(default_factory=tuple)
+    observed_generation: int | None = None
+    previous_conditions: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+
+
+def _condition(
+    status: StatusInput, *, kind: str, holds: bool, reason: str, message: str
+) -> Condition:
+    """A condition keeps its lastTransitionTime while its status does not change."""
+    value = ConditionStatus.TRUE if holds else ConditionStatus.FALSE
+    since = status.now
+    for previous in status.previous_conditions:
+        if previous.get("type") == kind and previous.get("status") == value.value:
+            since = parse_timestamp(previous.get("lastTransitionTime")) or status.now
+    return Condition(
+        type=kind,
+        status=value,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=status.observed_generation,
+    )
+
+
+def _failed_step(steps: Sequence[CompensationStep]) -> CompensationStep | None:
+    return next((step for step in steps if step.state is CompensationState.FAILED), None)
+
+
+def compensation_failure(steps: Sequence[CompensationStep]) -> str | None:
+    """Which compensator halted the rollback and what it left undone, or None."""
+    failed = _failed_step(steps)
+    if failed is None:
+        return None
+    halted = [step.name for step in steps if step.state is CompensationState.SKIPPED]
+    text = f"compensator {failed.name} (undoing {failed.compensates}) failed"
+    if failed.attempt > 1:
+        text += f" after {failed.attempt} attempts"
+    if failed.message:
+        text += f": {failed.message}"
+    if halted:
+        text += f"; rollback halted, not run: {', '.join(halted)}"
+    return text
+
+
+def _rollback_conditions(status: StatusInput) -> list[Condition]:
+    steps = status.compensation
+    if not steps:
+        return []
+    failure = compensation_failure(steps)
+    current = next((s for s in steps if s.state is CompensationState.RUNNING), None)
+    done = sum(step.state is CompensationState.SUCCEEDED for step in steps)
+    if status.compensating:
+        reason = "RollingBack"
+        message = (
+            f"running {current.name} (undoing {current.compensates}), step "
+            f"{steps.index(current) + 1} of {len(steps)}"
+            if current is not None
+            else f"{done} of {len(steps)} compensators succeeded, next one pending"
+        )
+    else:
+        reason = "CompensationFailed" if failure else "RolledBack"
+        message = failure or f"all {len(steps)} compensators succeeded"
+    return [
+        _condition(status, kind="Compensating", holds=status.compensating, reason=reason,
+                   message=message),
+        _condition(
+            status,
+            kind="CompensationFailed",
+            holds=failure is not None,
+            reason="CompensatorFailed" if failure else "NoCompensatorFailed",
+            message=failure or f"{done} of {len(steps)} compensators succeeded",
+        ),
+    ]
+
+
+def compensation_summary(status: StatusInput) -> CompensationSummary | None:
+    steps = status.compensation
+    if not steps:
+        return None
+    current = next((s.name for s in steps if s.state is CompensationState.RUNNING), None)
+    return CompensationSummary(
+        active=status.compensating, current=current, steps=list(steps[:MAX_COMPENSATION_STEPS])
+    )
+
+
+def run_conditions(status: StatusInput) -> list[Condition]:
+    """Ready (finished well), Progressing, Failed and Cancelled, each with a reason; once
+    a rollback is triggered also Compensating and CompensationFailed."""
+    phase = status.phase
+    finished = phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+    counts = status.counts
+    if status.compensating:
+        progressing_reason = "Compensating"
+    elif status.cancel_requested and not finished:
+        progressing_reason = "Cancelling"
+    else:
+        progressing_reason = "Finished" if finished else "TasksRunning"
+    return [
+        _condition(
+            status,
+            kind="Ready",
+            holds=phase is RunPhase.SUCCEEDED,
+            reason="Succeeded" if phase is RunPhase.SUCCEEDED else phase.value.capitalize(),
+            message=f"{counts.succeeded} of {counts.total} tasks succeeded",
+        ),
+        _condition(
+            status,
+            kind="Progressing",
+            holds=not finished,
+            reason=progressing_reason,
+            message=f"{counts.running} running, {counts.ready} ready, {counts.waiting} waiting",
+        ),
+        _condition(
+            status,
+            kind="Failed",
+            holds=phase is RunPhase.FAILED,
+            reason="TaskFailed" if counts.failed else "NoTaskFailed",
+            message=status.failure_message
+            or f"{counts.failed} tasks failed, {counts.skipped} skipped",
+        ),
+        _condition(
+            status,
+            kind="Cancelled",
+            holds=phase is RunPhase.CANCELLED,
+            reason="CancelRequested" if status.cancel_requested else "NotRequested",
+            message="spec.cancel is true" if status.cancel_requested else "",
+        ),
+        *_rollback_conditions(status),
+    ]
+
+
+def _phase_message(status: StatusInput) -> str:
+    counts = status.counts
+    rollback_failure = compensation_failure(status.compensation)
+    after = f"; {rollback_failure}" if rollback_failure else ""
+    if status.phase is RunPhase.SUCCEEDED:
+        return f"all {counts.total} tasks succeeded"
+    if status.phase is RunPhase.FAILED:
+        return (status.failure_message or f"{counts.failed} tasks failed") + after
+    if status.phase is RunPhase.CANCELLED:
+        return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled" + after
+    if status.compensating:
+        return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
+    return f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
+
+
+def project_status(status: StatusInput) -> dict[str, Any]:
+    """The ``WorkflowRun.status`` body (``flowforge.domain.run.RunStatus`` on the wire).
+
+    The per-task list appears only while the run has at most ``STATUS_TASK_SUMMARY_LIMIT``
+    tasks, so the object's size does not grow with the DAG; ``tasksTruncated`` says so.
+    """
+    counts = status.counts
+    small = counts.total <= STATUS_TASK_SUMMARY_LIMIT
+    model = RunStatus(
+        phase=status.phase,
+        observed_generation=status.observed_generation,
+        started_at=status.started_at,
+        finished_at=status.finished_at,
+        definition_fingerprint=status.fingerprint,
+        progress=progress_text(counts, rollback=status.compensation),
+        counts=RunProgress(
+            total=counts.total,
+            waiting=counts.waiting,
+            ready=counts.ready,
+            running=counts.running,
+            succeeded=counts.succeeded,
+            failed=counts.failed,
+            skipped=counts.skipped,
+            cancelled=counts.cancelled,
+        ),
+        conditions=run_conditions(status),
+        tasks=list(status.tasks) if small else [],
+        tasks_truncated=not small,
+        compensation=compensation_summary(status),
+        message=_phase_message(status)[:4096],
+    )
+    body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return body

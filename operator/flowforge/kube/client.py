@@ -114,16 +114,18 @@ class KubeClient:
 
     async def _call(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bytes:
         """One API call on the shared threads; returns the raw response body."""
-        await self._api_bucket.acquire()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _body, function, args, kwargs)
+        return await self._run(function, pool=self._pool, args=args, kwargs=kwargs)
 
     async def _call_critical(self, function: Callable[..., Any], /, *args: Any,
                              **kwargs: Any) -> bytes:
         """One API call on the Job-creation threads."""
+        return await self._run(function, pool=self._jobs_pool, args=args, kwargs=kwargs)
+
+    async def _run(self, function: Callable[..., Any], *, pool: ThreadPoolExecutor,
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         await self._api_bucket.acquire()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._jobs_pool, _body, function, args, kwargs)
+        return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args,
+                                                                kwargs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

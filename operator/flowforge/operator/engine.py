@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,13 +69,6 @@ class Engine:
             raise NotLeaderError("this operator does not hold the lease")
         return fence
 
-    def spawn(self, coroutine: Coroutine[Any, Any, Any], *, what: str) -> None:
-        self.background.spawn(coroutine, what=what)
-
-    def later(self, delay: float, *, key: tuple[int, str],
-              coroutine_factory: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        self.background.later(delay, key=key, coroutine_factory=coroutine_factory)
-
     async def shutdown(self) -> None:
         self.background.shutdown()
         await self.status.close()
@@ -98,7 +91,7 @@ class Engine:
                 await self._refuse(body, str(error))
             raise
         if created:
-            self.spawn(
+            self.background.spawn(
                 self.kube.post_run_event(
                     namespace=context.namespace,
                     run_name=context.name,
@@ -287,7 +280,7 @@ class Engine:
     def post_event(
         self, context: RunContext, *, reason: str, message: str, warning: bool = False
     ) -> None:
-        self.spawn(
+        self.background.spawn(
             self.kube.post_run_event(
                 namespace=context.namespace,
                 run_name=context.name,
@@ -333,7 +326,7 @@ class Engine:
         if not waits:
             return
         delay = max(0.0, (min(waits) - datetime.now(UTC)).total_seconds())
-        self.later(
+        self.background.later(
             delay + 0.01,
             key=(context.run_id, "dispatch"),
             coroutine_factory=lambda: self.dispatch(context),

@@ -117,7 +117,7 @@ class JobLauncher:
         engine = self._engine
         if engine.settings.job_ttl_seconds < 0 or outcome.reason is OutcomeReason.LOST:
             return
-        engine.later(
+        engine.background.later(
             engine.settings.job_ttl_seconds,
             key=(context.run_id, identity.name),
             coroutine_factory=lambda: engine.kube.delete_job(

@@ -49,7 +49,7 @@ class Rollback:
                 return
             wait = (step.not_before - datetime.now(UTC)).total_seconds()
             if wait > 0:  # a retry waiting for its backoff
-                engine.later(wait + 0.01, key=(context.run_id, "rollback"),
+                engine.background.later(wait + 0.01, key=(context.run_id, "rollback"),
                              coroutine_factory=lambda: self.advance(context))
                 return
             try:

@@ -41,19 +41,8 @@ from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.retry import in_transaction
 from flowforge.store.settle import SettledRun, settle_locked, settle_run
+from flowforge.store.transitions import Dispatch as Dispatch
 from flowforge.store.transitions import record_success
-
-
-@dataclasses.dataclass(frozen=True)
-class Dispatch:
-    """One attempt that was moved to running and needs its Job."""
-
-    run_id: int
-    task_key: str
-    role: TaskRole
-    attempt: int
-    timeout_seconds: int | None
-    released_at: datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,14 +243,8 @@ async def _record_success(pool: Pool, *, fence: Fence, run_id: int, task_key: st
                                    dispatch=True)
     if not success.recorded:
         return Decision(recorded=False)
-    dispatched = tuple(
-        Dispatch(run_id=run_id, task_key=item.task_key, role=TaskRole.FORWARD,
-                 attempt=item.attempt, timeout_seconds=item.timeout_seconds,
-                 released_at=item.not_before)
-        for item in success.dispatched
-    )
     settled = None if success.released else await settle_run(pool, fence=fence, run_id=run_id)
-    return Decision(recorded=True, dispatched=dispatched, settled=settled)
+    return Decision(recorded=True, dispatched=success.dispatched, settled=settled)
 
 
 async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> Decision:

@@ -23,7 +23,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.states import TaskState
+from flowforge.domain.states import TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import StaleEpochError, TransitionConflictError
 from flowforge.store.events import append_event, append_task_events
@@ -166,20 +166,22 @@ SELECT (SELECT epoch FROM fence),
 
 
 @dataclasses.dataclass(frozen=True)
-class Released:
-    """A dependent this success released and (when dispatching) moved on to running."""
+class Dispatch:
+    """One attempt that was moved to running and needs its Job."""
 
+    run_id: int
     task_key: str
+    role: TaskRole
     attempt: int
     timeout_seconds: int | None
-    not_before: datetime
+    released_at: datetime
 
 
 @dataclasses.dataclass(frozen=True)
 class SuccessResult:
     recorded: bool  # False: the attempt was not running (a replayed or stale outcome)
     released: tuple[str, ...] = ()  # every dependent released (ready or running)
-    dispatched: tuple[Released, ...] = ()  # of those, the ones moved on to running
+    dispatched: tuple[Dispatch, ...] = ()  # of those, the ones moved on to running
 
 
 async def record_success(
@@ -223,8 +225,8 @@ async def record_success(
             recorded=True,
             released=tuple(released),
             dispatched=tuple(
-                Released(task_key=key, attempt=number, timeout_seconds=timeout,
-                         not_before=not_before)
+                Dispatch(run_id=run_id, task_key=key, role=TaskRole.FORWARD, attempt=number,
+                         timeout_seconds=timeout, released_at=not_before)
                 for key, number, timeout, not_before in zip(
                     keys, attempts, timeouts, not_befores, strict=True)
             ),

@@ -51,13 +51,20 @@ def operator_handoff() -> str:
     import urllib.request
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
-    buckets = [line for line in text.splitlines()
-               if line.startswith("flowforge_handoff_latency_seconds_bucket")]
-    counts = [(line.split('le="')[1].split('"')[0], float(line.rsplit(" ", 1)[1]))
-              for line in buckets]
+    buckets = [
+        line
+        for line in text.splitlines()
+        if line.startswith("flowforge_handoff_latency_seconds_bucket")
+    ]
+    counts = [
+        (line.split('le="')[1].split('"')[0], float(line.rsplit(" ", 1)[1])) for line in buckets
+    ]
     total = counts[-1][1] if counts else 0
-    shares = ", ".join(f"<= {le}s: {count / total:.0%}" for le, count in counts
-                       if total and le in ("0.05", "0.1", "0.25", "0.5", "1.0"))
+    shares = ", ".join(
+        f"<= {le}s: {count / total:.0%}"
+        for le, count in counts
+        if total and le in ("0.05", "0.1", "0.25", "0.5", "1.0")
+    )
     return f"operator-internal hand-off ({total:.0f} hand-offs): {shares}"
 
 
@@ -89,8 +96,13 @@ class JobWatcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             response = self._batch.list_namespaced_job(
-                self._namespace, watch=True, resource_version=self._version,
-                timeout_seconds=5, allow_watch_bookmarks=True, _preload_content=False)
+                self._namespace,
+                watch=True,
+                resource_version=self._version,
+                timeout_seconds=5,
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+            )
             for line in response:
                 now = time.monotonic()
                 event = json.loads(line)
@@ -118,15 +130,25 @@ def raw_ceiling(batch: k8s.BatchV1Api, namespace: str, count: int) -> float:
     started = time.monotonic()
 
     def create(index: int) -> None:
-        batch.create_namespaced_job(namespace, {
-            "metadata": {"name": f"{prefix}-{index}", "labels": {"bench": prefix}},
-            "spec": {"backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "task", "image": "busybox:1.36"}]}}}})
+        batch.create_namespaced_job(
+            namespace,
+            {
+                "metadata": {"name": f"{prefix}-{index}", "labels": {"bench": prefix}},
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "task", "image": "busybox:1.36"}],
+                        }
+                    },
+                },
+            },
+        )
 
     threads = [threading.Thread(target=lambda i=i: create(i)) for i in range(count)]
     for index in range(0, count, 16):
-        group = threads[index:index + 16]
+        group = threads[index : index + 16]
         for thread in group:
             thread.start()
         for thread in group:
@@ -145,9 +167,12 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="single-task runs")
     parser.add_argument("--chains", type=int, default=50, help="concurrent chain runs")
     parser.add_argument("--chain-length", type=int, default=5, help="tasks per chain run")
-    parser.add_argument("--controller-manager-qps", type=int,
-                        help="lift kube-controller-manager's client limit (default 20/s, which "
-                        "caps the cluster near 200 Jobs/min) on the bench's own cluster")
+    parser.add_argument(
+        "--controller-manager-qps",
+        type=int,
+        help="lift kube-controller-manager's client limit (default 20/s, which "
+        "caps the cluster near 200 Jobs/min) on the bench's own cluster",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
@@ -155,14 +180,18 @@ async def main() -> int:
     cluster_dir = args.cluster_dir or work / "cluster"
     operator: subprocess.Popen[bytes] | None = None
     try:
-        cluster = start_cluster(state_dir=cluster_dir,
-                                controller_manager_qps=args.controller_manager_qps)
-        postgres = localdev_postgres.start(work / "pg", settings={"fsync": "off",
-                                                                  "synchronous_commit": "off"})
+        cluster = start_cluster(
+            state_dir=cluster_dir, controller_manager_qps=args.controller_manager_qps
+        )
+        postgres = localdev_postgres.start(
+            work / "pg", settings={"fsync": "off", "synchronous_commit": "off"}
+        )
         await migrate(postgres.dsn)
         configuration = k8s.Configuration()
-        k8s_config.load_kube_config(config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
-                                    client_configuration=configuration)
+        k8s_config.load_kube_config(
+            config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
+            client_configuration=configuration,
+        )
         configuration.connection_pool_maxsize = 32
         api = k8s.ApiClient(configuration)
         extensions = k8s.ApiextensionsV1Api(api)
@@ -185,28 +214,56 @@ async def main() -> int:
                 time.sleep(0.2)
 
         ceiling = raw_ceiling(batch, namespace, args.jobs)
-        print(f"raw ceiling: {ceiling:.0f} Jobs/min created and completed "
-              f"({args.jobs} Jobs, plain client, 16 concurrent creations)")
+        print(
+            f"raw ceiling: {ceiling:.0f} Jobs/min created and completed "
+            f"({args.jobs} Jobs, plain client, 16 concurrent creations)"
+        )
 
         pool = await open_pool(postgres.dsn, min_size=1, max_size=2)
         for spec in (
-            {"workflow": "single", "version": 1, "taskTypes": {"step": STEP},
-             "tasks": [{"key": "only", "type": "step"}]},
-            {"workflow": "chain", "version": 1, "taskTypes": {"step": STEP},
-             "tasks": [{"key": "t0", "type": "step"}] + [
-                 {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
-                 for n in range(1, args.chain_length)]},
+            {
+                "workflow": "single",
+                "version": 1,
+                "taskTypes": {"step": STEP},
+                "tasks": [{"key": "only", "type": "step"}],
+            },
+            {
+                "workflow": "chain",
+                "version": 1,
+                "taskTypes": {"step": STEP},
+                "tasks": [{"key": "t0", "type": "step"}]
+                + [
+                    {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
+                    for n in range(1, args.chain_length)
+                ],
+            },
         ):
             await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
         await pool.close()
 
         log = (work / "operator.log").open("wb")
         operator = subprocess.Popen(
-            [sys.executable, "-m", "flowforge.operator", "--dsn", postgres.dsn,
-             "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
-             "--job-ttl", "-1", "--identity", "bench", "--metrics-port", str(METRICS_PORT)],
+            [
+                sys.executable,
+                "-m",
+                "flowforge.operator",
+                "--dsn",
+                postgres.dsn,
+                "--namespace",
+                namespace,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--job-ttl",
+                "-1",
+                "--identity",
+                "bench",
+                "--metrics-port",
+                str(METRICS_PORT),
+            ],
             env={**os.environ, "FLOWFORGE_JOB_CREATION_QPS": "200"},
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         time.sleep(8)
 
         def create_runs(prefix: str, workflow: str, count: int) -> list[str]:
@@ -214,20 +271,29 @@ async def main() -> int:
 
             def create(name: str) -> None:
                 custom.create_namespaced_custom_object(
-                    "flowforge.io", "v1alpha1", namespace, "workflowruns",
-                    {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowRun",
-                     "metadata": {"name": name}, "spec": {"workflow": workflow, "version": 1}})
+                    "flowforge.io",
+                    "v1alpha1",
+                    namespace,
+                    "workflowruns",
+                    {
+                        "apiVersion": "flowforge.io/v1alpha1",
+                        "kind": "WorkflowRun",
+                        "metadata": {"name": name},
+                        "spec": {"workflow": workflow, "version": 1},
+                    },
+                )
 
             threads = [threading.Thread(target=create, args=(name,)) for name in names]
             for index in range(0, len(threads), 16):
-                for thread in threads[index:index + 16]:
+                for thread in threads[index : index + 16]:
                     thread.start()
-                for thread in threads[index:index + 16]:
+                for thread in threads[index : index + 16]:
                     thread.join()
             return names
 
-        def wait_finished(names: list[str], timeout: float, *,
-                          poll: float = 0.25) -> dict[str, str]:
+        def wait_finished(
+            names: list[str], timeout: float, *, poll: float = 0.25
+        ) -> dict[str, str]:
             """Poll the runs' phases (a LIST of every run is heavy for the apiserver: the
             interval bounds the throughput figure's error, 0.25 s in 60 s)."""
             deadline = time.monotonic() + timeout
@@ -235,11 +301,16 @@ async def main() -> int:
             phases: dict[str, str] = {}
             while time.monotonic() < deadline:
                 items = custom.list_namespaced_custom_object(
-                    "flowforge.io", "v1alpha1", namespace, "workflowruns")["items"]
-                phases = {item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
-                          for item in items if item["metadata"]["name"] in wanted}
+                    "flowforge.io", "v1alpha1", namespace, "workflowruns"
+                )["items"]
+                phases = {
+                    item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
+                    for item in items
+                    if item["metadata"]["name"] in wanted
+                }
                 if len(phases) == len(wanted) and all(
-                        p in ("succeeded", "failed", "cancelled") for p in phases.values()):
+                    p in ("succeeded", "failed", "cancelled") for p in phases.values()
+                ):
                     return phases
                 time.sleep(poll)
             raise SystemExit(f"runs not finished in {timeout} s: {phases}")
@@ -253,8 +324,10 @@ async def main() -> int:
         elapsed = time.monotonic() - started
         throughput = len(names) / elapsed * 60
         assert set(phases.values()) == {"succeeded"}, phases
-        print(f"single-task runs: {throughput:.0f} runs/min completed ({len(names)} runs in "
-              f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)")
+        print(
+            f"single-task runs: {throughput:.0f} runs/min completed ({len(names)} runs in "
+            f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)"
+        )
 
         watcher = JobWatcher(batch, namespace)
         names = create_runs("chain", "chain", args.chains)
@@ -264,26 +337,37 @@ async def main() -> int:
         by_run: dict[str, dict[str, str]] = {}
         for job, labels in watcher.labels.items():
             by_run.setdefault(labels.get("flowforge.io/run", ""), {})[
-                labels.get("flowforge.io/task", "")] = job
+                labels.get("flowforge.io/task", "")
+            ] = job
         handoffs: list[tuple[float, str]] = []
         for name in names:
             jobs = by_run.get(name, {})
             for n in range(1, args.chain_length):
                 upstream, dependent = jobs.get(f"t{n - 1}"), jobs.get(f"t{n}")
                 if upstream in watcher.completed and dependent in watcher.created:
-                    handoffs.append((watcher.created[dependent] - watcher.completed[upstream],
-                                     f"{name} t{n - 1}->t{n}"))
+                    handoffs.append(
+                        (
+                            watcher.created[dependent] - watcher.completed[upstream],
+                            f"{name} t{n - 1}->t{n}",
+                        )
+                    )
         latencies = [latency for latency, _ in handoffs]
         expected = args.chains * (args.chain_length - 1)
-        print(f"hand-off latency, {len(latencies)} of {expected} hand-offs in "
-              f"{args.chains} concurrent runs: "
-              f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
-              f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
-              f"max {max(latencies) * 1000:.0f} ms, "
-              f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)")
+        print(
+            f"hand-off latency, {len(latencies)} of {expected} hand-offs in "
+            f"{args.chains} concurrent runs: "
+            f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
+            f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
+            f"max {max(latencies) * 1000:.0f} ms, "
+            f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)"
+        )
         print(operator_handoff())
-        print("slowest: " + ", ".join(f"{where} {latency * 1000:.0f} ms"
-                                      for latency, where in sorted(handoffs)[-3:]))
+        print(
+            "slowest: "
+            + ", ".join(
+                f"{where} {latency * 1000:.0f} ms" for latency, where in sorted(handoffs)[-3:]
+            )
+        )
         return 0
     finally:
         if operator is not None:

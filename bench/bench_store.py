@@ -87,8 +87,14 @@ async def _measure_engine_path(
         nonlocal dispatched
         for n in range(pairs_per_run):
             decision = await store_engine.record_outcome(
-                pool, fence=fence, run_id=run_id, run_uid=run_uid, task_key=f"root-{n}",
-                attempt=1, outcome=success, backoff=BackoffPolicy(),
+                pool,
+                fence=fence,
+                run_id=run_id,
+                run_uid=run_uid,
+                task_key=f"root-{n}",
+                attempt=1,
+                outcome=success,
+                backoff=BackoffPolicy(),
             )
             dispatched += len(decision.dispatched)
 
@@ -144,8 +150,12 @@ async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int,
                 f"({pairs} outcomes, each releasing one dependent)"
             )
             runs = [
-                await _prepare_run(pool, lease.fence, pairs=pairs // writers,
-                                   label=f"bench-{label}-engine-{writers}-{index}")
+                await _prepare_run(
+                    pool,
+                    lease.fence,
+                    pairs=pairs // writers,
+                    label=f"bench-{label}-engine-{writers}-{index}",
+                )
                 for index in range(writers)
             ]
             engine_rate = await _measure_engine_path(
@@ -163,11 +173,17 @@ async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int,
 def pgbench_baseline(dsn: str, *, clients: int, seconds: int = 10) -> float:
     """Transactions per second of pgbench's default script on the same server."""
     pgbench = str(localdev.find_binary("pgbench"))
-    subprocess.run([pgbench, "--initialize", "--quiet", "--scale=4", dsn],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [pgbench, "--initialize", "--quiet", "--scale=4", dsn],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     result = subprocess.run(
         [pgbench, f"--client={clients}", f"--jobs={min(clients, 2)}", f"--time={seconds}", dsn],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     match = re.search(r"tps = ([0-9.]+)", result.stdout)
     if match is None:
@@ -178,8 +194,10 @@ def pgbench_baseline(dsn: str, *, clients: int, seconds: int = 10) -> float:
 def _print_baselines(dsn: str, rates: dict[int, float]) -> None:
     for writers, rate in rates.items():
         baseline = pgbench_baseline(dsn, clients=writers)
-        print(f"writers={writers}: pgbench baseline {baseline:,.0f} tps on the same server; "
-              f"outcome/pgbench ratio {rate / baseline:.2f}")
+        print(
+            f"writers={writers}: pgbench baseline {baseline:,.0f} tps on the same server; "
+            f"outcome/pgbench ratio {rate / baseline:.2f}"
+        )
 
 
 def main() -> None:

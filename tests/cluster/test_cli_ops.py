@@ -32,7 +32,9 @@ FINISHED = {"succeeded", "failed", "cancelled"}
 
 # c fails: d is skipped, a and b succeeded
 FAILING_DIAMOND: dict[str, Any] = {
-    "workflow": "diamond", "version": 1, "taskTypes": {"ok": OK, "fail": FAIL},
+    "workflow": "diamond",
+    "version": 1,
+    "taskTypes": {"ok": OK, "fail": FAIL},
     "tasks": [
         {"key": "a", "type": "ok"},
         {"key": "b", "type": "ok", "dependsOn": ["a"]},
@@ -42,7 +44,9 @@ FAILING_DIAMOND: dict[str, Any] = {
 }
 # verify fails: deploy is undone; provision (no compensator) still stands
 FAILING_SAGA: dict[str, Any] = {
-    "workflow": "saga", "version": 1, "taskTypes": {"ok": OK, "fail": FAIL},
+    "workflow": "saga",
+    "version": 1,
+    "taskTypes": {"ok": OK, "fail": FAIL},
     "tasks": [
         {"key": "provision", "type": "ok"},
         {"key": "deploy", "type": "ok", "dependsOn": ["provision"]},
@@ -66,8 +70,9 @@ CliRunner = Callable[..., Awaitable[Result]]
 
 
 @pytest.fixture
-def cli(cluster: Cluster, store_dsn: str, engine_namespace: str,
-        capsys: pytest.CaptureFixture[str]) -> CliRunner:
+def cli(
+    cluster: Cluster, store_dsn: str, engine_namespace: str, capsys: pytest.CaptureFixture[str]
+) -> CliRunner:
     """``flowforge ARGS --dsn ... --kubeconfig ... -n NS`` in a thread (the CLI runs its own
     event loop), with its exit code and output."""
 
@@ -98,16 +103,28 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
     listed = await cli("runs", "list", *dsn, "-o", "json")
     assert listed.code == 0, listed.err
     assert [(run["name"], run["phase"], run["progress"]) for run in listed.json()] == [
-        ("d1", "failed", "2/4")]
+        ("d1", "failed", "2/4")
+    ]
     table = await cli("runs", "list", *dsn)
     assert table.out.split("\n")[0].split() == [
-        "NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE", "DURATION"]
+        "NAME",
+        "WORKFLOW",
+        "VERSION",
+        "PHASE",
+        "PROGRESS",
+        "AGE",
+        "DURATION",
+    ]
     assert table.out.split("\n")[1].split()[:5] == ["d1", "diamond", "1", "failed", "2/4"]
 
     shown = (await cli("runs", "show", "d1", *dsn, "-o", "json")).json()
     tasks = {task["key"]: task for task in shown["tasks"]}
     assert {key: task["state"] for key, task in tasks.items()} == {
-        "a": "succeeded", "b": "succeeded", "c": "failed", "d": "skipped"}
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "failed",
+        "d": "skipped",
+    }
     assert tasks["c"]["exitCode"] == 3 and tasks["c"]["reason"]
     assert [attempt["exitCode"] for attempt in tasks["c"]["attempts"]] == [3]
     assert tasks["a"]["durationSeconds"] > 0 and tasks["d"]["attempts"] == []
@@ -139,7 +156,8 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
     retried = await cli("retry", "d1", *dsn)
     assert retried.code == 0, retried.err
     assert "workflowrun/d1-retry-1 created" in retried.out and "reusing 2 tasks (a, b)" in (
-        retried.out)
+        retried.out
+    )
     body = driver.run("d1-retry-1")
     assert body["metadata"]["annotations"][RETRY_OF_ANNOTATION] == "d1"
     assert body["spec"]["parameters"] == {"date": "2026-11-30"}
@@ -161,7 +179,11 @@ async def test_retry_runs_only_what_did_not_succeed(
     again = (await cli("runs", "show", "d1-retry-1", *dsn, "-o", "json")).json()
     assert again["retryOf"] == "d1"
     assert {task["key"]: task["reusedFrom"] for task in again["tasks"]} == {
-        "a": "d1", "b": "d1", "c": None, "d": None}
+        "a": "d1",
+        "b": "d1",
+        "c": None,
+        "d": None,
+    }
     second = await cli("retry", "d1-retry-1", *dsn)
     assert "workflowrun/d1-retry-2 created" in second.out, second.err
 
@@ -170,9 +192,17 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
     operator: OperatorProcess, driver: RunDriver, cli: CliRunner, store_dsn: str
 ) -> None:
     dsn = ["--dsn", store_dsn]
-    await driver.publish({"workflow": "slow", "version": 1, "taskTypes": {"slow": SLOW},
-                          "tasks": [{"key": "wait", "type": "slow"},
-                                    {"key": "after", "type": "slow", "dependsOn": ["wait"]}]})
+    await driver.publish(
+        {
+            "workflow": "slow",
+            "version": 1,
+            "taskTypes": {"slow": SLOW},
+            "tasks": [
+                {"key": "wait", "type": "slow"},
+                {"key": "after", "type": "slow", "dependsOn": ["wait"]},
+            ],
+        }
+    )
     driver.create_run("s1", workflow="slow")
     deadline = time.monotonic() + 60
     while not driver.jobs("s1") and time.monotonic() < deadline:
@@ -186,7 +216,9 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
     assert body["status"]["phase"] == "cancelled"
     shown = (await cli("runs", "show", "s1", *dsn, "-o", "json")).json()
     assert {task["key"]: task["state"] for task in shown["tasks"]} == {
-        "wait": "cancelled", "after": "cancelled"}
+        "wait": "cancelled",
+        "after": "cancelled",
+    }
 
     for argv, expected in [
         (("cancel", "nope"), "flowforge cancel: no WorkflowRun 'nope' in namespace"),
@@ -210,8 +242,9 @@ async def test_show_lists_the_rollback_of_a_failed_saga_and_retry_redoes_it(
     body = await driver.wait_phase("saga1", FINISHED, operator=operator, timeout=120)
     assert body["status"]["phase"] == "failed"
     shown = (await cli("runs", "show", "saga1", *dsn, "-o", "json")).json()
-    assert [(step["key"], step["compensates"], step["state"]) for step in
-            shown["compensation"]] == [("undeploy", "deploy", "succeeded")]
+    assert [
+        (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]
+    ] == [("undeploy", "deploy", "succeeded")]
     text = (await cli("runs", "show", "saga1", *dsn)).out
     assert "Compensation (in the order it runs" in text
     assert "undeploy" in text.split("Compensation")[1]
@@ -224,8 +257,12 @@ async def test_show_lists_the_rollback_of_a_failed_saga_and_retry_redoes_it(
 
 
 async def test_doctor_is_quiet_when_healthy_and_names_a_missing_webhook_configuration(
-    cluster: Cluster, flowforge_crds: list[str], admission_webhooks: WebhookServer,
-    operator: OperatorProcess, cli: CliRunner, store_dsn: str,
+    cluster: Cluster,
+    flowforge_crds: list[str],
+    admission_webhooks: WebhookServer,
+    operator: OperatorProcess,
+    cli: CliRunner,
+    store_dsn: str,
 ) -> None:
     healthy = await cli("doctor", "--dsn", store_dsn, namespace=False)
     assert healthy.code == 0, healthy.out + healthy.err
@@ -240,8 +277,9 @@ async def test_doctor_is_quiet_when_healthy_and_names_a_missing_webhook_configur
     broken = await cli("doctor", "--dsn", store_dsn, namespace=False)
     assert broken.code == 1
     failing = [line for line in broken.out.splitlines() if line.startswith("FAIL")]
-    assert len(failing) == 2 and all("webhooks" in line and "is missing" in line
-                                     for line in failing), broken.out
+    assert len(failing) == 2 and all(
+        "webhooks" in line and "is missing" in line for line in failing
+    ), broken.out
     assert "restart the operator" in broken.out
 
     operator.stop()

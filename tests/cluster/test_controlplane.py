@@ -52,8 +52,16 @@ def _run_job(cluster: Cluster, namespace: str, name: str, annotations: dict[str,
 
 
 def _wait_job(cluster: Cluster, namespace: str, name: str, condition: str) -> None:
-    kubectl(cluster, "wait", "-n", namespace, f"--for=condition={condition}", f"job/{name}",
-            "--timeout=90s", timeout=120)
+    kubectl(
+        cluster,
+        "wait",
+        "-n",
+        namespace,
+        f"--for=condition={condition}",
+        f"job/{name}",
+        "--timeout=90s",
+        timeout=120,
+    )
 
 
 def _job_pod(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
@@ -83,7 +91,7 @@ def _listening_addresses(pid: int) -> set[str]:
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         target = fd.readlink().as_posix() if fd.is_symlink() else ""
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     listening = set()
     for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
         for line in Path(table).read_text().splitlines()[1:]:
@@ -103,7 +111,11 @@ def test_every_component_listens_on_loopback_only(cluster: Cluster) -> None:
     status = cluster_status(cluster.state_dir)
     assert status.ready
     assert set(status.components) == {
-        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller"
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok-controller",
     }
     assert all(status.components.values()), status.components
     pids = _component_pids(cluster)
@@ -111,7 +123,8 @@ def test_every_component_listens_on_loopback_only(cluster: Cluster) -> None:
         addresses = _listening_addresses(pid)
         assert addresses, f"{component} listens nowhere"
         assert all(address.startswith("127.0.0.1:") for address in addresses), (
-            component, addresses
+            component,
+            addresses,
         )
     apiserver_addresses = _listening_addresses(pids["kube-apiserver"])
     assert f"127.0.0.1:{cluster.ports.apiserver}" in apiserver_addresses
@@ -178,9 +191,18 @@ def test_a_delayed_failure_keeps_its_exit_code(cluster: Cluster, namespace: str)
 
 def test_cli_status_reports_the_running_cluster(cluster: Cluster) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "flowforge.localdev.controlplane", "status",
-         "--dir", str(cluster.state_dir)],
-        capture_output=True, text=True, check=False, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "flowforge.localdev.controlplane",
+            "status",
+            "--dir",
+            str(cluster.state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
     assert f"server {cluster.server}: ready" in completed.stdout

@@ -41,8 +41,9 @@ RUN: dict[str, Any] = {
 def _apply(
     cluster: Cluster, namespace: str, manifest: dict[str, Any], *, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    return kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest),
-                   check=check)
+    return kubectl(
+        cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest), check=check
+    )
 
 
 def _rejected(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> str:
@@ -63,7 +64,7 @@ def test_an_unknown_field_is_rejected_by_name(cluster: Cluster, namespace: str) 
     manifest["spec"]["tasks"][1]["retrys"] = 3
     stderr = _rejected(cluster, namespace, manifest)
     assert "unknown field" in stderr
-    assert 'spec.tasks[1].retrys' in stderr
+    assert "spec.tasks[1].retrys" in stderr
 
 
 def test_a_wrong_type_is_rejected_by_name(cluster: Cluster, namespace: str) -> None:
@@ -83,10 +84,25 @@ def test_a_run_with_a_bad_workflow_name_is_rejected(cluster: Cluster, namespace:
 
 def test_get_prints_the_run_columns(cluster: Cluster, namespace: str) -> None:
     _apply(cluster, namespace, RUN)
-    status = {"status": {"phase": "running", "progress": "3/4",
-                         "counts": {"total": 4, "succeeded": 3, "running": 1}}}
-    kubectl(cluster, "patch", "wfr", "nightly-etl-run", "-n", namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps(status))
+    status = {
+        "status": {
+            "phase": "running",
+            "progress": "3/4",
+            "counts": {"total": 4, "succeeded": 3, "running": 1},
+        }
+    }
+    kubectl(
+        cluster,
+        "patch",
+        "wfr",
+        "nightly-etl-run",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
     lines = kubectl(cluster, "get", "wfr", "-n", namespace).stdout.splitlines()
     assert lines[0].split() == ["NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE"]
     assert lines[1].split()[:5] == ["nightly-etl-run", "nightly-etl", "1", "running", "3/4"]
@@ -95,8 +111,18 @@ def test_get_prints_the_run_columns(cluster: Cluster, namespace: str) -> None:
 def test_get_flowforge_lists_both_kinds_with_columns(cluster: Cluster, namespace: str) -> None:
     _apply(cluster, namespace, DEFINITION)
     _apply(cluster, namespace, RUN)
-    kubectl(cluster, "patch", "wfd", "nightly-etl-v1", "-n", namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": {"taskCount": 3}}))
+    kubectl(
+        cluster,
+        "patch",
+        "wfd",
+        "nightly-etl-v1",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"taskCount": 3}}),
+    )
     output = kubectl(cluster, "get", "flowforge", "-n", namespace).stdout
     assert "workflowdefinition.flowforge.io/nightly-etl-v1" in output
     assert "workflowrun.flowforge.io/nightly-etl-run" in output
@@ -136,16 +162,34 @@ def test_a_runs_missing_version_may_be_filled_in(cluster: Cluster, namespace: st
     manifest = copy.deepcopy(RUN)
     del manifest["spec"]["version"]
     _apply(cluster, namespace, manifest)
-    kubectl(cluster, "patch", "wfr", "nightly-etl-run", "-n", namespace, "--type=merge",
-            "-p", json.dumps({"spec": {"version": 3}}))
+    kubectl(
+        cluster,
+        "patch",
+        "wfr",
+        "nightly-etl-run",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"version": 3}}),
+    )
     stored = kubectl_json(cluster, "get", "wfr", "nightly-etl-run", "-n", namespace)
     assert stored["spec"]["version"] == 3
 
 
 def test_a_run_may_be_cancelled(cluster: Cluster, namespace: str) -> None:
     _apply(cluster, namespace, RUN)
-    kubectl(cluster, "patch", "wfr", "nightly-etl-run", "-n", namespace, "--type=merge",
-            "-p", json.dumps({"spec": {"cancel": True}}))
+    kubectl(
+        cluster,
+        "patch",
+        "wfr",
+        "nightly-etl-run",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"cancel": True}}),
+    )
     stored = kubectl_json(cluster, "get", "wfr", "nightly-etl-run", "-n", namespace)
     assert stored["spec"]["cancel"] is True
 

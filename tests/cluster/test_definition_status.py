@@ -15,18 +15,27 @@ from tests.plugins.operator import OperatorProcess, RunDriver
 pytestmark = pytest.mark.cluster
 
 SPEC: dict[str, Any] = {
-    "workflow": "shown", "version": 1,
+    "workflow": "shown",
+    "version": 1,
     "taskTypes": {"step": {"image": "busybox:1.36"}},
-    "tasks": [{"key": "a", "type": "step"}, {"key": "b", "type": "step", "dependsOn": ["a"]},
-              {"key": "undo-a", "type": "step", "compensateFor": "a"}],
+    "tasks": [
+        {"key": "a", "type": "step"},
+        {"key": "b", "type": "step", "dependsOn": ["a"]},
+        {"key": "undo-a", "type": "step", "compensateFor": "a"},
+    ],
 }
 
 
 async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, Any]:
     for _ in range(150):
         body = await asyncio.to_thread(
-            driver.custom.get_namespaced_custom_object, "flowforge.io", "v1alpha1",
-            driver.namespace, "workflowdefinitions", name)
+            driver.custom.get_namespaced_custom_object,
+            "flowforge.io",
+            "v1alpha1",
+            driver.namespace,
+            "workflowdefinitions",
+            name,
+        )
         status: dict[str, Any] = body.get("status") or {}
         if field in status:
             return status
@@ -36,9 +45,17 @@ async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, An
 
 def _create(driver: RunDriver, name: str, spec: dict[str, Any]) -> None:
     driver.custom.create_namespaced_custom_object(
-        "flowforge.io", "v1alpha1", driver.namespace, "workflowdefinitions",
-        {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowDefinition",
-         "metadata": {"name": name}, "spec": spec})
+        "flowforge.io",
+        "v1alpha1",
+        driver.namespace,
+        "workflowdefinitions",
+        {
+            "apiVersion": "flowforge.io/v1alpha1",
+            "kind": "WorkflowDefinition",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
 
 
 async def test_a_definition_shows_its_task_count_and_fingerprint(
@@ -56,9 +73,14 @@ async def test_an_unusable_definition_says_why_and_is_not_published(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
     # No admission webhook here, as for a definition stored before the webhook existed.
-    cyclic = {**SPEC, "workflow": "cyclic",
-              "tasks": [{"key": "a", "type": "step", "dependsOn": ["b"]},
-                        {"key": "b", "type": "step", "dependsOn": ["a"]}]}
+    cyclic = {
+        **SPEC,
+        "workflow": "cyclic",
+        "tasks": [
+            {"key": "a", "type": "step", "dependsOn": ["b"]},
+            {"key": "b", "type": "step", "dependsOn": ["a"]},
+        ],
+    }
     _create(driver, "cyclic-v1", cyclic)
     status = await _status_when(driver, "cyclic-v1", "message")
     assert status["message"].startswith("not published:")

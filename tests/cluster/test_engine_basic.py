@@ -19,13 +19,18 @@ from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 
 pytestmark = pytest.mark.cluster
 
-STEP = {"image": "busybox:1.36", "command": ["true"],
-        "annotations": {"flowforge.io/simulate-duration": "1s"}}
+STEP = {
+    "image": "busybox:1.36",
+    "command": ["true"],
+    "annotations": {"flowforge.io/simulate-duration": "1s"},
+}
 
 
 def diamond(workflow: str = "diamond") -> dict[str, Any]:
     return {
-        "workflow": workflow, "version": 1, "taskTypes": {"step": STEP},
+        "workflow": workflow,
+        "version": 1,
+        "taskTypes": {"step": STEP},
         "tasks": [
             {"key": "extract", "type": "step", "config": {"source": "s3://b"}},
             {"key": "left", "type": "step", "dependsOn": ["extract"]},
@@ -67,11 +72,17 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     jobs = {job.metadata.labels["flowforge.io/task"]: job for job in driver.jobs("d1")}
     assert set(jobs) == {"extract", "left", "right", "load"}
     # a dependent's Job is created only after its upstream's Job completed
-    for upstream, dependent in [("extract", "left"), ("extract", "right"),
-                                ("left", "load"), ("right", "load")]:
+    for upstream, dependent in [
+        ("extract", "left"),
+        ("extract", "right"),
+        ("left", "load"),
+        ("right", "load"),
+    ]:
         assert _created(jobs[dependent]) >= _finished(jobs[upstream]) - 1.0
-        assert jobs[dependent].metadata.creation_timestamp >= \
-            jobs[upstream].metadata.creation_timestamp
+        assert (
+            jobs[dependent].metadata.creation_timestamp
+            >= jobs[upstream].metadata.creation_timestamp
+        )
     extract = jobs["extract"]
     assert extract.spec.backoff_limit == 0
     assert extract.metadata.owner_references[0].kind == "WorkflowRun"
@@ -81,8 +92,16 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     assert env["FLOWFORGE_CONFIG"] == '{"source": "s3://b"}'
     assert env["FLOWFORGE_ATTEMPT"] == "1"
 
-    assert status["counts"] == {"total": 4, "waiting": 0, "ready": 0, "running": 0,
-                                "succeeded": 4, "failed": 0, "skipped": 0, "cancelled": 0}
+    assert status["counts"] == {
+        "total": 4,
+        "waiting": 0,
+        "ready": 0,
+        "running": 0,
+        "succeeded": 4,
+        "failed": 0,
+        "skipped": 0,
+        "cancelled": 0,
+    }
     assert status["definitionFingerprint"].startswith("sha256:")
     assert status["startedAt"] and status["finishedAt"]
     assert {t["name"] for t in status["tasks"]} == {"extract", "left", "right", "load"}
@@ -103,24 +122,28 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
 ) -> None:
     width = 50
     spec = {
-        "workflow": "fan", "version": 1,
+        "workflow": "fan",
+        "version": 1,
         "taskTypes": {"step": {"image": "busybox:1.36"}},
-        "tasks": [{"key": "root", "type": "step"},
-                  *({"key": f"branch-{i:02d}", "type": "step", "dependsOn": ["root"]}
-                    for i in range(width)),
-                  {"key": "join", "type": "step",
-                   "dependsOn": [f"branch-{i:02d}" for i in range(width)]}],
+        "tasks": [
+            {"key": "root", "type": "step"},
+            *(
+                {"key": f"branch-{i:02d}", "type": "step", "dependsOn": ["root"]}
+                for i in range(width)
+            ),
+            {"key": "join", "type": "step", "dependsOn": [f"branch-{i:02d}" for i in range(width)]},
+        ],
     }
     await driver.publish(spec)
     driver.create_run("f1", workflow="fan")
-    body = await driver.wait_phase("f1", {"succeeded", "failed"}, timeout=180,
-                                   operator=operator)
+    body = await driver.wait_phase("f1", {"succeeded", "failed"}, timeout=180, operator=operator)
     assert body["status"]["phase"] == "succeeded", body["status"]
     assert body["status"]["progress"] == f"{width + 2}/{width + 2}"
     joins = [job for job in driver.jobs("f1") if job.metadata.labels["flowforge.io/task"] == "join"]
     assert len(joins) == 1
-    run = await find_run(driver.pool, namespace=driver.namespace, name="f1",
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name="f1", uid=body["metadata"]["uid"]
+    )
     history = await run_history(driver.pool, run.id)
     assert [e.kind for e in history if e.task_key == "join"].count("task.released") == 1
     assert [e.kind for e in history if e.task_key == "join"].count("task.dispatched") == 1
@@ -134,13 +157,22 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
 async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "doomed", "version": 1,
-        "taskTypes": {"slow": {"image": "busybox:1.36",
-                               "annotations": {"flowforge.io/simulate-duration": "60s"}}},
-        "tasks": [{"key": "slow", "type": "slow"},
-                  {"key": "after", "type": "slow", "dependsOn": ["slow"]}],
-    })
+    await driver.publish(
+        {
+            "workflow": "doomed",
+            "version": 1,
+            "taskTypes": {
+                "slow": {
+                    "image": "busybox:1.36",
+                    "annotations": {"flowforge.io/simulate-duration": "60s"},
+                }
+            },
+            "tasks": [
+                {"key": "slow", "type": "slow"},
+                {"key": "after", "type": "slow", "dependsOn": ["slow"]},
+            ],
+        }
+    )
     body = driver.create_run("gone", workflow="doomed")
     deadline = time.monotonic() + 60
     while not driver.jobs("gone") and time.monotonic() < deadline:
@@ -151,13 +183,15 @@ async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(
     while driver.jobs("gone") and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
     assert driver.jobs("gone") == [], "the garbage collector removes a deleted run's Jobs"
-    run = await find_run(driver.pool, namespace=driver.namespace, name="gone",
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
+    )
     deadline = time.monotonic() + 30
     while run.phase.value == "running" and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-        run = await find_run(driver.pool, namespace=driver.namespace, name="gone",
-                             uid=body["metadata"]["uid"])
+        run = await find_run(
+            driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
+        )
     assert run.phase.value == "cancelled"
     kinds = [event.kind for event in await run_history(driver.pool, run.id)]
     assert kinds[0] == "run.created" and "task.dispatched" in kinds

@@ -29,7 +29,9 @@ STEP = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration
 
 def diamond(workflow: str) -> dict[str, Any]:
     return {
-        "workflow": workflow, "version": 1, "taskTypes": {"step": STEP},
+        "workflow": workflow,
+        "version": 1,
+        "taskTypes": {"step": STEP},
         "tasks": [
             {"key": "a", "type": "step"},
             {"key": "b", "type": "step", "dependsOn": ["a"]},
@@ -56,14 +58,16 @@ async def assert_exactly_once(driver: RunDriver, log: JobCreationLog, names: lis
     assert not duplicates, f"Jobs created more than once: {duplicates}"
     per_attempt = Counter(
         (labels["flowforge.io/run"], labels["flowforge.io/task"], labels["flowforge.io/attempt"])
-        for labels in log.labels_by_name.values())
+        for labels in log.labels_by_name.values()
+    )
     assert all(count == 1 for count in per_attempt.values()), per_attempt
     assert len(per_attempt) == 4 * len(names)
     assert {attempt for _, _, attempt in per_attempt} == {"1"}, "an attempt was lost or repeated"
     for name in names:
         body = driver.run(name)
-        run = await find_run(driver.pool, namespace=driver.namespace, name=name,
-                             uid=body["metadata"]["uid"])
+        run = await find_run(
+            driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
+        )
         events = await run_history(driver.pool, run.id)
         outcomes = Counter((e.task_key, e.attempt) for e in events if e.kind == "task.succeeded")
         assert outcomes == {(key, 1): 1 for key in "abcd"}, (name, outcomes)
@@ -109,7 +113,8 @@ async def outage_postgres() -> AsyncIterator[tuple[Path, int, str]]:
 
 
 async def test_postgres_stopped_for_twenty_seconds_pauses_runs(
-    operators: Callable[..., OperatorProcess], driver: RunDriver,
+    operators: Callable[..., OperatorProcess],
+    driver: RunDriver,
     outage_postgres: tuple[Path, int, str],
 ) -> None:
     directory, port, dsn = outage_postgres
@@ -129,8 +134,9 @@ async def test_postgres_stopped_for_twenty_seconds_pauses_runs(
         await pool.close()
         localdev.stop(directory)
         await asyncio.sleep(20)
-        paused = {name: (outage_driver.run(name).get("status") or {}).get("phase")
-                  for name in names}
+        paused = {
+            name: (outage_driver.run(name).get("status") or {}).get("phase") for name in names
+        }
         localdev.start(directory, settings={"fsync": "off", "port": str(port)})
         pool = await open_pool(dsn, min_size=1, max_size=4)
         outage_driver.pool = pool

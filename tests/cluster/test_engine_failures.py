@@ -20,8 +20,9 @@ SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration
 
 
 async def history(driver: RunDriver, name: str, body: dict[str, Any]) -> list[Event]:
-    run = await find_run(driver.pool, namespace=driver.namespace, name=name,
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
+    )
     return await run_history(driver.pool, run.id)
 
 
@@ -32,19 +33,22 @@ def tasks(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def test_failure_skips_downstream_and_independent_branch_finishes(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "branches", "version": 1, "taskTypes": {"ok": OK, "fail": FAIL},
-        "tasks": [
-            {"key": "bad", "type": "fail"},
-            {"key": "after-bad", "type": "ok", "dependsOn": ["bad"]},
-            {"key": "after-after", "type": "ok", "dependsOn": ["after-bad"]},
-            {"key": "good", "type": "ok"},
-            {"key": "after-good", "type": "ok", "dependsOn": ["good"]},
-        ],
-    })
+    await driver.publish(
+        {
+            "workflow": "branches",
+            "version": 1,
+            "taskTypes": {"ok": OK, "fail": FAIL},
+            "tasks": [
+                {"key": "bad", "type": "fail"},
+                {"key": "after-bad", "type": "ok", "dependsOn": ["bad"]},
+                {"key": "after-after", "type": "ok", "dependsOn": ["after-bad"]},
+                {"key": "good", "type": "ok"},
+                {"key": "after-good", "type": "ok", "dependsOn": ["good"]},
+            ],
+        }
+    )
     driver.create_run("b1", workflow="branches")
-    body = await driver.wait_phase("b1", {"succeeded", "failed", "cancelled"},
-                                   operator=operator)
+    body = await driver.wait_phase("b1", {"succeeded", "failed", "cancelled"}, operator=operator)
     status = body["status"]
     assert status["phase"] == "failed", status
     by_name = tasks(body)
@@ -59,7 +63,10 @@ async def test_failure_skips_downstream_and_independent_branch_finishes(
     assert failed["status"] == "True" and failed["reason"] == "TaskFailed"
     assert "bad" in failed["message"]
     assert {job.metadata.labels["flowforge.io/task"] for job in driver.jobs("b1")} == {
-        "bad", "good", "after-good"}
+        "bad",
+        "good",
+        "after-good",
+    }
     reasons = {event.reason for event in driver.events("b1")}
     assert {"TaskFailed", "RunFailed"} <= reasons
 
@@ -67,10 +74,14 @@ async def test_failure_skips_downstream_and_independent_branch_finishes(
 async def test_retries_then_fails_with_every_attempt_a_new_job(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "flaky", "version": 1, "taskTypes": {"fail": FAIL},
-        "tasks": [{"key": "flaky", "type": "fail", "retries": 2}],
-    })
+    await driver.publish(
+        {
+            "workflow": "flaky",
+            "version": 1,
+            "taskTypes": {"fail": FAIL},
+            "tasks": [{"key": "flaky", "type": "fail", "retries": 2}],
+        }
+    )
     driver.create_run("r1", workflow="flaky")
     body = await driver.wait_phase("r1", {"succeeded", "failed"}, operator=operator)
     assert body["status"]["phase"] == "failed"
@@ -91,13 +102,16 @@ async def test_retries_then_fails_with_every_attempt_a_new_job(
 
 
 async def test_timeout_is_a_failed_attempt(operator: OperatorProcess, driver: RunDriver) -> None:
-    await driver.publish({
-        "workflow": "slow", "version": 1, "taskTypes": {"slow": SLOW},
-        "tasks": [{"key": "slow", "type": "slow", "timeoutSeconds": 2}],
-    })
+    await driver.publish(
+        {
+            "workflow": "slow",
+            "version": 1,
+            "taskTypes": {"slow": SLOW},
+            "tasks": [{"key": "slow", "type": "slow", "timeoutSeconds": 2}],
+        }
+    )
     driver.create_run("t1", workflow="slow")
-    body = await driver.wait_phase("t1", {"succeeded", "failed"}, timeout=120,
-                                   operator=operator)
+    body = await driver.wait_phase("t1", {"succeeded", "failed"}, timeout=120, operator=operator)
     assert body["status"]["phase"] == "failed"
     [job] = driver.jobs("t1")
     assert job.spec.active_deadline_seconds == 2
@@ -109,19 +123,25 @@ async def test_timeout_is_a_failed_attempt(operator: OperatorProcess, driver: Ru
 async def test_cancel_stops_running_jobs_and_skips_the_rest(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "cancel", "version": 1, "taskTypes": {"slow": SLOW},
-        "tasks": [{"key": "a", "type": "slow"}, {"key": "b", "type": "slow"},
-                  {"key": "c", "type": "slow", "dependsOn": ["a", "b"]}],
-    })
+    await driver.publish(
+        {
+            "workflow": "cancel",
+            "version": 1,
+            "taskTypes": {"slow": SLOW},
+            "tasks": [
+                {"key": "a", "type": "slow"},
+                {"key": "b", "type": "slow"},
+                {"key": "c", "type": "slow", "dependsOn": ["a", "b"]},
+            ],
+        }
+    )
     driver.create_run("c1", workflow="cancel")
     deadline = time.monotonic() + 60
     while len(driver.jobs("c1")) < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     assert len(driver.jobs("c1")) == 2
     driver.cancel("c1")
-    body = await driver.wait_phase("c1", {"succeeded", "failed", "cancelled"},
-                                   operator=operator)
+    body = await driver.wait_phase("c1", {"succeeded", "failed", "cancelled"}, operator=operator)
     status = body["status"]
     assert status["phase"] == "cancelled"
     assert {t["state"] for t in status["tasks"]} == {"cancelled"}
@@ -139,18 +159,27 @@ async def test_cancel_stops_running_jobs_and_skips_the_rest(
 async def test_vanished_job_is_a_lost_attempt_and_is_retried(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "vanish", "version": 1, "taskTypes": {"slow": {
-            "image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "4s"}}},
-        "tasks": [{"key": "v", "type": "slow", "retries": 1}],
-    })
+    await driver.publish(
+        {
+            "workflow": "vanish",
+            "version": 1,
+            "taskTypes": {
+                "slow": {
+                    "image": "busybox:1.36",
+                    "annotations": {"flowforge.io/simulate-duration": "4s"},
+                }
+            },
+            "tasks": [{"key": "v", "type": "slow", "retries": 1}],
+        }
+    )
     driver.create_run("v1", workflow="vanish")
     deadline = time.monotonic() + 60
     while not driver.jobs("v1") and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     [first] = driver.jobs("v1")
-    driver.batch.delete_namespaced_job(first.metadata.name, driver.namespace,
-                                       propagation_policy="Background")
+    driver.batch.delete_namespaced_job(
+        first.metadata.name, driver.namespace, propagation_policy="Background"
+    )
     body = await driver.wait_phase("v1", {"succeeded", "failed"}, operator=operator)
     assert body["status"]["phase"] == "succeeded", body["status"]
     assert tasks(body)["v"]["attempt"] == 2

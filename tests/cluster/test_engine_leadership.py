@@ -18,11 +18,12 @@ from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_fo
 pytestmark = pytest.mark.cluster
 
 SPEC = {
-    "workflow": "chain", "version": 1,
-    "taskTypes": {"step": {"image": "busybox:1.36",
-                           "annotations": {"flowforge.io/simulate-duration": "1s"}}},
-    "tasks": [{"key": "one", "type": "step"},
-              {"key": "two", "type": "step", "dependsOn": ["one"]}],
+    "workflow": "chain",
+    "version": 1,
+    "taskTypes": {
+        "step": {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
+    },
+    "tasks": [{"key": "one", "type": "step"}, {"key": "two", "type": "step", "dependsOn": ["one"]}],
 }
 # the operators' lease settings in tests/plugins/operator.py: TTL 4 s, renewed every 1 s
 HANDOVER_BOUND_SECONDS = 4 + 1 + 10
@@ -30,8 +31,9 @@ HANDOVER_BOUND_SECONDS = 4 + 1 + 10
 
 async def epochs_of(driver: RunDriver, name: str) -> set[int | None]:
     body = driver.run(name)
-    run = await find_run(driver.pool, namespace=driver.namespace, name=name,
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
+    )
     return {event.epoch for event in await run_history(driver.pool, run.id)}
 
 
@@ -50,12 +52,12 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     lease = await current_lease(driver.pool)
     assert lease is not None and lease.holder == "first"
 
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60,
-             what="the standby to be up")
+    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
     killed_at = time.monotonic()
     first.kill()
-    second_epoch = await wait_for_leader(driver.pool, "second", process=second,
-                                         timeout=HANDOVER_BOUND_SECONDS)
+    second_epoch = await wait_for_leader(
+        driver.pool, "second", process=second, timeout=HANDOVER_BOUND_SECONDS
+    )
     handover = time.monotonic() - killed_at
     assert second_epoch > first_epoch
     print(f"handover after SIGKILL took {handover:.1f} s")
@@ -66,12 +68,19 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     assert await epochs_of(driver, "after") == {second_epoch}
 
     # a write carrying the deposed operator's epoch is refused by the store
-    run = await find_run(driver.pool, namespace=driver.namespace, name="after",
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name="after", uid=body["metadata"]["uid"]
+    )
     with pytest.raises(StaleEpochError):
         await store_engine.record_job_created(
-            driver.pool, fence=Fence(lease="operator", epoch=first_epoch), run_id=run.id,
-            task_key="one", attempt=1, job="forged", created=True)
+            driver.pool,
+            fence=Fence(lease="operator", epoch=first_epoch),
+            run_id=run.id,
+            task_key="one",
+            attempt=1,
+            job="forged",
+            created=True,
+        )
 
 
 async def test_a_frozen_operator_is_deposed_and_stops_acting(
@@ -82,12 +91,12 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
     second = operators(identity="second")
     await driver.publish(SPEC)
     assert first.process is not None
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60,
-             what="the standby to be up")
+    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
     first.process.send_signal(signal.SIGSTOP)  # alive but silent: its lease expires
     try:
-        second_epoch = await wait_for_leader(driver.pool, "second", process=second,
-                                             timeout=HANDOVER_BOUND_SECONDS)
+        second_epoch = await wait_for_leader(
+            driver.pool, "second", process=second, timeout=HANDOVER_BOUND_SECONDS
+        )
         driver.create_run("during", workflow="chain")
         body = await driver.wait_phase("during", {"succeeded", "failed"}, operator=second)
         assert body["status"]["phase"] == "succeeded"

@@ -47,8 +47,14 @@ Manifest = dict[str, Any]
 OPTIONS: dict[str, dict[str, Any]] = {
     "default": {},
     "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
-    "cert-manager-cluster-issuer": {"webhook": {"certManager": {
-        "enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},
+    "cert-manager-cluster-issuer": {
+        "webhook": {
+            "certManager": {
+                "enabled": True,
+                "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"},
+            }
+        }
+    },
     "bundled-postgresql": {"database": {"existingSecret": "", "bundled": {"enabled": True}}},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
     "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True}}},
@@ -62,19 +68,24 @@ class Helm:
 
     def __init__(self, binary: Path, home: Path) -> None:
         self.binary = binary
-        self.environment = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
-                            "HELM_CONFIG_HOME": str(home / "config"),
-                            "HELM_DATA_HOME": str(home / "data")}
+        self.environment = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
         self.values_dir = home / "values"
         self.values_dir.mkdir(parents=True, exist_ok=True)
 
-    def run(self, *args: str, kubeconfig: Path | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, kubeconfig: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         command = [str(self.binary), *args]
         if kubeconfig is not None:
             command += ["--kubeconfig", str(kubeconfig)]
-        completed = subprocess.run(command, env=self.environment, capture_output=True,
-                                   text=True, timeout=180, check=False)
+        completed = subprocess.run(
+            command, env=self.environment, capture_output=True, text=True, timeout=180, check=False
+        )
         if check and completed.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed:\n{completed.stderr}")
         return completed
@@ -84,10 +95,20 @@ class Helm:
         path.write_text(yaml.safe_dump(values))
         return path
 
-    def template(self, values: dict[str, Any], *, release: str = "ff",
-                 namespace: str = RELEASE_NAMESPACE) -> list[Manifest]:
-        completed = self.run("template", release, str(CHART), "--namespace", namespace,
-                             "--kube-version", KUBE_VERSION, "-f", str(self.values_file(values)))
+    def template(
+        self, values: dict[str, Any], *, release: str = "ff", namespace: str = RELEASE_NAMESPACE
+    ) -> list[Manifest]:
+        completed = self.run(
+            "template",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+            str(self.values_file(values)),
+        )
         return [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
 
 
@@ -111,8 +132,11 @@ def _kinds(manifests: list[Manifest]) -> set[str]:
 
 
 def _pod_specs(manifests: list[Manifest]) -> list[tuple[str, dict[str, Any]]]:
-    return [(m["metadata"]["name"], m["spec"]["template"]["spec"]) for m in manifests
-            if m["kind"] in ("Deployment", "StatefulSet")]
+    return [
+        (m["metadata"]["name"], m["spec"]["template"]["spec"])
+        for m in manifests
+        if m["kind"] in ("Deployment", "StatefulSet")
+    ]
 
 
 # Rendering
@@ -121,8 +145,9 @@ def _pod_specs(manifests: list[Manifest]) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("option", sorted(OPTIONS))
 def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None:
     values_file = helm.values_file(OPTIONS[option])
-    lint = helm.run("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION,
-                    "-f", str(values_file))
+    lint = helm.run(
+        "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, "-f", str(values_file)
+    )
     assert "0 chart(s) failed" in lint.stdout
     kinds = _kinds(helm.template(OPTIONS[option]))
     assert {"Deployment", "ServiceAccount", "Service"} <= kinds
@@ -137,24 +162,37 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
     assert ("PodDisruptionBudget" in kinds) is (option != "single-replicas")
 
 
-@pytest.mark.parametrize(("assignment", "complaint"), [
-    ("operator.replicas=0", "at '/operator/replicas': minimum"),
-    ("webhook.timeoutSeconds=45", "at '/webhook/timeoutSeconds': maximum"),
-    ("database.existingSecret=", "at '/database/existingSecret'"),
-    ("operator.logging.format=xml", "at '/operator/logging/format'"),
-    ("watchNamespaces={Team_A}", "at '/watchNamespaces/0'"),
-    ("operator.replicaCount=2", "additional properties 'replicaCount' not allowed"),
-    ("containerSecurityContext.allowPrivilegeEscalation=true",
-     "at '/containerSecurityContext/allowPrivilegeEscalation'"),
-    ("metrics.port=80", "at '/metrics/port': minimum"),
-    ("image.digest=sha256:abc", "at '/image/digest'"),
-    ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
-])
+@pytest.mark.parametrize(
+    ("assignment", "complaint"),
+    [
+        ("operator.replicas=0", "at '/operator/replicas': minimum"),
+        ("webhook.timeoutSeconds=45", "at '/webhook/timeoutSeconds': maximum"),
+        ("database.existingSecret=", "at '/database/existingSecret'"),
+        ("operator.logging.format=xml", "at '/operator/logging/format'"),
+        ("watchNamespaces={Team_A}", "at '/watchNamespaces/0'"),
+        ("operator.replicaCount=2", "additional properties 'replicaCount' not allowed"),
+        (
+            "containerSecurityContext.allowPrivilegeEscalation=true",
+            "at '/containerSecurityContext/allowPrivilegeEscalation'",
+        ),
+        ("metrics.port=80", "at '/metrics/port': minimum"),
+        ("image.digest=sha256:abc", "at '/image/digest'"),
+        ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
+    ],
+)
 def test_schema_refuses_bad_values_naming_the_value(
     helm: Helm, assignment: str, complaint: str
 ) -> None:
-    completed = helm.run("template", "ff", str(CHART), "--kube-version", KUBE_VERSION,
-                         "--set", assignment, check=False)
+    completed = helm.run(
+        "template",
+        "ff",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        assignment,
+        check=False,
+    )
     assert completed.returncode != 0
     assert "values don't meet the specifications of the schema" in completed.stderr
     assert complaint in completed.stderr, completed.stderr
@@ -164,14 +202,18 @@ def test_rendered_webhooks_are_the_operators_own_configuration(helm: Helm) -> No
     manifests = helm.template({})
     secret = _one(manifests, "Secret")
     ca_pem = base64.b64decode(secret["data"]["ca.crt"])
-    endpoint = in_cluster_endpoint(namespace=RELEASE_NAMESPACE,
-                                   service_name="ff-flowforge-webhook", ca_pem=ca_pem)
+    endpoint = in_cluster_endpoint(
+        namespace=RELEASE_NAMESPACE, service_name="ff-flowforge-webhook", ca_pem=ca_pem
+    )
     validating = _one(manifests, "ValidatingWebhookConfiguration")
     mutating = _one(manifests, "MutatingWebhookConfiguration")
     assert validating["webhooks"] == build_validating_configuration(endpoint)["webhooks"]
     assert mutating["webhooks"] == build_mutating_configuration(endpoint)["webhooks"]
-    service = next(m for m in manifests if m["kind"] == "Service"
-                   and m["metadata"]["name"] == "ff-flowforge-webhook")
+    service = next(
+        m
+        for m in manifests
+        if m["kind"] == "Service" and m["metadata"]["name"] == "ff-flowforge-webhook"
+    )
     assert service["spec"]["ports"][0]["port"] == 443
 
 
@@ -193,7 +235,8 @@ def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         configuration = _one(manifests, kind)
         assert configuration["metadata"]["annotations"] == {
-            "cert-manager.io/inject-ca-from": "flowforge-system/ff-flowforge-webhook"}
+            "cert-manager.io/inject-ca-from": "flowforge-system/ff-flowforge-webhook"
+        }
         assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
 
 
@@ -203,13 +246,24 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_roles = [m for m in manifests if m["kind"] == "ClusterRole"]
     # the only cluster-wide right left is kopf's read-only CRD watch
-    assert [r["rules"] for r in cluster_roles] == [[{
-        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-        "verbs": ["list", "watch"]}]]
-    operator = next(m for m in manifests if m["kind"] == "Deployment"
-                    and m["metadata"]["name"].endswith("-operator"))
-    environment = {e["name"]: e.get("value") for e in
-                   operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert [r["rules"] for r in cluster_roles] == [
+        [
+            {
+                "apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions"],
+                "verbs": ["list", "watch"],
+            }
+        ]
+    ]
+    operator = next(
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-operator")
+    )
+    environment = {
+        e["name"]: e.get("value")
+        for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert environment["FLOWFORGE_NAMESPACES"] == "team-a,team-b"
     for hook in _one(manifests, "ValidatingWebhookConfiguration")["webhooks"]:
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
@@ -235,8 +289,10 @@ def test_pods_migrate_the_store_before_starting(helm: Helm) -> None:
     for name in ("ff-flowforge-operator", "ff-flowforge-webhook"):
         (init,) = pods[name]["initContainers"]
         assert init["command"] == ["flowforge", "db", "migrate"]
-        assert init["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "flowforge-database",
-                                                               "key": "dsn"}
+        assert init["env"][0]["valueFrom"]["secretKeyRef"] == {
+            "name": "flowforge-database",
+            "key": "dsn",
+        }
 
 
 # On the apiserver
@@ -246,14 +302,16 @@ def _kubectl_lines(cluster: Cluster, *args: str) -> list[str]:
     return [line for line in kubectl(cluster, *args).stdout.splitlines() if line]
 
 
-def _can(cluster: Cluster, service_account: str, verb: str, resource: str,
-         namespace: str | None) -> bool:
+def _can(
+    cluster: Cluster, service_account: str, verb: str, resource: str, namespace: str | None
+) -> bool:
     scope = ["-n", namespace] if namespace else ["--all-namespaces"]
     resource, _, subresource = resource.partition("/")
     if subresource:
         scope.append(f"--subresource={subresource}")
-    completed = kubectl(cluster, "auth", "can-i", verb, resource, *scope,
-                        f"--as={service_account}", check=False)
+    completed = kubectl(
+        cluster, "auth", "can-i", verb, resource, *scope, f"--as={service_account}", check=False
+    )
     answer = completed.stdout.strip()
     assert answer in ("yes", "no"), completed.stderr
     return answer == "yes"
@@ -267,22 +325,26 @@ def release_namespace(cluster: Cluster) -> Iterator[str]:
     kubectl(cluster, "delete", "namespace", name, "--wait=false", check=False)
 
 
-def _manifest_objects_exist(helm: Helm, cluster: Cluster, release: str,
-                            namespace: str, tmp_path: Path) -> int:
-    manifest = helm.run("get", "manifest", release, "-n", namespace,
-                        kubeconfig=cluster.kubeconfig).stdout
+def _manifest_objects_exist(
+    helm: Helm, cluster: Cluster, release: str, namespace: str, tmp_path: Path
+) -> int:
+    manifest = helm.run(
+        "get", "manifest", release, "-n", namespace, kubeconfig=cluster.kubeconfig
+    ).stdout
     path = tmp_path / f"{release}-manifest.yaml"
     path.write_text(manifest)
     expected = [doc for doc in yaml.safe_load_all(manifest) if doc]
     found = json.loads(kubectl(cluster, "get", "-f", str(path), "-o", "json").stdout)
     items = found.get("items", [found])
-    assert [(i["kind"], i["metadata"]["name"]) for i in items] == \
-        [(d["kind"], d["metadata"]["name"]) for d in expected]
+    assert [(i["kind"], i["metadata"]["name"]) for i in items] == [
+        (d["kind"], d["metadata"]["name"]) for d in expected
+    ]
     return len(items)
 
 
-CLUSTER_SCOPED = "clusterroles,clusterrolebindings,validatingwebhookconfigurations," \
-                 "mutatingwebhookconfigurations"
+CLUSTER_SCOPED = (
+    "clusterroles,clusterrolebindings,validatingwebhookconfigurations,mutatingwebhookconfigurations"
+)
 
 
 @pytest.mark.cluster
@@ -291,47 +353,123 @@ def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
     values = helm.values_file({"database": {"bundled": {"enabled": True}}})
-    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
-             kubeconfig=cluster.kubeconfig)
+    helm.run(
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        release_namespace,
+        "-f",
+        str(values),
+        kubeconfig=cluster.kubeconfig,
+    )
     try:
         count = _manifest_objects_exist(helm, cluster, release, release_namespace, tmp_path)
         assert count >= 18
         secret_name = f"{release}-flowforge-webhook-tls"
-        before = json.loads(kubectl(cluster, "get", "secret", secret_name, "-n",
-                                    release_namespace, "-o", "json").stdout)["data"]
-        database_before = json.loads(kubectl(
-            cluster, "get", "secret", f"{release}-flowforge-postgresql", "-n",
-            release_namespace, "-o", "json").stdout)["data"]
-        helm.run("upgrade", release, str(CHART), "-n", release_namespace, "--reuse-values",
-                 "--set", "operator.replicas=3", "--set", "operator.reconcileIntervalSeconds=5",
-                 kubeconfig=cluster.kubeconfig)
-        after = json.loads(kubectl(cluster, "get", "secret", secret_name, "-n",
-                                   release_namespace, "-o", "json").stdout)["data"]
+        before = json.loads(
+            kubectl(
+                cluster, "get", "secret", secret_name, "-n", release_namespace, "-o", "json"
+            ).stdout
+        )["data"]
+        database_before = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "secret",
+                f"{release}-flowforge-postgresql",
+                "-n",
+                release_namespace,
+                "-o",
+                "json",
+            ).stdout
+        )["data"]
+        helm.run(
+            "upgrade",
+            release,
+            str(CHART),
+            "-n",
+            release_namespace,
+            "--reuse-values",
+            "--set",
+            "operator.replicas=3",
+            "--set",
+            "operator.reconcileIntervalSeconds=5",
+            kubeconfig=cluster.kubeconfig,
+        )
+        after = json.loads(
+            kubectl(
+                cluster, "get", "secret", secret_name, "-n", release_namespace, "-o", "json"
+            ).stdout
+        )["data"]
         assert after == before, "helm upgrade replaced the generated webhook certificate"
-        database_after = json.loads(kubectl(
-            cluster, "get", "secret", f"{release}-flowforge-postgresql", "-n",
-            release_namespace, "-o", "json").stdout)["data"]
+        database_after = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "secret",
+                f"{release}-flowforge-postgresql",
+                "-n",
+                release_namespace,
+                "-o",
+                "json",
+            ).stdout
+        )["data"]
         assert database_after == database_before, "helm upgrade changed the database password"
-        webhook_config = json.loads(kubectl(
-            cluster, "get", "validatingwebhookconfiguration",
-            f"{release}-flowforge-{release_namespace}", "-o", "json").stdout)
-        assert {hook["clientConfig"]["caBundle"] for hook in webhook_config["webhooks"]} == \
-            {before["ca.crt"]}
-        deployment = json.loads(kubectl(cluster, "get", "deployment",
-                                        f"{release}-flowforge-operator", "-n",
-                                        release_namespace, "-o", "json").stdout)
+        webhook_config = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "validatingwebhookconfiguration",
+                f"{release}-flowforge-{release_namespace}",
+                "-o",
+                "json",
+            ).stdout
+        )
+        assert {hook["clientConfig"]["caBundle"] for hook in webhook_config["webhooks"]} == {
+            before["ca.crt"]
+        }
+        deployment = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "deployment",
+                f"{release}-flowforge-operator",
+                "-n",
+                release_namespace,
+                "-o",
+                "json",
+            ).stdout
+        )
         assert deployment["spec"]["replicas"] == 3
-        assert _kubectl_lines(cluster, "get", CLUSTER_SCOPED, "-o", "name", "-l",
-                              f"app.kubernetes.io/instance={release}")
+        assert _kubectl_lines(
+            cluster,
+            "get",
+            CLUSTER_SCOPED,
+            "-o",
+            "name",
+            "-l",
+            f"app.kubernetes.io/instance={release}",
+        )
     finally:
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
-    assert _kubectl_lines(cluster, "get", CLUSTER_SCOPED, "-o", "name", "-l",
-                          f"app.kubernetes.io/instance={release}") == []
+        helm.run(
+            "uninstall", release, "-n", release_namespace, "--wait", kubeconfig=cluster.kubeconfig
+        )
+    assert (
+        _kubectl_lines(
+            cluster,
+            "get",
+            CLUSTER_SCOPED,
+            "-o",
+            "name",
+            "-l",
+            f"app.kubernetes.io/instance={release}",
+        )
+        == []
+    )
     crds = _kubectl_lines(cluster, "get", "crd", "-o", "name")
     assert "customresourcedefinition.apiextensions.k8s.io/workflowruns.flowforge.io" in crds
-    assert "customresourcedefinition.apiextensions.k8s.io/workflowdefinitions.flowforge.io" \
-        in crds
+    assert "customresourcedefinition.apiextensions.k8s.io/workflowdefinitions.flowforge.io" in crds
 
 
 @pytest.mark.cluster
@@ -339,20 +477,24 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
     helm: Helm, cluster: Cluster, release_namespace: str, tmp_path: Path
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
-    helm.run("install", release, str(CHART), "-n", release_namespace,
-             kubeconfig=cluster.kubeconfig)
+    helm.run("install", release, str(CHART), "-n", release_namespace, kubeconfig=cluster.kubeconfig)
     try:
         operator = f"system:serviceaccount:{release_namespace}:{release}-flowforge-operator"
         webhook = f"system:serviceaccount:{release_namespace}:{release}-flowforge-webhook"
         granted = [
-            ("get", "workflowruns.flowforge.io"), ("list", "workflowruns.flowforge.io"),
+            ("get", "workflowruns.flowforge.io"),
+            ("list", "workflowruns.flowforge.io"),
             ("watch", "workflowruns.flowforge.io"),
             ("patch", "workflowruns.flowforge.io/status"),
             ("update", "workflowruns.flowforge.io/finalizers"),
             ("list", "workflowdefinitions.flowforge.io"),
             ("watch", "workflowdefinitions.flowforge.io"),
-            ("create", "jobs.batch"), ("delete", "jobs.batch"), ("get", "jobs.batch"),
-            ("list", "jobs.batch"), ("watch", "jobs.batch"), ("list", "pods"),
+            ("create", "jobs.batch"),
+            ("delete", "jobs.batch"),
+            ("get", "jobs.batch"),
+            ("list", "jobs.batch"),
+            ("watch", "jobs.batch"),
+            ("list", "pods"),
             ("create", "events"),
         ]
         for verb, resource in granted:
@@ -361,48 +503,69 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
         assert _can(cluster, operator, "watch", "customresourcedefinitions", None)
         assert _can(cluster, webhook, "list", "customresourcedefinitions", None)
         refused = [
-            ("get", "secrets", "kube-system"), ("list", "secrets", "default"),
-            ("get", "configmaps", "default"), ("create", "pods", "default"),
-            ("delete", "pods", "default"), ("update", "workflowruns.flowforge.io", "default"),
+            ("get", "secrets", "kube-system"),
+            ("list", "secrets", "default"),
+            ("get", "configmaps", "default"),
+            ("create", "pods", "default"),
+            ("delete", "pods", "default"),
+            ("update", "workflowruns.flowforge.io", "default"),
             ("delete", "workflowruns.flowforge.io", "default"),
             ("create", "workflowdefinitions.flowforge.io", "default"),
-            ("update", "jobs.batch", "default"), ("create", "leases.coordination.k8s.io",
-                                                  "default"),
+            ("update", "jobs.batch", "default"),
+            ("create", "leases.coordination.k8s.io", "default"),
             ("delete", "customresourcedefinitions", None),
-            ("create", "clusterrolebindings", None), ("list", "namespaces", None),
+            ("create", "clusterrolebindings", None),
+            ("list", "namespaces", None),
             ("patch", "validatingwebhookconfigurations", None),
         ]
         for verb, resource, namespace in refused:
             assert not _can(cluster, operator, verb, resource, namespace), (verb, resource)
-        for verb, resource, namespace in [("create", "jobs.batch", "default"),
-                                          ("list", "workflowruns.flowforge.io", "default"),
-                                          ("get", "secrets", release_namespace)]:
+        for verb, resource, namespace in [
+            ("create", "jobs.batch", "default"),
+            ("list", "workflowruns.flowforge.io", "default"),
+            ("get", "secrets", release_namespace),
+        ]:
             assert not _can(cluster, webhook, verb, resource, namespace), (verb, resource)
     finally:
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
+        helm.run(
+            "uninstall", release, "-n", release_namespace, "--wait", kubeconfig=cluster.kubeconfig
+        )
 
 
-def _token_kubeconfig(cluster: Cluster, *, service_account: str, namespace: str,
-                      path: Path) -> Path:
+def _token_kubeconfig(
+    cluster: Cluster, *, service_account: str, namespace: str, path: Path
+) -> Path:
     """A kubeconfig that authenticates as the ServiceAccount itself (a bound token)."""
-    token = kubectl(cluster, "create", "token", service_account, "-n", namespace,
-                    "--duration=1h").stdout.strip()
+    token = kubectl(
+        cluster, "create", "token", service_account, "-n", namespace, "--duration=1h"
+    ).stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     cluster_entry = admin["clusters"][0]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [cluster_entry],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": "chart-sa", "context": {"cluster": cluster_entry["name"],
-                                                      "user": service_account}}],
-        "current-context": "chart-sa",
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster_entry],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "chart-sa",
+                        "context": {"cluster": cluster_entry["name"], "user": service_account},
+                    }
+                ],
+                "current-context": "chart-sa",
+            }
+        )
+    )
     return path
 
 
-STEP = {"image": "busybox:1.36", "command": ["true"],
-        "annotations": {"flowforge.io/simulate-duration": "1s"}}
+STEP = {
+    "image": "busybox:1.36",
+    "command": ["true"],
+    "annotations": {"flowforge.io/simulate-duration": "1s"},
+}
 
 
 @contextmanager
@@ -412,25 +575,45 @@ def _namespaced_release(
     """The chart installed in namespaced mode for one watched namespace; uninstalled after."""
     release = f"ff{uuid.uuid4().hex[:6]}"
     # the webhook is off here: its pods are kwok's fakes, and nothing may dial them
-    values = helm.values_file({"watchNamespaces": [watched_namespace],
-                               "webhook": {"enabled": False}})
-    helm.run("install", release, str(CHART), "-n", release_namespace, "-f", str(values),
-             kubeconfig=cluster.kubeconfig)
+    values = helm.values_file(
+        {"watchNamespaces": [watched_namespace], "webhook": {"enabled": False}}
+    )
+    helm.run(
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        release_namespace,
+        "-f",
+        str(values),
+        kubeconfig=cluster.kubeconfig,
+    )
     try:
         yield release
     finally:
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
+        helm.run(
+            "uninstall", release, "-n", release_namespace, "--wait", kubeconfig=cluster.kubeconfig
+        )
 
 
 async def _start_operator(
-    *, kubeconfig: Path, store_dsn: str, engine_store: Pool, engine_namespace: str,
-    tmp_path: Path, extra_env: dict[str, str] | None = None,
+    *,
+    kubeconfig: Path,
+    store_dsn: str,
+    engine_store: Pool,
+    engine_namespace: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> OperatorProcess:
     """The operator, run locally with the chart ServiceAccount's credentials, leading."""
-    process = OperatorProcess(dsn=store_dsn, kubeconfig=kubeconfig,
-                              namespace=engine_namespace, identity="chart-sa",
-                              log_path=tmp_path / "operator.log", extra_env=dict(extra_env or {}))
+    process = OperatorProcess(
+        dsn=store_dsn,
+        kubeconfig=kubeconfig,
+        namespace=engine_namespace,
+        identity="chart-sa",
+        log_path=tmp_path / "operator.log",
+        extra_env=dict(extra_env or {}),
+    )
     process.start()
     await wait_for_leader(engine_store, process.identity, process=process)
     return process
@@ -438,43 +621,75 @@ async def _start_operator(
 
 @pytest.mark.cluster
 async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
-    helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
-    driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
+    helm: Helm,
+    cluster: Cluster,
+    release_namespace: str,
+    engine_namespace: str,
+    driver: RunDriver,
+    engine_store: Pool,
+    store_dsn: str,
+    tmp_path: Path,
 ) -> None:
     process: OperatorProcess | None = None
-    with _namespaced_release(helm, cluster, release_namespace=release_namespace,
-                             watched_namespace=engine_namespace) as release:
+    with _namespaced_release(
+        helm, cluster, release_namespace=release_namespace, watched_namespace=engine_namespace
+    ) as release:
         try:
             service_account = f"{release}-flowforge-operator"
             subject = f"system:serviceaccount:{release_namespace}:{service_account}"
             assert _can(cluster, subject, "create", "jobs.batch", engine_namespace)
-            assert _can(cluster, subject, "patch", "workflowruns.flowforge.io/status",
-                        engine_namespace)
+            assert _can(
+                cluster, subject, "patch", "workflowruns.flowforge.io/status", engine_namespace
+            )
             for verb, resource, namespace in [
-                ("get", "secrets", engine_namespace), ("get", "secrets", release_namespace),
-                ("create", "jobs.batch", release_namespace), ("create", "jobs.batch", "default"),
-                ("list", "jobs.batch", None), ("list", "workflowruns.flowforge.io", None),
+                ("get", "secrets", engine_namespace),
+                ("get", "secrets", release_namespace),
+                ("create", "jobs.batch", release_namespace),
+                ("create", "jobs.batch", "default"),
+                ("list", "jobs.batch", None),
+                ("list", "workflowruns.flowforge.io", None),
             ]:
                 assert not _can(cluster, subject, verb, resource, namespace), (verb, namespace)
 
-            kubeconfig = _token_kubeconfig(cluster, service_account=service_account,
-                                           namespace=release_namespace,
-                                           path=tmp_path / "chart-sa.kubeconfig")
-            forbidden = kubectl(cluster, "--kubeconfig", str(kubeconfig), "get", "secrets",
-                                "-n", engine_namespace, check=False)
+            kubeconfig = _token_kubeconfig(
+                cluster,
+                service_account=service_account,
+                namespace=release_namespace,
+                path=tmp_path / "chart-sa.kubeconfig",
+            )
+            forbidden = kubectl(
+                cluster,
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "secrets",
+                "-n",
+                engine_namespace,
+                check=False,
+            )
             assert forbidden.returncode != 0 and "Forbidden" in forbidden.stderr
 
             process = await _start_operator(
-                kubeconfig=kubeconfig, store_dsn=store_dsn, engine_store=engine_store,
-                engine_namespace=engine_namespace, tmp_path=tmp_path,
-                extra_env={"FLOWFORGE_JOB_TTL": "1"})
-            await driver.publish({
-                "workflow": "diamond", "version": 1, "taskTypes": {"step": STEP},
-                "tasks": [{"key": "extract", "type": "step"},
-                          {"key": "left", "type": "step", "dependsOn": ["extract"]},
-                          {"key": "right", "type": "step", "dependsOn": ["extract"]},
-                          {"key": "load", "type": "step", "dependsOn": ["left", "right"]}],
-            })
+                kubeconfig=kubeconfig,
+                store_dsn=store_dsn,
+                engine_store=engine_store,
+                engine_namespace=engine_namespace,
+                tmp_path=tmp_path,
+                extra_env={"FLOWFORGE_JOB_TTL": "1"},
+            )
+            await driver.publish(
+                {
+                    "workflow": "diamond",
+                    "version": 1,
+                    "taskTypes": {"step": STEP},
+                    "tasks": [
+                        {"key": "extract", "type": "step"},
+                        {"key": "left", "type": "step", "dependsOn": ["extract"]},
+                        {"key": "right", "type": "step", "dependsOn": ["extract"]},
+                        {"key": "load", "type": "step", "dependsOn": ["left", "right"]},
+                    ],
+                }
+            )
             driver.create_run("d1", workflow="diamond")
             body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=process)
             assert body["status"]["phase"] == "succeeded", body["status"]
@@ -484,35 +699,51 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
             wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
             # The one refusal allowed: kopf's namespace scan (namespaced mode grants no
             # cluster-wide namespace list; kopf then uses the watched namespaces as given).
-            refusals = [line for line in process.log_path.read_text(errors="replace").splitlines()
-                        if "Forbidden" in line or "403" in line]
-            unexpected = [line for line in refusals if "/api/v1/namespaces ->" not in line
-                          and "permissions to list namespaces" not in line]
+            refusals = [
+                line
+                for line in process.log_path.read_text(errors="replace").splitlines()
+                if "Forbidden" in line or "403" in line
+            ]
+            unexpected = [
+                line
+                for line in refusals
+                if "/api/v1/namespaces ->" not in line
+                and "permissions to list namespaces" not in line
+            ]
             assert unexpected == [], "\n".join(unexpected)
         finally:
             if process is not None:
                 process.stop()
 
 
-
 def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
     kind = {"group": "flowforge.io", "version": "v1alpha1", "kind": "WorkflowDefinition"}
-    resource = {"group": "flowforge.io", "version": "v1alpha1",
-                "resource": "workflowdefinitions"}
-    return json.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource,
-            "requestKind": kind, "requestResource": resource, "name": "wd",
-            "namespace": namespace, "operation": "CREATE", "dryRun": False,
-            "userInfo": {"username": "someone", "groups": ["system:authenticated"]},
-            "object": {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowDefinition",
-                       "metadata": {"name": "wd", "namespace": namespace,
-                                    "uid": str(uuid.uuid4())},
-                       "spec": spec},
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }).encode()
+    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": "workflowdefinitions"}
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": kind,
+                "resource": resource,
+                "requestKind": kind,
+                "requestResource": resource,
+                "name": "wd",
+                "namespace": namespace,
+                "operation": "CREATE",
+                "dryRun": False,
+                "userInfo": {"username": "someone", "groups": ["system:authenticated"]},
+                "object": {
+                    "apiVersion": "flowforge.io/v1alpha1",
+                    "kind": "WorkflowDefinition",
+                    "metadata": {"name": "wd", "namespace": namespace, "uid": str(uuid.uuid4())},
+                    "spec": spec,
+                },
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+    ).encode()
 
 
 FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
@@ -520,30 +751,53 @@ FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-cod
 
 @pytest.mark.cluster
 async def test_operator_compensates_with_only_the_namespaced_chart_rbac(
-    helm: Helm, cluster: Cluster, release_namespace: str, engine_namespace: str,
-    driver: RunDriver, engine_store: Pool, store_dsn: str, tmp_path: Path
+    helm: Helm,
+    cluster: Cluster,
+    release_namespace: str,
+    engine_namespace: str,
+    driver: RunDriver,
+    engine_store: Pool,
+    store_dsn: str,
+    tmp_path: Path,
 ) -> None:
     process: OperatorProcess | None = None
-    with _namespaced_release(helm, cluster, release_namespace=release_namespace,
-                             watched_namespace=engine_namespace) as release:
+    with _namespaced_release(
+        helm, cluster, release_namespace=release_namespace, watched_namespace=engine_namespace
+    ) as release:
         try:
-            kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-operator",
-                                           namespace=release_namespace,
-                                           path=tmp_path / "chart-sa.kubeconfig")
+            kubeconfig = _token_kubeconfig(
+                cluster,
+                service_account=f"{release}-flowforge-operator",
+                namespace=release_namespace,
+                path=tmp_path / "chart-sa.kubeconfig",
+            )
             process = await _start_operator(
-                kubeconfig=kubeconfig, store_dsn=store_dsn, engine_store=engine_store,
-                engine_namespace=engine_namespace, tmp_path=tmp_path)
-            await driver.publish({
-                "workflow": "saga", "version": 1, "taskTypes": {"ok": STEP, "fail": FAIL},
-                "tasks": [{"key": "reserve", "type": "ok"},
-                          {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
-                          {"key": "release", "type": "ok", "compensateFor": "reserve"}],
-            })
+                kubeconfig=kubeconfig,
+                store_dsn=store_dsn,
+                engine_store=engine_store,
+                engine_namespace=engine_namespace,
+                tmp_path=tmp_path,
+            )
+            await driver.publish(
+                {
+                    "workflow": "saga",
+                    "version": 1,
+                    "taskTypes": {"ok": STEP, "fail": FAIL},
+                    "tasks": [
+                        {"key": "reserve", "type": "ok"},
+                        {"key": "charge", "type": "fail", "dependsOn": ["reserve"]},
+                        {"key": "release", "type": "ok", "compensateFor": "reserve"},
+                    ],
+                }
+            )
             driver.create_run("s1", workflow="saga")
             body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
             assert body["status"]["phase"] == "failed", body["status"]
-            compensations = [job for job in driver.jobs("s1")
-                             if job.metadata.labels["flowforge.io/role"] == "compensation"]
+            compensations = [
+                job
+                for job in driver.jobs("s1")
+                if job.metadata.labels["flowforge.io/role"] == "compensation"
+            ]
             compensated = [job.metadata.labels["flowforge.io/task"] for job in compensations]
             assert compensated == ["release"]
         finally:
@@ -556,47 +810,75 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
     helm: Helm, cluster: Cluster, release_namespace: str, store_dsn: str, tmp_path: Path
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
-    helm.run("install", release, str(CHART), "-n", release_namespace,
-             kubeconfig=cluster.kubeconfig)
+    helm.run("install", release, str(CHART), "-n", release_namespace, kubeconfig=cluster.kubeconfig)
     process: subprocess.Popen[bytes] | None = None
     try:
-        kubeconfig = _token_kubeconfig(cluster, service_account=f"{release}-flowforge-webhook",
-                                       namespace=release_namespace,
-                                       path=tmp_path / "webhook-sa.kubeconfig")
+        kubeconfig = _token_kubeconfig(
+            cluster,
+            service_account=f"{release}-flowforge-webhook",
+            namespace=release_namespace,
+            path=tmp_path / "webhook-sa.kubeconfig",
+        )
         # served on 127.0.0.1 with local certificates; the apiserver is not pointed at it
         certs = generate_webhook_certificates(tmp_path / "certs")
         port = _free_port()
         log_path = tmp_path / "webhook.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "flowforge.operator.webhook_server", "--port", str(port),
-                 "--certs", str(tmp_path / "certs"), "--dsn", store_dsn,
-                 "--kubeconfig", str(kubeconfig)],
-                stdout=log, stderr=subprocess.STDOUT)
-        server = WebhookServer(port=port, certs=certs, dsn=store_dsn, process=process,
-                               log_path=log_path)
+                [
+                    sys.executable,
+                    "-m",
+                    "flowforge.operator.webhook_server",
+                    "--port",
+                    str(port),
+                    "--certs",
+                    str(tmp_path / "certs"),
+                    "--dsn",
+                    store_dsn,
+                    "--kubeconfig",
+                    str(kubeconfig),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        server = WebhookServer(
+            port=port, certs=certs, dsn=store_dsn, process=process, log_path=log_path
+        )
         _wait_until_serving(server)
         https = WebhookHttps(server)
-        good = {"workflow": "etl", "version": 1, "taskTypes": {"t": {"image": "busybox"}},
-                "tasks": [{"key": "a", "type": "t"},
-                          {"key": "b", "type": "t", "dependsOn": ["a"]}]}
-        cyclic = {**good, "tasks": [{"key": "a", "type": "t", "dependsOn": ["b"]},
-                                    {"key": "b", "type": "t", "dependsOn": ["a"]}]}
-        allowed = https.post("validate-workflowdefinition",
-                             _definition_review(good, namespace="default"))
-        assert allowed.status == 200 and allowed.json()["response"]["allowed"] is True, \
-            allowed.body
-        denied = https.post("validate-workflowdefinition",
-                            _definition_review(cyclic, namespace="default"))
+        good = {
+            "workflow": "etl",
+            "version": 1,
+            "taskTypes": {"t": {"image": "busybox"}},
+            "tasks": [{"key": "a", "type": "t"}, {"key": "b", "type": "t", "dependsOn": ["a"]}],
+        }
+        cyclic = {
+            **good,
+            "tasks": [
+                {"key": "a", "type": "t", "dependsOn": ["b"]},
+                {"key": "b", "type": "t", "dependsOn": ["a"]},
+            ],
+        }
+        allowed = https.post(
+            "validate-workflowdefinition", _definition_review(good, namespace="default")
+        )
+        assert allowed.status == 200 and allowed.json()["response"]["allowed"] is True, allowed.body
+        denied = https.post(
+            "validate-workflowdefinition", _definition_review(cyclic, namespace="default")
+        )
         response = denied.json()["response"]
         assert response["allowed"] is False and "a -> b -> a" in response["status"]["message"]
         server.assert_alive()
-        refusals = [line for line in log_path.read_text(errors="replace").splitlines()
-                    if "Forbidden" in line or " 403" in line]
+        refusals = [
+            line
+            for line in log_path.read_text(errors="replace").splitlines()
+            if "Forbidden" in line or " 403" in line
+        ]
         assert refusals == [], "\n".join(refusals)
     finally:
         if process is not None:
             process.terminate()
             process.wait(timeout=15)
-        helm.run("uninstall", release, "-n", release_namespace, "--wait",
-                 kubeconfig=cluster.kubeconfig)
+        helm.run(
+            "uninstall", release, "-n", release_namespace, "--wait", kubeconfig=cluster.kubeconfig
+        )

@@ -29,7 +29,8 @@ FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-cod
 SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
 
 ORDER_SAGA: dict[str, Any] = {
-    "workflow": "order", "version": 1,
+    "workflow": "order",
+    "version": 1,
     "taskTypes": {"ok": OK, "undo": UNDO, "fail": FAIL},
     "tasks": [
         {"key": "reserve", "type": "ok"},
@@ -43,8 +44,9 @@ ORDER_SAGA: dict[str, Any] = {
 
 async def history(driver: RunDriver, name: str) -> list[Event]:
     body = driver.run(name)
-    run = await find_run(driver.pool, namespace=driver.namespace, name=name,
-                         uid=body["metadata"]["uid"])
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
+    )
     return await run_history(driver.pool, run.id)
 
 
@@ -53,22 +55,32 @@ def started_order(events: list[Event]) -> list[str]:
 
 
 def compensation_jobs(driver: RunDriver, run: str) -> list[Any]:
-    jobs = [job for job in driver.jobs(run)
-            if job.metadata.labels["flowforge.io/role"] == "compensation"]
+    jobs = [
+        job
+        for job in driver.jobs(run)
+        if job.metadata.labels["flowforge.io/role"] == "compensation"
+    ]
     return sorted(jobs, key=lambda job: (job.metadata.creation_timestamp, job.metadata.name))
 
 
 def steps(body: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(step["name"], step["compensates"], step["state"])
-            for step in body["status"]["compensation"]["steps"]]
+    return [
+        (step["name"], step["compensates"], step["state"])
+        for step in body["status"]["compensation"]["steps"]
+    ]
 
 
 def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in body["status"]["conditions"] if c["type"] == kind)
 
 
-async def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str,
-                     operator: OperatorProcess | None = None) -> Any:
+async def wait_until(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    operator: OperatorProcess | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -82,12 +94,16 @@ async def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str,
 async def compensator_states(pool: Pool, driver: RunDriver, name: str) -> dict[str, str]:
     body = driver.run(name)
     try:
-        run = await find_run(pool, namespace=driver.namespace, name=name,
-                             uid=body["metadata"]["uid"])
+        run = await find_run(
+            pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
+        )
     except RunNotFoundError:
         return {}  # the operator has not seen the run yet
-    return {task.task_key: str(task.state) for task in await list_tasks(pool, run.id)
-            if task.compensates_key is not None}
+    return {
+        task.task_key: str(task.state)
+        for task in await list_tasks(pool, run.id)
+        if task.compensates_key is not None
+    }
 
 
 async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
@@ -97,9 +113,14 @@ async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
     driver.create_run("o1", workflow="order")
     # while the rollback runs, the run is still running and kubectl shows it compensating
     rolling = await wait_until(
-        lambda: "compensating" in (driver.printer_row("o1").get("Progress") or "")
-        and driver.printer_row("o1"),
-        timeout=90, what="the rollback to show in kubectl get wfr", operator=operator)
+        lambda: (
+            "compensating" in (driver.printer_row("o1").get("Progress") or "")
+            and driver.printer_row("o1")
+        ),
+        timeout=90,
+        what="the rollback to show in kubectl get wfr",
+        operator=operator,
+    )
     assert rolling["Phase"] == "running", rolling
     during = driver.run("o1")["status"]
     assert during["compensation"]["active"] is True
@@ -107,8 +128,7 @@ async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
 
     body = await driver.wait_phase("o1", FINISHED, operator=operator)
     assert body["status"]["phase"] == "failed", body["status"]
-    assert steps(body) == [("refund", "charge", "succeeded"),
-                           ("release", "reserve", "succeeded")]
+    assert steps(body) == [("refund", "charge", "succeeded"), ("release", "reserve", "succeeded")]
     assert body["status"]["compensation"]["active"] is False
     assert "compensating" not in body["status"]["progress"]
     compensating = condition(body, "Compensating")
@@ -124,19 +144,28 @@ async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
     assert release.metadata.creation_timestamp >= refund.status.completion_time
     assert release.status.start_time >= refund.status.completion_time
     # ... and to the microsecond in the history: started, succeeded, started, succeeded
-    events = [(event.kind, event.task_key) for event in await history(driver, "o1")
-              if event.kind in ("compensation.started", "compensation.succeeded")]
-    assert events == [("compensation.started", "refund"), ("compensation.succeeded", "refund"),
-                      ("compensation.started", "release"),
-                      ("compensation.succeeded", "release")]
+    events = [
+        (event.kind, event.task_key)
+        for event in await history(driver, "o1")
+        if event.kind in ("compensation.started", "compensation.succeeded")
+    ]
+    assert events == [
+        ("compensation.started", "refund"),
+        ("compensation.succeeded", "refund"),
+        ("compensation.started", "release"),
+        ("compensation.succeeded", "release"),
+    ]
     reasons = [event.reason for event in driver.events("o1")]
-    assert {"RollbackStarted", "CompensationStarted", "CompensationSucceeded",
-            "RunFailed"} <= set(reasons)
+    assert {"RollbackStarted", "CompensationStarted", "CompensationSucceeded", "RunFailed"} <= set(
+        reasons
+    )
     assert reasons.count("CompensationStarted") == 2
 
 
 WIDE_SAGA: dict[str, Any] = {
-    "workflow": "wide", "version": 1, "taskTypes": {"quick": QUICK, "fail": FAIL},
+    "workflow": "wide",
+    "version": 1,
+    "taskTypes": {"quick": QUICK, "fail": FAIL},
     "tasks": [
         {"key": "prepare", "type": "quick"},
         {"key": "left-a", "type": "quick", "dependsOn": ["prepare"]},
@@ -165,10 +194,17 @@ async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
     await driver.publish(WIDE_SAGA)
     spec = parse_definition(WIDE_SAGA)
     succeeded = {"prepare", "left-a", "left-b", "right", "side", "join"}
-    expected = list(spec.graph.compensation_order(
-        succeeded, {key: task.key for key, task in spec.compensators.items()}))
-    assert expected.index("undo-join") < expected.index("undo-left-b") < expected.index(
-        "undo-left-a") < expected.index("undo-prepare")
+    expected = list(
+        spec.graph.compensation_order(
+            succeeded, {key: task.key for key, task in spec.compensators.items()}
+        )
+    )
+    assert (
+        expected.index("undo-join")
+        < expected.index("undo-left-b")
+        < expected.index("undo-left-a")
+        < expected.index("undo-prepare")
+    )
     assert expected.index("undo-right") < expected.index("undo-prepare")
 
     orders = []
@@ -194,25 +230,36 @@ async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
 async def test_a_failing_compensator_halts_the_rollback_and_the_condition_names_it(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "halt", "version": 1,
-        "taskTypes": {"quick": QUICK, "fail": FAIL},
-        "tasks": [
-            {"key": "a", "type": "quick"},
-            {"key": "b", "type": "quick", "dependsOn": ["a"]},
-            {"key": "c", "type": "quick", "dependsOn": ["b"]},
-            {"key": "d", "type": "fail", "dependsOn": ["c"]},
-            {"key": "undo-a", "type": "quick", "compensateFor": "a"},
-            {"key": "undo-b", "type": "fail", "compensateFor": "b", "retries": 1,
-             "timeoutSeconds": 30},
-            {"key": "undo-c", "type": "quick", "compensateFor": "c"},
-        ],
-    })
+    await driver.publish(
+        {
+            "workflow": "halt",
+            "version": 1,
+            "taskTypes": {"quick": QUICK, "fail": FAIL},
+            "tasks": [
+                {"key": "a", "type": "quick"},
+                {"key": "b", "type": "quick", "dependsOn": ["a"]},
+                {"key": "c", "type": "quick", "dependsOn": ["b"]},
+                {"key": "d", "type": "fail", "dependsOn": ["c"]},
+                {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                {
+                    "key": "undo-b",
+                    "type": "fail",
+                    "compensateFor": "b",
+                    "retries": 1,
+                    "timeoutSeconds": 30,
+                },
+                {"key": "undo-c", "type": "quick", "compensateFor": "c"},
+            ],
+        }
+    )
     driver.create_run("h1", workflow="halt")
     body = await driver.wait_phase("h1", FINISHED, operator=operator, timeout=120)
     assert body["status"]["phase"] == "failed", body["status"]
-    assert steps(body) == [("undo-c", "c", "succeeded"), ("undo-b", "b", "failed"),
-                           ("undo-a", "a", "skipped")]
+    assert steps(body) == [
+        ("undo-c", "c", "succeeded"),
+        ("undo-b", "b", "failed"),
+        ("undo-a", "a", "skipped"),
+    ]
     failed = condition(body, "CompensationFailed")
     assert (failed["status"], failed["reason"]) == ("True", "CompensatorFailed")
     assert "undo-b" in failed["message"] and "undo-a" in failed["message"], failed
@@ -222,10 +269,15 @@ async def test_a_failing_compensator_halts_the_rollback_and_the_condition_names_
 
     jobs = compensation_jobs(driver, "h1")
     # undo-b honours its retries (a new Job per attempt) and its timeout; undo-a never runs
-    assert [(job.metadata.labels["flowforge.io/task"], job.metadata.labels["flowforge.io/attempt"])
-            for job in jobs] == [("undo-c", "1"), ("undo-b", "1"), ("undo-b", "2")]
-    assert {job.spec.active_deadline_seconds for job in jobs
-            if job.metadata.labels["flowforge.io/task"] == "undo-b"} == {30}
+    assert [
+        (job.metadata.labels["flowforge.io/task"], job.metadata.labels["flowforge.io/attempt"])
+        for job in jobs
+    ] == [("undo-c", "1"), ("undo-b", "1"), ("undo-b", "2")]
+    assert {
+        job.spec.active_deadline_seconds
+        for job in jobs
+        if job.metadata.labels["flowforge.io/task"] == "undo-b"
+    } == {30}
     reasons = {event.reason for event in driver.events("h1")}
     assert {"CompensationRetrying", "CompensationFailed", "RunFailed"} <= reasons
 
@@ -233,41 +285,56 @@ async def test_a_failing_compensator_halts_the_rollback_and_the_condition_names_
 async def test_a_succeeded_run_is_never_compensated_and_cancel_rolls_back(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish({
-        "workflow": "fine", "version": 1, "taskTypes": {"quick": QUICK},
-        "tasks": [{"key": "a", "type": "quick"},
-                  {"key": "b", "type": "quick", "dependsOn": ["a"]},
-                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
-                  {"key": "undo-b", "type": "quick", "compensateFor": "b"}],
-    })
+    await driver.publish(
+        {
+            "workflow": "fine",
+            "version": 1,
+            "taskTypes": {"quick": QUICK},
+            "tasks": [
+                {"key": "a", "type": "quick"},
+                {"key": "b", "type": "quick", "dependsOn": ["a"]},
+                {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                {"key": "undo-b", "type": "quick", "compensateFor": "b"},
+            ],
+        }
+    )
     driver.create_run("ok1", workflow="fine")
     body = await driver.wait_phase("ok1", FINISHED, operator=operator)
     assert body["status"]["phase"] == "succeeded"
     assert compensation_jobs(driver, "ok1") == []
     assert "compensation" not in body["status"]
-    assert set((await compensator_states(driver.pool, driver, "ok1")).values()) == {
-        "not_triggered"}
+    assert set((await compensator_states(driver.pool, driver, "ok1")).values()) == {"not_triggered"}
 
-    await driver.publish({
-        "workflow": "stoppable", "version": 1, "taskTypes": {"quick": QUICK, "slow": SLOW},
-        "tasks": [{"key": "a", "type": "quick"},
-                  {"key": "b", "type": "slow", "dependsOn": ["a"]},
-                  {"key": "c", "type": "quick", "dependsOn": ["b"]},
-                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
-                  {"key": "undo-b", "type": "quick", "compensateFor": "b"},
-                  {"key": "undo-c", "type": "quick", "compensateFor": "c"}],
-    })
+    await driver.publish(
+        {
+            "workflow": "stoppable",
+            "version": 1,
+            "taskTypes": {"quick": QUICK, "slow": SLOW},
+            "tasks": [
+                {"key": "a", "type": "quick"},
+                {"key": "b", "type": "slow", "dependsOn": ["a"]},
+                {"key": "c", "type": "quick", "dependsOn": ["b"]},
+                {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                {"key": "undo-b", "type": "quick", "compensateFor": "b"},
+                {"key": "undo-c", "type": "quick", "compensateFor": "c"},
+            ],
+        }
+    )
     driver.create_run("c1", workflow="stoppable")
-    await wait_until(lambda: any(job.metadata.labels["flowforge.io/task"] == "b"
-                                 for job in driver.jobs("c1")),
-                     timeout=60, what="b's Job", operator=operator)
+    await wait_until(
+        lambda: any(job.metadata.labels["flowforge.io/task"] == "b" for job in driver.jobs("c1")),
+        timeout=60,
+        what="b's Job",
+        operator=operator,
+    )
     assert compensation_jobs(driver, "c1") == []  # never while the run goes forward
     driver.cancel("c1")
     body = await driver.wait_phase("c1", FINISHED, operator=operator)
     assert body["status"]["phase"] == "cancelled", body["status"]
     assert steps(body) == [("undo-a", "a", "succeeded")]
-    assert [job.metadata.labels["flowforge.io/task"]
-            for job in compensation_jobs(driver, "c1")] == ["undo-a"]
+    assert [
+        job.metadata.labels["flowforge.io/task"] for job in compensation_jobs(driver, "c1")
+    ] == ["undo-a"]
     assert not [job for job in driver.jobs("c1") if job.metadata.labels["flowforge.io/task"] == "b"]
     kinds = [(event.kind, event.task_key) for event in await history(driver, "c1")]
     assert kinds.index(("task.cancelled", "b")) < kinds.index(("compensation.started", "undo-a"))
@@ -278,15 +345,18 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
     operator: OperatorProcess, driver: RunDriver, engine_store: Pool
 ) -> None:
     spec = {
-        "workflow": "crashy", "version": 1,
+        "workflow": "crashy",
+        "version": 1,
         "taskTypes": {"quick": QUICK, "undo": UNDO, "fail": FAIL},
-        "tasks": [{"key": "one", "type": "quick"},
-                  {"key": "two", "type": "quick", "dependsOn": ["one"]},
-                  {"key": "three", "type": "quick", "dependsOn": ["two"]},
-                  {"key": "four", "type": "fail", "dependsOn": ["three"]},
-                  {"key": "undo-one", "type": "undo", "compensateFor": "one"},
-                  {"key": "undo-two", "type": "undo", "compensateFor": "two"},
-                  {"key": "undo-three", "type": "undo", "compensateFor": "three"}],
+        "tasks": [
+            {"key": "one", "type": "quick"},
+            {"key": "two", "type": "quick", "dependsOn": ["one"]},
+            {"key": "three", "type": "quick", "dependsOn": ["two"]},
+            {"key": "four", "type": "fail", "dependsOn": ["three"]},
+            {"key": "undo-one", "type": "undo", "compensateFor": "one"},
+            {"key": "undo-two", "type": "undo", "compensateFor": "two"},
+            {"key": "undo-three", "type": "undo", "compensateFor": "three"},
+        ],
     }
     await driver.publish(spec)
     log = JobCreationLog(driver.api, driver.namespace)
@@ -311,21 +381,29 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
         log.close()
     assert body["status"]["phase"] == "failed", body["status"]
     expected = ["undo-three", "undo-two", "undo-one"]
-    assert steps(body) == [("undo-three", "three", "succeeded"), ("undo-two", "two", "succeeded"),
-                           ("undo-one", "one", "succeeded")]
+    assert steps(body) == [
+        ("undo-three", "three", "succeeded"),
+        ("undo-two", "two", "succeeded"),
+        ("undo-one", "one", "succeeded"),
+    ]
     events = await history(driver, "k1")
     assert started_order(events) == expected
     epoch = {(event.kind, event.task_key): event.epoch for event in events}
     # undo-two was started by the killed operator and recorded by the restarted one
     assert epoch[("compensation.started", "undo-two")] is not None
     assert epoch[("compensation.succeeded", "undo-two")] is not None
-    assert epoch[("compensation.started", "undo-two")] < epoch[
-        ("compensation.succeeded", "undo-two")]
-    created = {name: labels for name, labels in log.labels_by_name.items()
-               if labels.get("flowforge.io/run") == "k1"
-               and labels.get("flowforge.io/role") == "compensation"}
-    assert sorted((labels["flowforge.io/task"], labels["flowforge.io/attempt"])
-                  for labels in created.values()) == sorted((key, "1") for key in expected)
+    assert (
+        epoch[("compensation.started", "undo-two")] < epoch[("compensation.succeeded", "undo-two")]
+    )
+    created = {
+        name: labels
+        for name, labels in log.labels_by_name.items()
+        if labels.get("flowforge.io/run") == "k1"
+        and labels.get("flowforge.io/role") == "compensation"
+    }
+    assert sorted(
+        (labels["flowforge.io/task"], labels["flowforge.io/attempt"]) for labels in created.values()
+    ) == sorted((key, "1") for key in expected)
     duplicates = {name: uids for name, uids in log.uids_by_name.items() if len(uids) > 1}
     assert not duplicates, duplicates
 
@@ -333,15 +411,20 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
 async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store(
     operator: OperatorProcess, driver: RunDriver, engine_store: Pool
 ) -> None:
-    await driver.publish({
-        "workflow": "gone", "version": 1,
-        "taskTypes": {"quick": QUICK, "slow": SLOW, "fail": FAIL},
-        "tasks": [{"key": "a", "type": "quick"},
-                  {"key": "b", "type": "quick", "dependsOn": ["a"]},
-                  {"key": "c", "type": "fail", "dependsOn": ["b"]},
-                  {"key": "undo-a", "type": "quick", "compensateFor": "a"},
-                  {"key": "undo-b", "type": "slow", "compensateFor": "b"}],
-    })
+    await driver.publish(
+        {
+            "workflow": "gone",
+            "version": 1,
+            "taskTypes": {"quick": QUICK, "slow": SLOW, "fail": FAIL},
+            "tasks": [
+                {"key": "a", "type": "quick"},
+                {"key": "b", "type": "quick", "dependsOn": ["a"]},
+                {"key": "c", "type": "fail", "dependsOn": ["b"]},
+                {"key": "undo-a", "type": "quick", "compensateFor": "a"},
+                {"key": "undo-b", "type": "slow", "compensateFor": "b"},
+            ],
+        }
+    )
     body = driver.create_run("g1", workflow="gone")
     uid = body["metadata"]["uid"]
 
@@ -368,25 +451,43 @@ async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store
 async def test_a_vanished_compensation_job_is_a_lost_attempt_and_retried(
     operator: OperatorProcess, driver: RunDriver, engine_store: Pool
 ) -> None:
-    await driver.publish({
-        "workflow": "vanish", "version": 1,
-        "taskTypes": {"quick": QUICK, "undo": UNDO, "fail": FAIL},
-        "tasks": [{"key": "a", "type": "quick"},
-                  {"key": "b", "type": "fail", "dependsOn": ["a"]},
-                  {"key": "undo-a", "type": "undo", "compensateFor": "a", "retries": 1}],
-    })
+    await driver.publish(
+        {
+            "workflow": "vanish",
+            "version": 1,
+            "taskTypes": {"quick": QUICK, "undo": UNDO, "fail": FAIL},
+            "tasks": [
+                {"key": "a", "type": "quick"},
+                {"key": "b", "type": "fail", "dependsOn": ["a"]},
+                {"key": "undo-a", "type": "undo", "compensateFor": "a", "retries": 1},
+            ],
+        }
+    )
     driver.create_run("v1", workflow="vanish")
     first = await wait_until(
-        lambda: next((job for job in compensation_jobs(driver, "v1")
-                      if job.metadata.labels["flowforge.io/attempt"] == "1"), None),
-        timeout=60, what="undo-a's first Job", operator=operator)
-    driver.batch.delete_namespaced_job(first.metadata.name, driver.namespace,
-                                       propagation_policy="Background")
+        lambda: next(
+            (
+                job
+                for job in compensation_jobs(driver, "v1")
+                if job.metadata.labels["flowforge.io/attempt"] == "1"
+            ),
+            None,
+        ),
+        timeout=60,
+        what="undo-a's first Job",
+        operator=operator,
+    )
+    driver.batch.delete_namespaced_job(
+        first.metadata.name, driver.namespace, propagation_policy="Background"
+    )
     body = await driver.wait_phase("v1", FINISHED, operator=operator)
     assert body["status"]["phase"] == "failed", body["status"]
     step = body["status"]["compensation"]["steps"][0]
     assert (step["name"], step["state"], step["attempt"]) == ("undo-a", "succeeded", 2)
-    retried = [event for event in await history(driver, "v1")
-               if event.kind == "compensation.retry_scheduled"]
+    retried = [
+        event
+        for event in await history(driver, "v1")
+        if event.kind == "compensation.retry_scheduled"
+    ]
     assert [event.attempt for event in retried] == [1]
     assert "vanished" in str(retried[0].detail.get("error"))

@@ -32,7 +32,10 @@ def _processes_mentioning(text: str) -> list[str]:
 def _dev(action: str, state_dir: Path, *, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flowforge.localdev.dev", action, "--dir", str(state_dir)],
-        capture_output=True, text=True, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -51,8 +54,11 @@ def test_make_dev_runs_the_examples_and_dev_down_stops_everything(dev_dir: Path)
     assert started.returncode == 0, started.stdout + started.stderr
     listing = started.stdout
     assert "==> examples" in listing
-    rows = {line.split()[1]: line.split() for line in listing.splitlines()
-            if line.startswith("default ")}
+    rows = {
+        line.split()[1]: line.split()
+        for line in listing.splitlines()
+        if line.startswith("default ")
+    }
     assert rows["etl-2026-11-30"][4] == "succeeded", listing
     assert rows["etl-2026-11-30"][5] == "4/4", listing
     assert rows["order-1001"][4] == "failed", listing

@@ -53,8 +53,13 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
     crds_dir = repo_root() / "crds"
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds_dir))
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
-    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s",
-            *[f"crd/{name}" for name in names])
+    kubectl(
+        cluster,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *[f"crd/{name}" for name in names],
+    )
     _refresh_discovery(cluster, group="flowforge.io", expected=len(names))
     return names
 
@@ -88,11 +93,11 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 def _wait_for_default_service_account(cluster: Cluster, namespace: str) -> None:
     # Pods are refused until the controller-manager has created the namespace's
     # default ServiceAccount; waiting here keeps that race out of the tests.
-    kubectl(cluster, "wait", "--for=create", "serviceaccount/default", "-n", namespace,
-            "--timeout=30s")
+    kubectl(
+        cluster, "wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=30s"
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for line in _startup_report:
         terminalreporter.write_line(line)
-

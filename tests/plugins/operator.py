@@ -38,8 +38,9 @@ from flowforge.store.pool import open_pool
 OPERATOR_START_SECONDS = 60.0
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.2,
-             what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float, interval: float = 0.2, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -53,8 +54,10 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 
 @pytest.fixture(scope="session")
 def kube_api(cluster: Cluster) -> Iterator[k8s.ApiClient]:
     configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
-                                client_configuration=configuration)
+    k8s_config.load_kube_config(
+        config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
+        client_configuration=configuration,
+    )
     configuration.connection_pool_maxsize = 16
     api = k8s.ApiClient(configuration)
     yield api
@@ -79,17 +82,22 @@ def engine_crds(kube_api: k8s.ApiClient) -> list[str]:
             body["metadata"]["resourceVersion"] = existing.metadata.resource_version
             extensions.replace_custom_resource_definition(name, body)
     for name in names:
+
         def established(crd_name: str = name) -> bool:
             crd = extensions.read_custom_resource_definition(crd_name)
-            return any(c.type == "Established" and c.status == "True"
-                       for c in (crd.status.conditions or []))
+            return any(
+                c.type == "Established" and c.status == "True"
+                for c in (crd.status.conditions or [])
+            )
+
         wait_for(established, timeout=60, what=f"CRD {name} Established")
     return names
 
 
 @pytest.fixture
-def engine_namespace(kube_api: k8s.ApiClient, engine_crds: list[str],
-                     request: pytest.FixtureRequest) -> Iterator[str]:
+def engine_namespace(
+    kube_api: k8s.ApiClient, engine_crds: list[str], request: pytest.FixtureRequest
+) -> Iterator[str]:
     core = k8s.CoreV1Api(kube_api)
     slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:30].strip("-")
     name = f"e-{slug}-{uuid.uuid4().hex[:6]}"
@@ -155,7 +163,10 @@ class OperatorProcess:
         log.flush()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "flowforge.operator"],
-            env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root()),
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(repo_root()),
         )
         log.close()
 
@@ -182,8 +193,13 @@ class OperatorProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-async def wait_for_leader(pool: Pool, identity: str, *, timeout: float = OPERATOR_START_SECONDS,
-                          process: OperatorProcess | None = None) -> int:
+async def wait_for_leader(
+    pool: Pool,
+    identity: str,
+    *,
+    timeout: float = OPERATOR_START_SECONDS,
+    process: OperatorProcess | None = None,
+) -> int:
     """Wait until ``identity`` holds the lease; returns its epoch."""
     import asyncio
 
@@ -200,16 +216,27 @@ async def wait_for_leader(pool: Pool, identity: str, *, timeout: float = OPERATO
 
 
 @pytest.fixture
-def operators(cluster: Cluster, store_dsn: str, engine_namespace: str,
-              tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+def operators(
+    cluster: Cluster, store_dsn: str, engine_namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., OperatorProcess]]:
     made: list[OperatorProcess] = []
 
-    def make(*, identity: str | None = None, start: bool = True,
-             env: dict[str, str] | None = None, dsn: str | None = None) -> OperatorProcess:
+    def make(
+        *,
+        identity: str | None = None,
+        start: bool = True,
+        env: dict[str, str] | None = None,
+        dsn: str | None = None,
+    ) -> OperatorProcess:
         name = identity or f"op-{len(made) + 1}"
-        process = OperatorProcess(dsn=dsn or store_dsn, kubeconfig=cluster.kubeconfig,
-                                  namespace=engine_namespace, identity=name,
-                                  log_path=tmp_path / f"{name}.log", extra_env=dict(env or {}))
+        process = OperatorProcess(
+            dsn=dsn or store_dsn,
+            kubeconfig=cluster.kubeconfig,
+            namespace=engine_namespace,
+            identity=name,
+            log_path=tmp_path / f"{name}.log",
+            extra_env=dict(env or {}),
+        )
         made.append(process)
         if start:
             process.start()
@@ -221,8 +248,9 @@ def operators(cluster: Cluster, store_dsn: str, engine_namespace: str,
 
 
 @pytest.fixture
-async def operator(operators: Callable[..., OperatorProcess],
-                   engine_store: Pool) -> OperatorProcess:
+async def operator(
+    operators: Callable[..., OperatorProcess], engine_store: Pool
+) -> OperatorProcess:
     process = operators()
     await wait_for_leader(engine_store, process.identity, process=process)
     return process
@@ -244,44 +272,66 @@ class RunDriver:
         from flowforge.domain.validation import parse_definition
         from flowforge.store.definitions import publish_definition
 
-        await publish_definition(self.pool, namespace=self.namespace,
-                                 definition=parse_definition(spec))
+        await publish_definition(
+            self.pool, namespace=self.namespace, definition=parse_definition(spec)
+        )
 
-    def create_run(self, name: str, *, workflow: str, version: int = 1,
-                   parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    def create_run(
+        self,
+        name: str,
+        *,
+        workflow: str,
+        version: int = 1,
+        parameters: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns",
-            {"apiVersion": "flowforge.io/v1alpha1", "kind": "WorkflowRun",
-             "metadata": {"name": name},
-             "spec": {"workflow": workflow, "version": version,
-                      "parameters": parameters or {}}})
+            "flowforge.io",
+            "v1alpha1",
+            self.namespace,
+            "workflowruns",
+            {
+                "apiVersion": "flowforge.io/v1alpha1",
+                "kind": "WorkflowRun",
+                "metadata": {"name": name},
+                "spec": {"workflow": workflow, "version": version, "parameters": parameters or {}},
+            },
+        )
         return body
 
     def run(self, name: str) -> dict[str, Any]:
         body: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name)
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name
+        )
         return body
 
     def cancel(self, name: str) -> None:
         self.custom.patch_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name,
-            {"spec": {"cancel": True}})
+            "flowforge.io",
+            "v1alpha1",
+            self.namespace,
+            "workflowruns",
+            name,
+            {"spec": {"cancel": True}},
+        )
 
     def delete_run(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name)
+            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name
+        )
 
     def jobs(self, run: str | None = None) -> list[Any]:
         selector = "app.kubernetes.io/managed-by=flowforge"
         if run is not None:
             selector += f",flowforge.io/run={run}"
-        items: list[Any] = self.batch.list_namespaced_job(self.namespace,
-                                                          label_selector=selector).items
+        items: list[Any] = self.batch.list_namespaced_job(
+            self.namespace, label_selector=selector
+        ).items
         return items
 
     def events(self, run: str) -> list[Any]:
         items: list[Any] = self.core.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={run}").items
+            self.namespace, field_selector=f"involvedObject.name={run}"
+        ).items
         return items
 
     def printer_row(self, name: str) -> dict[str, Any]:
@@ -290,7 +340,8 @@ class RunDriver:
             "GET",
             f"/apis/flowforge.io/v1alpha1/namespaces/{self.namespace}/workflowruns/{name}",
             header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-            auth_settings=["BearerToken"])
+            auth_settings=["BearerToken"],
+        )
         response = self.api.call_api(method, url, header_params=headers, body=body)
         response.read()
         import json
@@ -299,8 +350,14 @@ class RunDriver:
         columns = [column["name"] for column in table["columnDefinitions"]]
         return dict(zip(columns, table["rows"][0]["cells"], strict=True))
 
-    async def wait_phase(self, name: str, phases: set[str], *, timeout: float = 90,
-                         operator: OperatorProcess | None = None) -> dict[str, Any]:
+    async def wait_phase(
+        self,
+        name: str,
+        phases: set[str],
+        *,
+        timeout: float = 90,
+        operator: OperatorProcess | None = None,
+    ) -> dict[str, Any]:
         import asyncio
 
         deadline = time.monotonic() + timeout
@@ -311,8 +368,9 @@ class RunDriver:
                 return body
             await asyncio.sleep(0.25)
         tail = operator.log_tail() if operator else ""
-        raise AssertionError(f"run {name} not in {phases} after {timeout} s: "
-                             f"{body.get('status')}\n{tail}")
+        raise AssertionError(
+            f"run {name} not in {phases} after {timeout} s: {body.get('status')}\n{tail}"
+        )
 
 
 @pytest.fixture
@@ -356,9 +414,13 @@ class JobCreationLog:
         while not self._stop.is_set():
             stream = watch.Watch()
             try:
-                for event in stream.stream(self._batch.list_namespaced_job, self._namespace,
-                                           resource_version=self._version, timeout_seconds=5,
-                                           allow_watch_bookmarks=True):
+                for event in stream.stream(
+                    self._batch.list_namespaced_job,
+                    self._namespace,
+                    resource_version=self._version,
+                    timeout_seconds=5,
+                    allow_watch_bookmarks=True,
+                ):
                     job = event["object"]
                     if event["type"] == "BOOKMARK":
                         self._version = job["metadata"]["resourceVersion"]

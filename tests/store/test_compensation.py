@@ -63,7 +63,9 @@ async def test_a_failed_run_rolls_back_in_reverse_order_then_finishes_failed(
     run = await get_run(store, run_id)
     assert (run.phase, run.compensating) == (RunPhase.RUNNING, True)
     assert await _compensator_states(store, run_id) == {
-        "unprovision": "pending", "undeploy": "pending", "unverify": "skipped",
+        "unprovision": "pending",
+        "undeploy": "pending",
+        "unverify": "skipped",
     }
 
     with pytest.raises(TransitionConflictError, match="next in the rollback"):
@@ -78,7 +80,11 @@ async def test_a_failed_run_rolls_back_in_reverse_order_then_finishes_failed(
         )
         assert await next_compensation(store, run_id) is None  # one at a time
         result = await finish_compensation(
-            store, fence=fence, run_id=run_id, task_key=step.task_key, attempt=step.attempt,
+            store,
+            fence=fence,
+            run_id=run_id,
+            task_key=step.task_key,
+            attempt=step.attempt,
             succeeded=True,
         )
 
@@ -95,7 +101,12 @@ async def test_a_compensator_that_fails_for_good_halts_the_rollback(
     await start_compensation(store, fence=fence, run_id=run_id, task_key="undeploy", attempt=1)
 
     result = await finish_compensation(
-        store, fence=fence, run_id=run_id, task_key="undeploy", attempt=1, succeeded=False,
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key="undeploy",
+        attempt=1,
+        succeeded=False,
         error="exit code 1",
     )
 
@@ -130,9 +141,7 @@ async def test_a_cancelled_run_rolls_back_what_succeeded_then_finishes_cancelled
     cancelled = await cancel_run(store, fence=fence, run_id=run_id)
 
     assert cancelled.settled.compensators_triggered == ("unprovision",)
-    await start_compensation(
-        store, fence=fence, run_id=run_id, task_key="unprovision", attempt=1
-    )
+    await start_compensation(store, fence=fence, run_id=run_id, task_key="unprovision", attempt=1)
     done = await finish_compensation(
         store, fence=fence, run_id=run_id, task_key="unprovision", attempt=1, succeeded=True
     )

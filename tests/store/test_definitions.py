@@ -54,9 +54,7 @@ async def test_different_content_under_a_published_version_names_both_fingerprin
 async def test_twenty_concurrent_first_publishers_leave_exactly_one_row(store_dsn: str) -> None:
     pool = await open_pool(store_dsn, min_size=20, max_size=20)
     same = definition(TASKS)
-    contenders = [same] * 10 + [
-        definition(TASKS, description=f"variant {n}") for n in range(10)
-    ]
+    contenders = [same] * 10 + [definition(TASKS, description=f"variant {n}") for n in range(10)]
     try:
         outcomes = await asyncio.gather(
             *(
@@ -72,7 +70,9 @@ async def test_twenty_concurrent_first_publishers_leave_exactly_one_row(store_ds
     idempotent = [o for o in outcomes if isinstance(o, PublishedDefinition) and not o.created]
     conflicts = [o for o in outcomes if isinstance(o, DefinitionConflictError)]
     unexpected = [
-        o for o in outcomes if isinstance(o, BaseException)
+        o
+        for o in outcomes
+        if isinstance(o, BaseException)
         and not isinstance(o, DefinitionConflictError | psycopg.errors.UniqueViolation)
     ]
     assert unexpected == []  # in particular no DeadlockDetected

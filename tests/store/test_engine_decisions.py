@@ -29,11 +29,19 @@ async def _states(pool: Pool, run_id: int) -> dict[str, str]:
     return {task.task_key: task.state for task in await list_tasks(pool, run_id)}
 
 
-async def _succeed(pool: Pool, fence: Fence, run_id: int, run_uid: str,
-                   key: str) -> store_engine.Decision:
+async def _succeed(
+    pool: Pool, fence: Fence, run_id: int, run_uid: str, key: str
+) -> store_engine.Decision:
     return await store_engine.record_outcome(
-        pool, fence=fence, run_id=run_id, run_uid=run_uid, task_key=key, attempt=1,
-        outcome=SUCCESS, backoff=BackoffPolicy())
+        pool,
+        fence=fence,
+        run_id=run_id,
+        run_uid=run_uid,
+        task_key=key,
+        attempt=1,
+        outcome=SUCCESS,
+        backoff=BackoffPolicy(),
+    )
 
 
 async def test_dispatch_moves_every_due_root_to_running_with_one_event_each(
@@ -45,10 +53,12 @@ async def test_dispatch_moves_every_due_root_to_running_with_one_event_each(
     again = await store_engine.dispatch_due(store, fence=fence, run_id=run_id)
 
     assert [(d.task_key, d.attempt) for d in dispatched] == [
-        ("root-0", 1), ("root-1", 1), ("root-2", 1)]
+        ("root-0", 1),
+        ("root-1", 1),
+        ("root-2", 1),
+    ]
     assert again == ()
-    events = [e.task_key for e in await run_history(store, run_id)
-              if e.kind == "task.dispatched"]
+    events = [e.task_key for e in await run_history(store, run_id) if e.kind == "task.dispatched"]
     assert events == ["root-0", "root-1", "root-2"]
 
 
@@ -78,12 +88,12 @@ async def test_a_job_created_after_its_attempt_was_cancelled_is_reported_cancell
     run_id = (await start_run(store, fence, FAN_OUT)).run.id
     await store_engine.dispatch_due(store, fence=fence, run_id=run_id)
     running = await store_engine.record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-0", attempt=1, job="j-0",
-        created=True)
+        store, fence=fence, run_id=run_id, task_key="root-0", attempt=1, job="j-0", created=True
+    )
 
     await store_engine.cancel_run(store, fence=fence, run_id=run_id, reason="test")
     late = await store_engine.record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-1", attempt=1, job="j-1",
-        created=True)
+        store, fence=fence, run_id=run_id, task_key="root-1", attempt=1, job="j-1", created=True
+    )
 
     assert (running, late) == (False, True)

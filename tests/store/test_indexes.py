@@ -80,9 +80,7 @@ async def _plan_indexes(
 ) -> set[str]:
     async with store.connection() as connection:
         await connection.execute("SET enable_seqscan = off")
-        cursor = await connection.execute(
-("EXPLAIN (FORMAT JSON) " + query).encode(), params
-        )
+        cursor = await connection.execute(("EXPLAIN (FORMAT JSON) " + query).encode(), params)
         row = await cursor.fetchone()
         await connection.rollback()
     assert row is not None
@@ -92,15 +90,23 @@ async def _plan_indexes(
 
 Params = Callable[[int, int], tuple[Any, ...] | dict[str, Any]]
 CASES: dict[str, tuple[str, Params, str]] = {
-    "load_definition": (LOAD_QUERY, lambda r, t: (NAMESPACE, "wf-3", 1),
-                        "flowforge_definition_identity"),
-    "newest_version": (LOAD_NEWEST_QUERY, lambda r, t: (NAMESPACE, "wf-3"),
-                       "flowforge_definition_identity"),
-    "find_run": (FIND_RUN_QUERY, lambda r, t: (NAMESPACE, "wf-3-run", "x"),
-                 "flowforge_run_identity"),
+    "load_definition": (
+        LOAD_QUERY,
+        lambda r, t: (NAMESPACE, "wf-3", 1),
+        "flowforge_definition_identity",
+    ),
+    "newest_version": (
+        LOAD_NEWEST_QUERY,
+        lambda r, t: (NAMESPACE, "wf-3"),
+        "flowforge_definition_identity",
+    ),
+    "find_run": (
+        FIND_RUN_QUERY,
+        lambda r, t: (NAMESPACE, "wf-3-run", "x"),
+        "flowforge_run_identity",
+    ),
     "list_active_runs": (ACTIVE_RUNS_QUERY, lambda r, t: (0, 100), "flowforge_run_active_idx"),
-    "prune": (PRUNABLE_QUERY, lambda r, t: (timedelta(days=30), 100),
-              "flowforge_run_prunable_idx"),
+    "prune": (PRUNABLE_QUERY, lambda r, t: (timedelta(days=30), 100), "flowforge_run_prunable_idx"),
     "run_progress": (PROGRESS_QUERY, lambda r, t: (r,), "flowforge_task_progress_idx"),
     "settle_probe": (UNRESOLVED_QUERY, lambda r, t: {"run": r}, "flowforge_task_progress_idx"),
     "get_task": (GET_TASK_QUERY, lambda r, t: (r, "sink"), "flowforge_task_identity"),
@@ -108,12 +114,22 @@ CASES: dict[str, tuple[str, Params, str]] = {
     "running": (RUNNING_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
     "record_success_and_release": (
         RECORD_SUCCESS_QUERY,
-        lambda r, t: {"lease": "operator", "epoch": 1, "run": r, "key": "root", "attempt": 1,
-                      "detail": "{}", "dispatch": True},
+        lambda r, t: {
+            "lease": "operator",
+            "epoch": 1,
+            "run": r,
+            "key": "root",
+            "attempt": 1,
+            "detail": "{}",
+            "dispatch": True,
+        },
         "flowforge_task_dependency_pkey",
     ),
-    "skip_downstream": (SKIP_DOWNSTREAM_QUERY, lambda r, t: {"task": t},
-                        "flowforge_task_dependency_pkey"),
+    "skip_downstream": (
+        SKIP_DOWNSTREAM_QUERY,
+        lambda r, t: {"task": t},
+        "flowforge_task_dependency_pkey",
+    ),
     "run_history": (HISTORY_QUERY, lambda r, t: (r, 0), "flowforge_event_run_idx"),
 }
 
@@ -124,8 +140,15 @@ async def test_recording_a_success_finds_its_task_row_by_index(
     """The task row is found by (run_id, task_key) or by (run_id, role, state): the planner
     may pick either, both are selective; what must not happen is a scan of the run."""
     run_id, _ = populated
-    params = {"lease": "operator", "epoch": 1, "run": run_id, "key": "root", "attempt": 1,
-              "detail": "{}", "dispatch": True}
+    params = {
+        "lease": "operator",
+        "epoch": 1,
+        "run": run_id,
+        "key": "root",
+        "attempt": 1,
+        "detail": "{}",
+        "dispatch": True,
+    }
 
     used = await _plan_indexes(store, RECORD_SUCCESS_QUERY, params)
 
@@ -134,9 +157,7 @@ async def test_recording_a_success_finds_its_task_row_by_index(
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_the_query_uses_its_index(
-    name: str, store: Pool, populated: tuple[int, int]
-) -> None:
+async def test_the_query_uses_its_index(name: str, store: Pool, populated: tuple[int, int]) -> None:
     query, params, index = CASES[name]
     run_id, task_id = populated
 

@@ -50,39 +50,70 @@ SAGA: list[dict[str, Any]] = [
 ]
 
 
-async def _publish(store: Pool, tasks: Sequence[Mapping[str, Any]], *, workflow: str,
-                   version: int = 1) -> StoredDefinition:
-    await publish_definition(store, namespace=NAMESPACE,
-                             definition=definition(tasks, workflow=workflow, version=version))
+async def _publish(
+    store: Pool, tasks: Sequence[Mapping[str, Any]], *, workflow: str, version: int = 1
+) -> StoredDefinition:
+    await publish_definition(
+        store, namespace=NAMESPACE, definition=definition(tasks, workflow=workflow, version=version)
+    )
     return await load_definition(store, namespace=NAMESPACE, workflow=workflow, version=version)
 
 
-async def _create(store: Pool, fence: Fence, stored: StoredDefinition, name: str, *,
-                  retry_of: str | None = None, uid: str | None = None) -> int:
+async def _create(
+    store: Pool,
+    fence: Fence,
+    stored: StoredDefinition,
+    name: str,
+    *,
+    retry_of: str | None = None,
+    uid: str | None = None,
+) -> int:
     created = await create_run_reusing(
-        store, fence=fence, namespace=NAMESPACE, name=name, uid=uid or str(uuid.uuid4()),
-        definition=stored, parameters={"date": "2026-11-30"}, retry_of=retry_of,
+        store,
+        fence=fence,
+        namespace=NAMESPACE,
+        name=name,
+        uid=uid or str(uuid.uuid4()),
+        definition=stored,
+        parameters={"date": "2026-11-30"},
+        retry_of=retry_of,
     )
     return created.run.id
 
 
 async def _finish(store: Pool, fence: Fence, run_id: int, key: str, *, ok: bool) -> None:
     await mark_running(store, fence=fence, run_id=run_id, task_key=key, attempt=1)
-    await record_outcome(store, fence=fence, run_id=run_id, task_key=key, attempt=1,
-                         succeeded=ok, error=None if ok else "exit code 3")
+    await record_outcome(
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key=key,
+        attempt=1,
+        succeeded=ok,
+        error=None if ok else "exit code 3",
+    )
 
 
 async def _rollback(store: Pool, fence: Fence, run_id: int, *, failing: str = "") -> None:
     while (step := await next_compensation(store, run_id)) is not None:
-        await start_compensation(store, fence=fence, run_id=run_id, task_key=step.task_key,
-                                 attempt=step.attempt)
-        await finish_compensation(store, fence=fence, run_id=run_id, task_key=step.task_key,
-                                  attempt=step.attempt, succeeded=step.task_key != failing)
+        await start_compensation(
+            store, fence=fence, run_id=run_id, task_key=step.task_key, attempt=step.attempt
+        )
+        await finish_compensation(
+            store,
+            fence=fence,
+            run_id=run_id,
+            task_key=step.task_key,
+            attempt=step.attempt,
+            succeeded=step.task_key != failing,
+        )
 
 
 async def _states(store: Pool, run_id: int) -> dict[str, tuple[str, int]]:
-    return {task.task_key: (task.state, task.pending_dependencies)
-            for task in await list_tasks(store, run_id)}
+    return {
+        task.task_key: (task.state, task.pending_dependencies)
+        for task in await list_tasks(store, run_id)
+    }
 
 
 async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
@@ -98,11 +129,15 @@ async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
 
     new = await _create(store, fence, stored, "diamond-1-retry-1", retry_of="diamond-1")
     assert await _states(store, new) == {
-        "a": ("succeeded", 0), "b": ("succeeded", 0), "c": ("ready", 0), "d": ("waiting", 1),
+        "a": ("succeeded", 0),
+        "b": ("succeeded", 0),
+        "c": ("ready", 0),
+        "d": ("waiting", 1),
     }
     history = await run_history(store, new)
-    reused = [(event.task_key, dict(event.detail)) for event in history
-              if event.kind == "task.reused"]
+    reused = [
+        (event.task_key, dict(event.detail)) for event in history if event.kind == "task.reused"
+    ]
     assert reused == [("a", {"retryOf": "diamond-1"}), ("b", {"retryOf": "diamond-1"})]
 
     await _finish(store, fence, new, "c", ok=True)
@@ -136,9 +171,11 @@ async def test_a_halted_rollback_leaves_the_untouched_work_reusable(
     store: Pool, fence: Fence
 ) -> None:
     tasks: list[dict[str, Any]] = [
-        {"key": "one"}, {"key": "two", "dependsOn": ["one"]},
+        {"key": "one"},
+        {"key": "two", "dependsOn": ["one"]},
         {"key": "three", "dependsOn": ["two"]},
-        {"key": "undo-one", "compensateFor": "one"}, {"key": "undo-two", "compensateFor": "two"},
+        {"key": "undo-one", "compensateFor": "one"},
+        {"key": "undo-two", "compensateFor": "two"},
     ]
     stored = await _publish(store, tasks, workflow="halt")
     old = await _create(store, fence, stored, "halt-1")
@@ -218,9 +255,11 @@ async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
     store: Pool, store_dsn: str, fence: Fence, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tasks: list[dict[str, Any]] = [
-        {"key": "one"}, {"key": "two", "dependsOn": ["one"]},
+        {"key": "one"},
+        {"key": "two", "dependsOn": ["one"]},
         {"key": "three", "dependsOn": ["two"]},
-        {"key": "undo-one", "compensateFor": "one"}, {"key": "undo-two", "compensateFor": "two"},
+        {"key": "undo-one", "compensateFor": "one"},
+        {"key": "undo-two", "compensateFor": "two"},
         {"key": "undo-three", "compensateFor": "three"},
     ]
     stored = await _publish(store, tasks, workflow="show")
@@ -235,9 +274,9 @@ async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
     assert await asyncio.to_thread(main, argv) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["phase"] == "failed" and shown["progress"] == "2/3"
-    assert [(step["key"], step["compensates"], step["state"])
-            for step in shown["compensation"]] == [
-        ("undo-two", "two", "succeeded"), ("undo-one", "one", "succeeded")]
+    assert [
+        (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]
+    ] == [("undo-two", "two", "succeeded"), ("undo-one", "one", "succeeded")]
     three = next(task for task in shown["tasks"] if task["key"] == "three")
     assert three["state"] == "failed" and three["message"] == "exit code 3"
     assert [attempt["outcome"] for attempt in three["attempts"]] == ["failed"]
@@ -246,4 +285,6 @@ async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
     text = capsys.readouterr().out
     steps = text.split("Compensation (in the order it runs, last task first):\n")[1]
     assert [line.split()[:4] for line in steps.splitlines()[1:]] == [
-        ["1", "undo-two", "two", "succeeded"], ["2", "undo-one", "one", "succeeded"]]
+        ["1", "undo-two", "two", "succeeded"],
+        ["2", "undo-one", "one", "succeeded"],
+    ]

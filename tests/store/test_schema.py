@@ -116,8 +116,10 @@ async def test_every_state_of_the_domain_is_accepted_by_the_checks(
                 await connection.execute(
                     "UPDATE flowforge_run SET phase = %s, finished_at = CASE WHEN %s "
                     "THEN now() END",
-                    (str(phase), phase in (RunPhase.SUCCEEDED, RunPhase.FAILED,
-                                           RunPhase.CANCELLED)),
+                    (
+                        str(phase),
+                        phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED),
+                    ),
                 )
         cursor = await connection.execute("SELECT count(*) FROM flowforge_task")
         assert await cursor.fetchone() == (4,)

@@ -88,9 +88,7 @@ async def test_creating_the_same_run_again_returns_it(store: Pool, fence: Fence)
     assert len(await list_tasks(store, started.run.id)) == 5
 
 
-async def test_a_run_whose_tasks_all_succeed_finishes_succeeded(
-    store: Pool, fence: Fence
-) -> None:
+async def test_a_run_whose_tasks_all_succeed_finishes_succeeded(store: Pool, fence: Fence) -> None:
     run_id = (await start_run(store, fence, DIAMOND)).run.id
 
     first = await _succeed(store, fence, run_id, "extract")
@@ -124,7 +122,11 @@ async def test_a_task_with_fifty_upstreams_finishing_together_is_released_once(
         results = await asyncio.gather(
             *(
                 record_outcome(
-                    wide, fence=fence, run_id=run_id, task_key=task["key"], attempt=1,
+                    wide,
+                    fence=fence,
+                    run_id=run_id,
+                    task_key=task["key"],
+                    attempt=1,
                     succeeded=True,
                 )
                 for task in upstreams
@@ -155,7 +157,11 @@ async def test_the_last_two_tasks_finishing_together_settle_the_run_once(
         await asyncio.gather(
             *(
                 record_outcome(
-                    wide, fence=fence, run_id=run_id, task_key=f"t{n}", attempt=1,
+                    wide,
+                    fence=fence,
+                    run_id=run_id,
+                    task_key=f"t{n}",
+                    attempt=1,
                     succeeded=True,
                 )
                 for n in range(8)
@@ -169,9 +175,7 @@ async def test_the_last_two_tasks_finishing_together_settle_the_run_once(
     assert kinds.count("run.succeeded") == 1
 
 
-async def test_moves_are_compare_and_set_on_state_and_attempt(
-    store: Pool, fence: Fence
-) -> None:
+async def test_moves_are_compare_and_set_on_state_and_attempt(store: Pool, fence: Fence) -> None:
     run_id = (await start_run(store, fence, DIAMOND)).run.id
 
     with pytest.raises(TransitionConflictError, match="expected ready"):
@@ -208,15 +212,24 @@ async def test_a_final_failure_skips_everything_downstream_and_nothing_else(
     await mark_running(store, fence=fence, run_id=run_id, task_key="a", attempt=1)
 
     result = await record_outcome(
-        store, fence=fence, run_id=run_id, task_key="a", attempt=1, succeeded=False,
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key="a",
+        attempt=1,
+        succeeded=False,
         error="exit code 3",
     )
 
     assert result.state is TaskState.FAILED
     assert result.skipped == ("b", "c", "d")
     assert await _states(store, run_id) == {
-        "a": "failed", "b": "skipped", "c": "skipped", "d": "skipped",
-        "e": "ready", "f": "waiting",
+        "a": "failed",
+        "b": "skipped",
+        "c": "skipped",
+        "d": "skipped",
+        "e": "ready",
+        "f": "waiting",
     }
     await _succeed(store, fence, run_id, "e")
     assert (await _states(store, run_id))["f"] == "ready"
@@ -232,7 +245,12 @@ async def test_a_failure_with_attempts_left_schedules_the_next_attempt(
     await mark_running(store, fence=fence, run_id=run_id, task_key="flaky", attempt=1)
 
     retry = await record_outcome(
-        store, fence=fence, run_id=run_id, task_key="flaky", attempt=1, succeeded=False,
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key="flaky",
+        attempt=1,
+        succeeded=False,
         retry_not_before=later,
     )
 
@@ -240,7 +258,12 @@ async def test_a_failure_with_attempts_left_schedules_the_next_attempt(
     assert await list_dispatchable_tasks(store) == []  # not due for an hour
     await mark_running(store, fence=fence, run_id=run_id, task_key="flaky", attempt=2)
     final = await record_outcome(
-        store, fence=fence, run_id=run_id, task_key="flaky", attempt=2, succeeded=False,
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key="flaky",
+        attempt=2,
+        succeeded=False,
         retry_not_before=later,
     )
     assert (final.state, final.attempt) == (TaskState.FAILED, 2)
@@ -280,18 +303,28 @@ async def test_a_dispatching_success_moves_what_it_releases_on_to_running_in_one
     run_id = (await start_run(store, fence, DIAMOND)).run.id
     await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
 
-    result = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
-                                  attempt=1, detail={"exitCode": 0}, dispatch=True)
+    result = await record_success(
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key="extract",
+        attempt=1,
+        detail={"exitCode": 0},
+        dispatch=True,
+    )
 
     assert result.recorded and result.released == ("clean", "enrich")
     assert [(d.task_key, d.attempt) for d in result.dispatched] == [("clean", 1), ("enrich", 1)]
     states = await _states(store, run_id)
-    assert (states["clean"], states["enrich"], states["load"]) == ("running", "running",
-                                                                    "waiting")
+    assert (states["clean"], states["enrich"], states["load"]) == ("running", "running", "waiting")
     history = [(e.kind, e.task_key) for e in await run_history(store, run_id)]
-    assert history[-5:] == [("task.succeeded", "extract"), ("task.released", "clean"),
-                            ("task.released", "enrich"), ("task.dispatched", "clean"),
-                            ("task.dispatched", "enrich")]
+    assert history[-5:] == [
+        ("task.succeeded", "extract"),
+        ("task.released", "clean"),
+        ("task.released", "enrich"),
+        ("task.dispatched", "clean"),
+        ("task.dispatched", "enrich"),
+    ]
     succeeded = [e for e in await run_history(store, run_id) if e.kind == "task.succeeded"]
     assert succeeded[0].detail == {"exitCode": 0}
 
@@ -301,12 +334,14 @@ async def test_a_replayed_success_records_nothing_and_releases_nothing(
 ) -> None:
     run_id = (await start_run(store, fence, DIAMOND)).run.id
     await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
-    await record_success(store, fence=fence, run_id=run_id, task_key="extract", attempt=1,
-                         dispatch=True)
+    await record_success(
+        store, fence=fence, run_id=run_id, task_key="extract", attempt=1, dispatch=True
+    )
     before = len(await run_history(store, run_id))
 
-    again = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
-                                 attempt=1, dispatch=True)
+    again = await record_success(
+        store, fence=fence, run_id=run_id, task_key="extract", attempt=1, dispatch=True
+    )
 
     assert again == SuccessResult(recorded=False)
     assert len(await run_history(store, run_id)) == before
@@ -321,10 +356,12 @@ async def test_a_success_in_a_cancelling_run_releases_but_dispatches_nothing(
     await mark_running(store, fence=fence, run_id=run_id, task_key="extract", attempt=1)
     async with store.connection() as connection:
         await connection.execute(
-            "UPDATE flowforge_run SET cancel_requested = true WHERE id = %s", (run_id,))
+            "UPDATE flowforge_run SET cancel_requested = true WHERE id = %s", (run_id,)
+        )
 
-    result = await record_success(store, fence=fence, run_id=run_id, task_key="extract",
-                                  attempt=1, dispatch=True)
+    result = await record_success(
+        store, fence=fence, run_id=run_id, task_key="extract", attempt=1, dispatch=True
+    )
 
     assert result.released == ("clean", "enrich") and result.dispatched == ()
     states = await _states(store, run_id)
@@ -339,7 +376,8 @@ async def test_a_dispatching_success_with_a_stale_epoch_changes_nothing(
     stale = Fence(lease=fence.lease, epoch=fence.epoch - 1)
 
     with pytest.raises(StaleEpochError):
-        await record_success(store, fence=stale, run_id=run_id, task_key="extract",
-                             attempt=1, dispatch=True)
+        await record_success(
+            store, fence=stale, run_id=run_id, task_key="extract", attempt=1, dispatch=True
+        )
 
     assert (await _states(store, run_id))["extract"] == "running"

@@ -29,8 +29,10 @@ def _schema() -> dict[str, Any]:
 
 def _schema_errors(values: dict[str, Any]) -> list[str]:
     validator = jsonschema.Draft7Validator(_schema())
-    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
-            for error in validator.iter_errors(values)]
+    return [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(values)
+    ]
 
 
 def test_chart_crds_are_the_checked_in_crds() -> None:
@@ -111,8 +113,13 @@ def test_kind_files_exist_and_parse() -> None:
     script = ROOT / "deploy" / "kind" / "e2e.sh"
     assert os.access(script, os.X_OK), "deploy/kind/e2e.sh must be executable"
     text = script.read_text()
-    for step in ("docker build", "kind create cluster", "kind load docker-image",
-                 "helm", "examples/etl-diamond.yaml"):
+    for step in (
+        "docker build",
+        "kind create cluster",
+        "kind load docker-image",
+        "helm",
+        "examples/etl-diamond.yaml",
+    ):
         assert step in text, step
     assert (ROOT / "examples" / "etl-diamond.yaml").exists()
 
@@ -120,4 +127,3 @@ def test_kind_files_exist_and_parse() -> None:
 def test_chart_readme_argues_the_webhook_deployment() -> None:
     readme = (CHART / "README.md").read_text()
     assert "Why the webhook is its own Deployment" in readme
-

@@ -11,8 +11,14 @@ def test_the_checked_in_reference_is_up_to_date() -> None:
 
 def test_the_reference_documents_every_spec_field_with_its_description() -> None:
     reference = render_reference()
-    for path in ("spec.tasks[].dependsOn", "spec.taskTypes{name}.image", "spec.tasks[].key",
-                 "spec.parameters", "spec.cancel", "status.phase"):
+    for path in (
+        "spec.tasks[].dependsOn",
+        "spec.taskTypes{name}.image",
+        "spec.tasks[].key",
+        "spec.parameters",
+        "spec.cancel",
+        "status.phase",
+    ):
         assert f"`{path}`" in reference, path
     row = next(line for line in reference.splitlines() if line.startswith("| `spec.workflow` |"))
     description = row.split("|")[4].strip()

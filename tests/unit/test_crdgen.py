@@ -118,8 +118,7 @@ def test_translation_of_json_schema_constructs() -> None:
         "properties": {
             "color": {"type": "string", "description": "a color", "enum": ["red"]},
             "maybe": {"type": "integer", "description": "m", "nullable": True},
-            "above": {"type": "number", "description": "a", "exclusiveMinimum": True,
-                      "minimum": 0},
+            "above": {"type": "number", "description": "a", "exclusiveMinimum": True, "minimum": 0},
             "fixed": {"type": "string", "description": "f", "enum": ["x"]},
         },
     }

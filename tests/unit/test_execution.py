@@ -43,26 +43,25 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def test_job_name_is_readable_for_short_names() -> None:
-    name = job_name(run_name="etl-1", run_uid="u1", task_key="extract", attempt=2,
-                    role=TaskRole.FORWARD)
+    name = job_name(
+        run_name="etl-1", run_uid="u1", task_key="extract", attempt=2, role=TaskRole.FORWARD
+    )
     assert name.startswith("etl-1-extract-2-")
-    compensation = job_name(run_name="etl-1", run_uid="u1", task_key="extract", attempt=1,
-                            role=TaskRole.COMPENSATION)
+    compensation = job_name(
+        run_name="etl-1", run_uid="u1", task_key="extract", attempt=1, role=TaskRole.COMPENSATION
+    )
     assert compensation.startswith("etl-1-c-extract-1-")
 
 
 def test_job_names_differ_where_concatenations_collide() -> None:
     one = job_name(run_name="a-b", run_uid="u", task_key="c", attempt=1, role=TaskRole.FORWARD)
-    other = job_name(run_name="a", run_uid="u", task_key="b-c", attempt=1,
-                     role=TaskRole.FORWARD)
+    other = job_name(run_name="a", run_uid="u", task_key="b-c", attempt=1, role=TaskRole.FORWARD)
     assert one != other
 
 
 def test_a_recreated_run_gets_new_job_names() -> None:
-    first = job_name(run_name="r", run_uid="uid-1", task_key="t", attempt=1,
-                     role=TaskRole.FORWARD)
-    second = job_name(run_name="r", run_uid="uid-2", task_key="t", attempt=1,
-                      role=TaskRole.FORWARD)
+    first = job_name(run_name="r", run_uid="uid-1", task_key="t", attempt=1, role=TaskRole.FORWARD)
+    second = job_name(run_name="r", run_uid="uid-2", task_key="t", attempt=1, role=TaskRole.FORWARD)
     assert first != second
 
 
@@ -75,12 +74,12 @@ def test_a_recreated_run_gets_new_job_names() -> None:
 def test_job_names_are_dns_labels_within_63_characters(
     run_name: str, task_key: str, attempt: int, role: TaskRole
 ) -> None:
-    name = job_name(run_name=run_name, run_uid="uid", task_key=task_key, attempt=attempt,
-                    role=role)
+    name = job_name(run_name=run_name, run_uid="uid", task_key=task_key, attempt=attempt, role=role)
     assert len(name) <= 63
     assert DNS_1123_LABEL.match(name), name
-    assert name == job_name(run_name=run_name, run_uid="uid", task_key=task_key,
-                            attempt=attempt, role=role)
+    assert name == job_name(
+        run_name=run_name, run_uid="uid", task_key=task_key, attempt=attempt, role=role
+    )
 
 
 def test_first_retry_waits_between_one_and_one_and_a_half_seconds() -> None:
@@ -119,11 +118,16 @@ def test_unfinished_job_has_no_outcome() -> None:
 
 
 def test_complete_job_is_success() -> None:
-    outcome = job_outcome({
-        "startTime": "2026-11-30T12:00:00Z", "completionTime": "2026-11-30T12:00:03Z",
-        "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
-                       {"type": "Complete", "status": "True"}],
-    })
+    outcome = job_outcome(
+        {
+            "startTime": "2026-11-30T12:00:00Z",
+            "completionTime": "2026-11-30T12:00:03Z",
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True"},
+                {"type": "Complete", "status": "True"},
+            ],
+        }
+    )
     assert outcome is not None and outcome.succeeded
     assert outcome.reason is OutcomeReason.COMPLETED
     assert outcome.exit_code == 0
@@ -131,9 +135,18 @@ def test_complete_job_is_success() -> None:
 
 
 def test_deadline_is_a_timeout() -> None:
-    outcome = job_outcome({"conditions": [
-        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-         "message": "Job was active longer than specified deadline"}]})
+    outcome = job_outcome(
+        {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                }
+            ]
+        }
+    )
     assert outcome is not None and not outcome.succeeded
     assert outcome.reason is OutcomeReason.DEADLINE_EXCEEDED
 
@@ -148,7 +161,8 @@ def test_failed_job_carries_the_container_exit_code() -> None:
     assert outcome.exit_code == 3
     assert "exit code 3" in outcome.message
     without_pod = job_outcome(
-        {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]})
+        {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
+    )
     assert without_pod is not None and without_pod.reason is OutcomeReason.JOB_FAILED
 
 
@@ -172,12 +186,19 @@ def test_phase_from_counts() -> None:
 
 
 def _status(task_count: int) -> StatusInput:
-    tasks = [TaskSummary(name=f"t{i}", state=TaskState.SUCCEEDED, attempt=1, job_name=f"j{i}")
-             for i in range(task_count)]
-    return StatusInput(phase=RunPhase.SUCCEEDED,
-                       counts=TaskCounts(total=task_count, succeeded=task_count),
-                       fingerprint="sha256:" + "0" * 64, started_at=NOW,
-                       finished_at=NOW + timedelta(seconds=5), now=NOW, tasks=tasks)
+    tasks = [
+        TaskSummary(name=f"t{i}", state=TaskState.SUCCEEDED, attempt=1, job_name=f"j{i}")
+        for i in range(task_count)
+    ]
+    return StatusInput(
+        phase=RunPhase.SUCCEEDED,
+        counts=TaskCounts(total=task_count, succeeded=task_count),
+        fingerprint="sha256:" + "0" * 64,
+        started_at=NOW,
+        finished_at=NOW + timedelta(seconds=5),
+        now=NOW,
+        tasks=tasks,
+    )
 
 
 def test_status_projection_of_a_small_run_lists_tasks() -> None:
@@ -205,12 +226,22 @@ def test_status_projection_stays_small_for_a_huge_run() -> None:
 
 def test_job_manifest() -> None:
     request = JobRequest(
-        namespace="ns", run_name="etl-1", run_uid="uid-1", task_key="extract", attempt=1,
+        namespace="ns",
+        run_name="etl-1",
+        run_uid="uid-1",
+        task_key="extract",
+        attempt=1,
         role=TaskRole.FORWARD,
-        template={"image": "busybox", "command": ["sh"], "env": [{"name": "A", "value": "1"}],
-                  "annotations": {"flowforge.io/simulate-exit-code": "3"},
-                  "labels": {"team": "data"}, "serviceAccountName": "runner"},
-        config={"source": "s3://b"}, parameters={"date": "2026-11-30", "n": 3},
+        template={
+            "image": "busybox",
+            "command": ["sh"],
+            "env": [{"name": "A", "value": "1"}],
+            "annotations": {"flowforge.io/simulate-exit-code": "3"},
+            "labels": {"team": "data"},
+            "serviceAccountName": "runner",
+        },
+        config={"source": "s3://b"},
+        parameters={"date": "2026-11-30", "n": 3},
         timeout_seconds=60,
     )
     job = build_job(request)
@@ -248,17 +279,32 @@ def test_label_values_fit() -> None:
 def test_conditions_keep_their_transition_time_while_unchanged() -> None:
     later = NOW + timedelta(minutes=5)
     first = project_status(_status(2))
-    again = project_status(StatusInput(
-        phase=RunPhase.SUCCEEDED, counts=TaskCounts(total=2, succeeded=2),
-        fingerprint="sha256:" + "0" * 64, started_at=NOW, finished_at=NOW, now=later,
-        previous_conditions=first["conditions"]))
+    again = project_status(
+        StatusInput(
+            phase=RunPhase.SUCCEEDED,
+            counts=TaskCounts(total=2, succeeded=2),
+            fingerprint="sha256:" + "0" * 64,
+            started_at=NOW,
+            finished_at=NOW,
+            now=later,
+            previous_conditions=first["conditions"],
+        )
+    )
     ready_before = next(c for c in first["conditions"] if c["type"] == "Ready")
     ready_after = next(c for c in again["conditions"] if c["type"] == "Ready")
     assert ready_after["lastTransitionTime"] == ready_before["lastTransitionTime"]
-    failed = project_status(StatusInput(
-        phase=RunPhase.FAILED, counts=TaskCounts(total=2, succeeded=1, failed=1),
-        fingerprint="sha256:" + "0" * 64, started_at=NOW, finished_at=NOW, now=later,
-        failure_message="task b failed", previous_conditions=first["conditions"]))
+    failed = project_status(
+        StatusInput(
+            phase=RunPhase.FAILED,
+            counts=TaskCounts(total=2, succeeded=1, failed=1),
+            fingerprint="sha256:" + "0" * 64,
+            started_at=NOW,
+            finished_at=NOW,
+            now=later,
+            failure_message="task b failed",
+            previous_conditions=first["conditions"],
+        )
+    )
     ready_failed = next(c for c in failed["conditions"] if c["type"] == "Ready")
     assert ready_failed["status"] == "False" and ready_failed["reason"] == "Failed"
     assert ready_failed["lastTransitionTime"] == "2026-11-30T12:05:00Z"
@@ -267,20 +313,46 @@ def test_conditions_keep_their_transition_time_while_unchanged() -> None:
 
 def test_a_jobs_identity_is_read_back_from_its_manifest() -> None:
     request = JobRequest(
-        namespace="ns", run_name="etl-1", run_uid="uid-1", task_key="undo-load", attempt=3,
-        role=TaskRole.COMPENSATION, template={"image": "busybox"}, config={}, parameters={},
+        namespace="ns",
+        run_name="etl-1",
+        run_uid="uid-1",
+        task_key="undo-load",
+        attempt=3,
+        role=TaskRole.COMPENSATION,
+        template={"image": "busybox"},
+        config={},
+        parameters={},
         timeout_seconds=None,
     )
 
     identity = JobIdentity.of(build_job(request))
 
-    assert identity == JobIdentity(namespace="ns", name=request.name, run_uid="uid-1",
-                                   task_key="undo-load", attempt=3, role=TaskRole.COMPENSATION)
+    assert identity == JobIdentity(
+        namespace="ns",
+        name=request.name,
+        run_uid="uid-1",
+        task_key="undo-load",
+        attempt=3,
+        role=TaskRole.COMPENSATION,
+    )
 
 
 def test_a_job_without_our_labels_has_no_identity() -> None:
     assert JobIdentity.of({"metadata": {"namespace": "ns", "name": "other"}}) is None
-    assert JobIdentity.of({"metadata": {
-        "namespace": "ns", "name": "x", "annotations": {"flowforge.io/run-uid": "u"},
-        "labels": {"flowforge.io/task": "t", "flowforge.io/attempt": "one",
-                   "flowforge.io/role": "forward"}}}) is None
+    assert (
+        JobIdentity.of(
+            {
+                "metadata": {
+                    "namespace": "ns",
+                    "name": "x",
+                    "annotations": {"flowforge.io/run-uid": "u"},
+                    "labels": {
+                        "flowforge.io/task": "t",
+                        "flowforge.io/attempt": "one",
+                        "flowforge.io/role": "forward",
+                    },
+                }
+            }
+        )
+        is None
+    )

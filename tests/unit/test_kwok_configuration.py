@@ -6,20 +6,23 @@ from pathlib import Path
 
 from flowforge.localdev.kwokconfig import ClusterPorts, kwokctl_configuration
 
-PORTS = ClusterPorts(apiserver=1, etcd=2, etcd_peer=3, controller_manager=4, scheduler=5,
-                     kwok_controller=6)
+PORTS = ClusterPorts(
+    apiserver=1, etcd=2, etcd_peer=3, controller_manager=4, scheduler=5, kwok_controller=6
+)
 
 
 def _patches(configuration: dict[str, object]) -> dict[str, dict[str, str]]:
     patches = configuration["componentsPatches"]
     assert isinstance(patches, list)
-    return {patch["name"]: {arg["key"]: arg["value"] for arg in patch["extraArgs"]}
-            for patch in patches}
+    return {
+        patch["name"]: {arg["key"]: arg["value"] for arg in patch["extraArgs"]} for patch in patches
+    }
 
 
 def test_by_default_the_controller_manager_keeps_its_own_client_limits() -> None:
-    configuration = kwokctl_configuration(bin_dir=Path("/bin"), ports=PORTS,
-                                          kube_version="v1.34.4", kwok_version="v0.8.0")
+    configuration = kwokctl_configuration(
+        bin_dir=Path("/bin"), ports=PORTS, kube_version="v1.34.4", kwok_version="v0.8.0"
+    )
 
     assert _patches(configuration) == {"kwok-controller": {"node-ip": "127.0.0.1"}}
     options = configuration["options"]
@@ -28,9 +31,15 @@ def test_by_default_the_controller_manager_keeps_its_own_client_limits() -> None
 
 
 def test_a_controller_manager_qps_lifts_its_rate_and_burst() -> None:
-    configuration = kwokctl_configuration(bin_dir=Path("/bin"), ports=PORTS,
-                                          kube_version="v1.34.4", kwok_version="v0.8.0",
-                                          controller_manager_qps=200)
+    configuration = kwokctl_configuration(
+        bin_dir=Path("/bin"),
+        ports=PORTS,
+        kube_version="v1.34.4",
+        kwok_version="v0.8.0",
+        controller_manager_qps=200,
+    )
 
     assert _patches(configuration)["kube-controller-manager"] == {
-        "kube-api-qps": "200", "kube-api-burst": "400"}
+        "kube-api-qps": "200",
+        "kube-api-burst": "400",
+    }

@@ -9,20 +9,33 @@ import pytest
 
 from flowforge.operator.settings import OperatorSettings
 
-CHART_DEPLOYMENT = (Path(__file__).resolve().parents[2] / "charts" / "flowforge" / "templates"
-                    / "operator-deployment.yaml")
+CHART_DEPLOYMENT = (
+    Path(__file__).resolve().parents[2]
+    / "charts"
+    / "flowforge"
+    / "templates"
+    / "operator-deployment.yaml"
+)
 
 
 def test_every_tunable_is_read_from_the_environment() -> None:
-    settings = OperatorSettings.from_environment({
-        "FLOWFORGE_DSN": "postgresql://x", "FLOWFORGE_NAMESPACES": "a,b",
-        "FLOWFORGE_JOB_CREATION_QPS": "7", "FLOWFORGE_JOB_CREATION_BURST": "9",
-        "FLOWFORGE_KUBE_API_QPS": "11", "FLOWFORGE_KUBE_API_BURST": "13",
-        "FLOWFORGE_KUBE_API_THREADS": "3", "FLOWFORGE_EVENT_WORKERS": "5",
-        "FLOWFORGE_LOG_FORMAT": "JSON", "FLOWFORGE_RECONCILE_INTERVAL": "2.5",
-        "FLOWFORGE_JOB_TTL": "-1", "FLOWFORGE_STORE_POOL_SIZE": "4",
-        "FLOWFORGE_EVENT_WORKER_IDLE": "0.5",
-    })
+    settings = OperatorSettings.from_environment(
+        {
+            "FLOWFORGE_DSN": "postgresql://x",
+            "FLOWFORGE_NAMESPACES": "a,b",
+            "FLOWFORGE_JOB_CREATION_QPS": "7",
+            "FLOWFORGE_JOB_CREATION_BURST": "9",
+            "FLOWFORGE_KUBE_API_QPS": "11",
+            "FLOWFORGE_KUBE_API_BURST": "13",
+            "FLOWFORGE_KUBE_API_THREADS": "3",
+            "FLOWFORGE_EVENT_WORKERS": "5",
+            "FLOWFORGE_LOG_FORMAT": "JSON",
+            "FLOWFORGE_RECONCILE_INTERVAL": "2.5",
+            "FLOWFORGE_JOB_TTL": "-1",
+            "FLOWFORGE_STORE_POOL_SIZE": "4",
+            "FLOWFORGE_EVENT_WORKER_IDLE": "0.5",
+        }
+    )
     assert settings.namespaces == ("a", "b")
     assert (settings.job_creation_qps, settings.job_creation_burst) == (7.0, 9)
     assert (settings.kube_api_qps, settings.kube_api_burst) == (11.0, 13)

@@ -73,19 +73,33 @@ class Finding:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     doctor = subparsers.add_parser(
-        "doctor", help="check the cluster, CRDs, store, operator lease, runs and webhooks",
-        description=__doc__.split("\n\n")[1] if __doc__ else None)
+        "doctor",
+        help="check the cluster, CRDs, store, operator lease, runs and webhooks",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
     add_store_option(doctor)
     add_kube_options(doctor, namespace=False)
-    doctor.add_argument("--webhook-configuration", default=CONFIGURATION_NAME, metavar="NAME",
-                        help=f"webhook configurations' name (default {CONFIGURATION_NAME})")
+    doctor.add_argument(
+        "--webhook-configuration",
+        default=CONFIGURATION_NAME,
+        metavar="NAME",
+        help=f"webhook configurations' name (default {CONFIGURATION_NAME})",
+    )
     doctor.add_argument("--lease", default=DEFAULT_LEASE, help="the operator's lease name")
-    doctor.add_argument("--stuck-after", type=parse_duration, default=timedelta(minutes=30),
-                        metavar="DURATION",
-                        help="a running run with no event for this long is a finding (30m)")
-    doctor.add_argument("--cert-warning", type=parse_duration, default=timedelta(days=7),
-                        metavar="DURATION",
-                        help="a certificate expiring sooner than this is a finding (7d)")
+    doctor.add_argument(
+        "--stuck-after",
+        type=parse_duration,
+        default=timedelta(minutes=30),
+        metavar="DURATION",
+        help="a running run with no event for this long is a finding (30m)",
+    )
+    doctor.add_argument(
+        "--cert-warning",
+        type=parse_duration,
+        default=timedelta(days=7),
+        metavar="DURATION",
+        help="a certificate expiring sooner than this is a finding (7d)",
+    )
     doctor.add_argument("-o", "--output", choices=("text", "json"), default="text")
     doctor.set_defaults(handler=run_doctor)
 
@@ -97,8 +111,15 @@ def run_doctor(args: argparse.Namespace) -> int:
         return fail("doctor", error, verbose=args.verbose)
     findings = [*_kube_findings(args), *asyncio.run(_store_findings(args, dsn))]
     if args.output == "json":
-        print(json.dumps({"ok": all(f.ok for f in findings),
-                          "checks": [asdict(finding) for finding in findings]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": all(f.ok for f in findings),
+                    "checks": [asdict(finding) for finding in findings],
+                },
+                indent=2,
+            )
+        )
     else:
         for finding in findings:
             print(f"{'ok  ' if finding.ok else 'FAIL'}  {finding.check:<9} {finding.message}")
@@ -109,21 +130,37 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 # Kubernetes
 
+
 def _kube_findings(args: argparse.Namespace) -> list[Finding]:
     try:
         api = kube_client(args)
     except CommandError as error:
-        return [Finding("cluster", False, str(error),
-                        "pass --kubeconfig or set KUBECONFIG to the cluster's kubeconfig")]
+        return [
+            Finding(
+                "cluster",
+                False,
+                str(error),
+                "pass --kubeconfig or set KUBECONFIG to the cluster's kubeconfig",
+            )
+        ]
     with api:
         try:
             version = k8s.VersionApi(api).get_code()
         except (ApiException, HTTPError, OSError) as error:
-            return [Finding("cluster", False, f"cannot reach {api.configuration.host}: "
-                            f"{_short(error)}", "check the kubeconfig and that the API server is "
-                            "up (`kubectl cluster-info`); the other cluster checks were skipped")]
-        findings = [Finding("cluster", True,
-                            f"Kubernetes {version.git_version} at {api.configuration.host}")]
+            return [
+                Finding(
+                    "cluster",
+                    False,
+                    f"cannot reach {api.configuration.host}: {_short(error)}",
+                    "check the kubeconfig and that the API server is "
+                    "up (`kubectl cluster-info`); the other cluster checks were skipped",
+                )
+            ]
+        findings = [
+            Finding(
+                "cluster", True, f"Kubernetes {version.git_version} at {api.configuration.host}"
+            )
+        ]
         findings.extend(_crd_findings(api))
         findings.extend(_webhook_findings(api, args))
         return findings
@@ -140,11 +177,12 @@ def _crd_findings(api: k8s.ApiClient) -> list[Finding]:
     findings = []
     for expected in (workflow_definition_crd(), workflow_run_crd()):
         name = expected["metadata"]["name"]
-        install = "apply the CRDs of this release: `kubectl apply --server-side -f crds/` " \
-                  "(or `helm upgrade`)"
+        install = (
+            "apply the CRDs of this release: `kubectl apply --server-side -f crds/` "
+            "(or `helm upgrade`)"
+        )
         try:
-            response: Any = extensions.read_custom_resource_definition(
-                name, _preload_content=False)
+            response: Any = extensions.read_custom_resource_definition(name, _preload_content=False)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -160,8 +198,9 @@ def _crd_findings(api: k8s.ApiClient) -> list[Finding]:
             elif have.get("schema") != version["schema"]:
                 problems.append(f"the {version['name']} schema differs from this FlowForge's")
         conditions = installed.get("status", {}).get("conditions") or []
-        if not any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in conditions):
+        if not any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        ):
             problems.append("it is not Established")
         if problems:
             findings.append(Finding("crds", False, f"{name}: {'; '.join(problems)}", install))
@@ -186,38 +225,65 @@ def _webhook_findings(api: k8s.ApiClient, args: argparse.Namespace) -> list[Find
         except ApiException as error:
             if error.status != 404:
                 raise
-            findings.append(Finding(
-                "webhooks", False, f"{kind} {name} is missing: definitions and runs are not "
-                "validated, and definitions are not published to the store",
-                "restart the operator (it writes its webhook configurations at start) or run "
-                "`helm upgrade`"))
+            findings.append(
+                Finding(
+                    "webhooks",
+                    False,
+                    f"{kind} {name} is missing: definitions and runs are not "
+                    "validated, and definitions are not published to the store",
+                    "restart the operator (it writes its webhook configurations at start) or run "
+                    "`helm upgrade`",
+                )
+            )
             continue
         webhooks = configuration.get("webhooks") or []
         findings.append(Finding("webhooks", True, f"{kind} {name} ({len(webhooks)} webhooks)"))
         for webhook in webhooks:
-            findings.extend(_certificate_findings(f"{kind} {name}", webhook, seen=seen, api=api,
-                                                  args=args))
+            findings.extend(
+                _certificate_findings(f"{kind} {name}", webhook, seen=seen, api=api, args=args)
+            )
     return findings
 
 
-def _certificate_findings(where: str, webhook: dict[str, Any], *, seen: set[str],
-                          api: k8s.ApiClient, args: argparse.Namespace) -> list[Finding]:
+def _certificate_findings(
+    where: str,
+    webhook: dict[str, Any],
+    *,
+    seen: set[str],
+    api: k8s.ApiClient,
+    args: argparse.Namespace,
+) -> list[Finding]:
     client_config = webhook.get("clientConfig") or {}
-    rotate = "rotate the webhook certificates (restart the operator, or renew the secret " \
-             "behind the chart's webhook TLS) and update the caBundle"
+    rotate = (
+        "rotate the webhook certificates (restart the operator, or renew the secret "
+        "behind the chart's webhook TLS) and update the caBundle"
+    )
     try:
         ca_pem = base64.b64decode(client_config.get("caBundle") or "")
         authorities = x509.load_pem_x509_certificates(ca_pem)
     except ValueError:
-        return [Finding("webhooks", False, f"{where}: webhook {webhook.get('name')}: the "
-                        "caBundle holds no PEM certificate", rotate)]
+        return [
+            Finding(
+                "webhooks",
+                False,
+                f"{where}: webhook {webhook.get('name')}: the caBundle holds no PEM certificate",
+                rotate,
+            )
+        ]
     findings = []
     for certificate in authorities:
         fingerprint = certificate.fingerprint(hashes.SHA256()).hex()
         if fingerprint not in seen:
             seen.add(fingerprint)
-            findings.append(_expiry("CA", f"{where} caBundle", certificate=certificate,
-                                    warning=args.cert_warning, advice=rotate))
+            findings.append(
+                _expiry(
+                    "CA",
+                    f"{where} caBundle",
+                    certificate=certificate,
+                    warning=args.cert_warning,
+                    advice=rotate,
+                )
+            )
     url, service = client_config.get("url"), client_config.get("service")
     if url:
         parts = urlsplit(url)
@@ -234,18 +300,29 @@ def _certificate_findings(where: str, webhook: dict[str, Any], *, seen: set[str]
     return findings
 
 
-def _expiry(what: str, where: str, *, certificate: x509.Certificate, warning: timedelta,
-            advice: str) -> Finding:
+def _expiry(
+    what: str, where: str, *, certificate: x509.Certificate, warning: timedelta, advice: str
+) -> Finding:
     left = certificate.not_valid_after_utc - datetime.now(UTC)
     subject = certificate.subject.rfc4514_string() or "(no subject)"
     if left <= timedelta(0):
-        return Finding("webhooks", False, f"{where}: {what} certificate {subject} expired "
-                       f"{-left.days} days ago: the apiserver refuses the webhook", advice)
+        return Finding(
+            "webhooks",
+            False,
+            f"{where}: {what} certificate {subject} expired "
+            f"{-left.days} days ago: the apiserver refuses the webhook",
+            advice,
+        )
     if left < warning:
-        return Finding("webhooks", False, f"{where}: {what} certificate {subject} expires in "
-                       f"{left.days} days", advice)
-    return Finding("webhooks", True, f"{where}: {what} certificate {subject} valid for "
-                   f"{left.days} more days")
+        return Finding(
+            "webhooks",
+            False,
+            f"{where}: {what} certificate {subject} expires in {left.days} days",
+            advice,
+        )
+    return Finding(
+        "webhooks", True, f"{where}: {what} certificate {subject} valid for {left.days} more days"
+    )
 
 
 def _probe_url(url: str, *, ca_pem: bytes, warning: timedelta, advice: str) -> Finding:
@@ -253,27 +330,45 @@ def _probe_url(url: str, *, ca_pem: bytes, warning: timedelta, advice: str) -> F
     host, port = parts.hostname or "", parts.port or 443
     context = ssl.create_default_context(cadata=ca_pem.decode("ascii", errors="replace"))
     try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECONDS) as raw, \
-                context.wrap_socket(raw, server_hostname=host) as tls:
+        with (
+            socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECONDS) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
             der = tls.getpeercert(binary_form=True)
     except ssl.SSLCertVerificationError as error:
-        return Finding("webhooks", False, f"the webhook server at {url} presents a certificate "
-                       f"the caBundle does not verify: {error.verify_message}", advice)
+        return Finding(
+            "webhooks",
+            False,
+            f"the webhook server at {url} presents a certificate "
+            f"the caBundle does not verify: {error.verify_message}",
+            advice,
+        )
     except OSError as error:
-        return Finding("webhooks", False, f"the webhook server at {url} does not answer "
-                       f"({_short(error)}): with failurePolicy Fail, every WorkflowDefinition "
-                       "and WorkflowRun write is refused", "start the operator's webhook server, "
-                       "or remove the webhook configurations while it is down")
+        return Finding(
+            "webhooks",
+            False,
+            f"the webhook server at {url} does not answer "
+            f"({_short(error)}): with failurePolicy Fail, every WorkflowDefinition "
+            "and WorkflowRun write is refused",
+            "start the operator's webhook server, "
+            "or remove the webhook configurations while it is down",
+        )
     serving = x509.load_der_x509_certificate(der or b"")
-    return _expiry("serving", f"webhook server {host}:{port}", certificate=serving,
-                   warning=warning, advice=advice)
+    return _expiry(
+        "serving",
+        f"webhook server {host}:{port}",
+        certificate=serving,
+        warning=warning,
+        advice=advice,
+    )
 
 
 def _probe_service(api: k8s.ApiClient, service: dict[str, Any]) -> Finding:
     namespace, name = service.get("namespace", ""), service.get("name", "")
     try:
         response: Any = k8s.CoreV1Api(api).read_namespaced_endpoints(
-            name, namespace, _preload_content=False)
+            name, namespace, _preload_content=False
+        )
         subsets = json.loads(response.data).get("subsets") or []
     except ApiException as error:
         if error.status != 404:
@@ -281,29 +376,48 @@ def _probe_service(api: k8s.ApiClient, service: dict[str, Any]) -> Finding:
         subsets = []
     if any(subset.get("addresses") for subset in subsets):
         return Finding("webhooks", True, f"Service {namespace}/{name} has ready endpoints")
-    return Finding("webhooks", False, f"Service {namespace}/{name} has no ready endpoints: "
-                   "with failurePolicy Fail, every WorkflowDefinition and WorkflowRun write is "
-                   "refused", f"check the operator's Pods: `kubectl -n {namespace} get pods`")
+    return Finding(
+        "webhooks",
+        False,
+        f"Service {namespace}/{name} has no ready endpoints: "
+        "with failurePolicy Fail, every WorkflowDefinition and WorkflowRun write is "
+        "refused",
+        f"check the operator's Pods: `kubectl -n {namespace} get pods`",
+    )
 
 
 # the store
 
+
 async def _store_findings(args: argparse.Namespace, dsn: str) -> list[Finding]:
     try:
-        pool = await open_pool(dsn, min_size=1, max_size=1, verify_schema=False,
-                               name="flowforge-doctor")
+        pool = await open_pool(
+            dsn, min_size=1, max_size=1, verify_schema=False, name="flowforge-doctor"
+        )
     except (psycopg.Error, OSError) as error:
-        return [Finding("store", False, f"cannot connect: {_short(error)}",
-                        "check --dsn / FLOWFORGE_DSN and that PostgreSQL is up; the other "
-                        "store checks were skipped")]
+        return [
+            Finding(
+                "store",
+                False,
+                f"cannot connect: {_short(error)}",
+                "check --dsn / FLOWFORGE_DSN and that PostgreSQL is up; the other "
+                "store checks were skipped",
+            )
+        ]
     try:
         try:
             async with pool.connection() as connection:
                 version = await check_schema(connection)
         except FlowForgeError as error:
-            return [Finding("store", False, str(error),
-                            "run `flowforge db migrate`, or upgrade FlowForge when the schema "
-                            "is newer than it knows")]
+            return [
+                Finding(
+                    "store",
+                    False,
+                    str(error),
+                    "run `flowforge db migrate`, or upgrade FlowForge when the schema "
+                    "is newer than it knows",
+                )
+            ]
         findings = [Finding("store", True, f"reachable, schema version {version}")]
         findings.append(await _lease_finding(pool, args.lease))
         findings.append(await _silent_runs_finding(pool, args.stuck_after))
@@ -315,15 +429,24 @@ async def _store_findings(args: argparse.Namespace, dsn: str) -> list[Finding]:
 async def _lease_finding(pool: Pool, name: str) -> Finding:
     lease = await current_lease(pool, name)
     if lease is None:
-        return Finding("lease", False, f"no operator has ever held the lease {name!r}",
-                       "start the operator; check its logs for errors reaching the store")
+        return Finding(
+            "lease",
+            False,
+            f"no operator has ever held the lease {name!r}",
+            "start the operator; check its logs for errors reaching the store",
+        )
     left = (lease.expires_at - datetime.now(UTC)).total_seconds()
     if left < 0:
-        return Finding("lease", False, f"the lease {name!r} of {lease.holder} (epoch "
-                       f"{lease.epoch}) expired {-left:.0f} s ago: no operator is working",
-                       "check that the operator runs (`kubectl get pods`) and its logs")
-    return Finding("lease", True, f"held by {lease.holder} (epoch {lease.epoch}), "
-                   f"renewed within {left:.0f} s")
+        return Finding(
+            "lease",
+            False,
+            f"the lease {name!r} of {lease.holder} (epoch "
+            f"{lease.epoch}) expired {-left:.0f} s ago: no operator is working",
+            "check that the operator runs (`kubectl get pods`) and its logs",
+        )
+    return Finding(
+        "lease", True, f"held by {lease.holder} (epoch {lease.epoch}), renewed within {left:.0f} s"
+    )
 
 
 async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
@@ -333,13 +456,18 @@ async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
     if not rows:
         return Finding("runs", True, f"no running run has been silent for over {_human(after)}")
     now = datetime.now(UTC)
-    listed = ", ".join(f"{namespace}/{name} ({(now - seen).total_seconds() / 60:.0f} min)"
-                       for namespace, name, seen in rows[:10])
+    listed = ", ".join(
+        f"{namespace}/{name} ({(now - seen).total_seconds() / 60:.0f} min)"
+        for namespace, name, seen in rows[:10]
+    )
     more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
-    return Finding("runs", False, f"{len(rows)} running runs have recorded nothing for over "
-                   f"{_human(after)}: {listed}{more}",
-                   "check the operator's logs and `flowforge runs show RUN`; a run waiting on a "
-                   "long task is fine (raise --stuck-after)")
+    return Finding(
+        "runs",
+        False,
+        f"{len(rows)} running runs have recorded nothing for over {_human(after)}: {listed}{more}",
+        "check the operator's logs and `flowforge runs show RUN`; a run waiting on a "
+        "long task is fine (raise --stuck-after)",
+    )
 
 
 def _human(span: timedelta) -> str:

@@ -16,10 +16,17 @@ from flowforge.store.redrive import NamedRun
 
 # what a run report holds: the store's rows and the outcomes its event history recorded
 
-OUTCOME_KINDS = frozenset({
-    "task.succeeded", "task.failed", "task.attempt_failed", "task.retry_scheduled",
-    "compensation.succeeded", "compensation.failed", "compensation.retry_scheduled",
-})
+OUTCOME_KINDS = frozenset(
+    {
+        "task.succeeded",
+        "task.failed",
+        "task.attempt_failed",
+        "task.retry_scheduled",
+        "compensation.succeeded",
+        "compensation.failed",
+        "compensation.retry_scheduled",
+    }
+)
 START_KINDS = frozenset({"task.dispatched", "task.started", "compensation.started"})
 
 
@@ -49,10 +56,16 @@ class AttemptReport:
     finished_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "outcome": self.outcome, "exitCode": self.exit_code,
-                "reason": self.reason, "message": self.message,
-                "startedAt": _iso(self.started_at), "finishedAt": _iso(self.finished_at),
-                "durationSeconds": _seconds(self.started_at, self.finished_at)}
+        return {
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "exitCode": self.exit_code,
+            "reason": self.reason,
+            "message": self.message,
+            "startedAt": _iso(self.started_at),
+            "finishedAt": _iso(self.finished_at),
+            "durationSeconds": _seconds(self.started_at, self.finished_at),
+        }
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,11 @@ class TaskReport:
     def to_dict(self) -> dict[str, Any]:
         row, last = self.row, self.last
         document: dict[str, Any] = {
-            "key": row.task_key, "state": row.state, "attempt": row.attempt,
-            "maxAttempts": row.max_attempts, "startedAt": _iso(row.started_at),
+            "key": row.task_key,
+            "state": row.state,
+            "attempt": row.attempt,
+            "maxAttempts": row.max_attempts,
+            "startedAt": _iso(row.started_at),
             "finishedAt": _iso(row.finished_at),
             "durationSeconds": _seconds(row.started_at, row.finished_at),
             "exitCode": last.exit_code if last else None,
@@ -99,21 +115,32 @@ class RunReport:
     @property
     def phase(self) -> str:
         run = self.run
-        suffix = " (rolling back)" if run.compensating else (
-            " (cancel requested)" if run.cancel_requested and not run.finished else "")
+        suffix = (
+            " (rolling back)"
+            if run.compensating
+            else (" (cancel requested)" if run.cancel_requested and not run.finished else "")
+        )
         return f"{run.phase}{suffix}"
 
     def to_dict(self) -> dict[str, Any]:
         run = self.run
         return {
-            "namespace": run.namespace, "name": run.name, "uid": run.uid,
-            "workflow": run.workflow, "version": run.version, "phase": str(run.phase),
-            "compensating": run.compensating, "cancelRequested": run.cancel_requested,
-            "parameters": dict(run.parameters), "createdAt": _iso(run.created_at),
+            "namespace": run.namespace,
+            "name": run.name,
+            "uid": run.uid,
+            "workflow": run.workflow,
+            "version": run.version,
+            "phase": str(run.phase),
+            "compensating": run.compensating,
+            "cancelRequested": run.cancel_requested,
+            "parameters": dict(run.parameters),
+            "createdAt": _iso(run.created_at),
             "finishedAt": _iso(run.finished_at),
             "durationSeconds": _seconds(run.created_at, run.finished_at),
-            "prunedAt": _iso(run.pruned_at), "retryOf": self.retry_of,
-            "progress": self.progress, "counts": dict(self.counts),
+            "prunedAt": _iso(run.pruned_at),
+            "retryOf": self.retry_of,
+            "progress": self.progress,
+            "counts": dict(self.counts),
             "tasks": [task.to_dict() for task in self.tasks],
             "compensation": [step.to_dict() for step in self.compensation],
         }
@@ -130,60 +157,92 @@ def _attempts(events: Sequence[Event]) -> dict[str, list[AttemptReport]]:
         elif event.kind in OUTCOME_KINDS:
             detail = event.detail
             exit_code = detail.get("exitCode")
-            attempts.setdefault(event.task_key, []).append(AttemptReport(
-                attempt=event.attempt,
-                outcome="succeeded" if event.kind.endswith(".succeeded") else "failed",
-                exit_code=exit_code if isinstance(exit_code, int) else None,
-                reason=detail.get("reason"),
-                message=detail.get("message") or detail.get("error"),
-                started_at=_parse_time(detail.get("startedAt"))
-                or started.get((event.task_key, event.attempt)),
-                finished_at=_parse_time(detail.get("finishedAt")) or event.recorded_at,
-            ))
+            attempts.setdefault(event.task_key, []).append(
+                AttemptReport(
+                    attempt=event.attempt,
+                    outcome="succeeded" if event.kind.endswith(".succeeded") else "failed",
+                    exit_code=exit_code if isinstance(exit_code, int) else None,
+                    reason=detail.get("reason"),
+                    message=detail.get("message") or detail.get("error"),
+                    started_at=_parse_time(detail.get("startedAt"))
+                    or started.get((event.task_key, event.attempt)),
+                    finished_at=_parse_time(detail.get("finishedAt")) or event.recorded_at,
+                )
+            )
     return attempts
 
 
 async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> RunReport:
     progress = await run_progress(pool, run.id)
-    counts = {name: getattr(progress.forward, name) for name in (
-        "total", "waiting", "ready", "running", "succeeded", "failed", "skipped", "cancelled")}
+    counts = {
+        name: getattr(progress.forward, name)
+        for name in (
+            "total",
+            "waiting",
+            "ready",
+            "running",
+            "succeeded",
+            "failed",
+            "skipped",
+            "cancelled",
+        )
+    }
     if not with_tasks:
         return RunReport(run=run, counts=counts)
     rows = await list_tasks(pool, run.id)
     events = await run_history(pool, run.id)
     attempts = _attempts(events)
-    reused = {event.task_key: str(event.detail.get("retryOf")) for event in events
-              if event.kind == "task.reused" and event.task_key}
-    retry_of = next((str(event.detail.get("retryOf")) for event in events
-                     if event.kind == "run.retry_of"), None)
-    started_order = {event.task_key: event.id for event in events
-                     if event.kind == "compensation.started"}
-    tasks = [TaskReport(row=row, attempts=attempts.get(row.task_key, ()),
-                        reused_from=reused.get(row.task_key))
-             for row in rows if row.compensates_key is None]
-    succeeded = {row.task_key for row in rows
-                 if row.compensates_key is None and row.state == "succeeded"}
+    reused = {
+        event.task_key: str(event.detail.get("retryOf"))
+        for event in events
+        if event.kind == "task.reused" and event.task_key
+    }
+    retry_of = next(
+        (str(event.detail.get("retryOf")) for event in events if event.kind == "run.retry_of"), None
+    )
+    started_order = {
+        event.task_key: event.id for event in events if event.kind == "compensation.started"
+    }
+    tasks = [
+        TaskReport(
+            row=row, attempts=attempts.get(row.task_key, ()), reused_from=reused.get(row.task_key)
+        )
+        for row in rows
+        if row.compensates_key is None
+    ]
+    succeeded = {
+        row.task_key for row in rows if row.compensates_key is None and row.state == "succeeded"
+    }
     # the rollback's steps: compensators of what succeeded, once triggered (a skipped one
     # among them was halted by a failed step)
-    compensators = [row for row in rows if row.compensates_key in succeeded
-                    and row.state != "not_triggered"]
+    compensators = [
+        row for row in rows if row.compensates_key in succeeded and row.state != "not_triggered"
+    ]
     # steps that ran in the order they started; the rest in the order they would run
     last = len(events) + 1
-    ordered = sorted(enumerate(reversed(compensators)),
-                     key=lambda item: (started_order.get(item[1].task_key, last), item[0]))
-    compensation = [TaskReport(row=row, attempts=attempts.get(row.task_key, ()))
-                    for _, row in ordered]
-    return RunReport(run=run, counts=counts, tasks=tasks, compensation=compensation,
-                     retry_of=retry_of)
+    ordered = sorted(
+        enumerate(reversed(compensators)),
+        key=lambda item: (started_order.get(item[1].task_key, last), item[0]),
+    )
+    compensation = [
+        TaskReport(row=row, attempts=attempts.get(row.task_key, ())) for _, row in ordered
+    ]
+    return RunReport(
+        run=run, counts=counts, tasks=tasks, compensation=compensation, retry_of=retry_of
+    )
 
 
 # text output
 
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows,
-                                                                        strict=False)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True))
-             .rstrip() for line in (headers, *rows)]
+    widths = [
+        max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)
+    ]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (headers, *rows)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -204,10 +263,18 @@ def _age(moment: datetime) -> str:
 
 
 def runs_table(reports: Sequence[RunReport]) -> str:
-    rows = [[report.run.name, report.run.workflow, str(report.run.version), report.phase,
-             report.progress, _age(report.run.created_at),
-             _duration(_seconds(report.run.created_at, report.run.finished_at))]
-            for report in reports]
+    rows = [
+        [
+            report.run.name,
+            report.run.workflow,
+            str(report.run.version),
+            report.phase,
+            report.progress,
+            _age(report.run.created_at),
+            _duration(_seconds(report.run.created_at, report.run.finished_at)),
+        ]
+        for report in reports
+    ]
     return _table(("NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE", "DURATION"), rows)
 
 
@@ -219,15 +286,23 @@ def _task_row(task: TaskReport, *, first: str) -> list[str]:
         reason, message = "Reused", f"succeeded in {task.reused_from}"
     exit_code = "-" if last is None or last.exit_code is None else str(last.exit_code)
     detail = f"{reason}: {message}" if reason and message else reason or message
-    return [first, row.state, f"{row.attempt}/{row.max_attempts}",
-            _duration(_seconds(row.started_at, row.finished_at)), exit_code,
-            detail.replace("\n", " ")[:100]]
+    return [
+        first,
+        row.state,
+        f"{row.attempt}/{row.max_attempts}",
+        _duration(_seconds(row.started_at, row.finished_at)),
+        exit_code,
+        detail.replace("\n", " ")[:100],
+    ]
 
 
 def report_text(report: RunReport) -> str:
     run = report.run
-    counts = ", ".join(f"{n} {state}" for state, n in report.counts.items()
-                       if state not in ("total", "succeeded") and n)
+    counts = ", ".join(
+        f"{n} {state}"
+        for state, n in report.counts.items()
+        if state not in ("total", "succeeded") and n
+    )
     lines = [
         f"Run:        {run.namespace}/{run.name} (uid {run.uid})",
         f"Workflow:   {run.workflow} v{run.version}",
@@ -246,12 +321,20 @@ def report_text(report: RunReport) -> str:
     text = "\n".join(lines) + "\n"
     headers = ("STATE", "ATTEMPTS", "DURATION", "EXIT", "REASON")
     if report.tasks:
-        text += "\n" + _table(("TASK", *headers),
-                              [_task_row(task, first=task.row.task_key) for task in report.tasks])
+        text += "\n" + _table(
+            ("TASK", *headers), [_task_row(task, first=task.row.task_key) for task in report.tasks]
+        )
     if report.compensation:
         text += "\nCompensation (in the order it runs, last task first):\n" + _table(
             ("STEP", "COMPENSATOR", "UNDOES", *headers),
-            [[str(number), *_task_row(step, first=step.row.task_key)[:1],
-              str(step.row.compensates_key), *_task_row(step, first="")[1:]]
-             for number, step in enumerate(report.compensation, start=1)])
+            [
+                [
+                    str(number),
+                    *_task_row(step, first=step.row.task_key)[:1],
+                    str(step.row.compensates_key),
+                    *_task_row(step, first="")[1:],
+                ]
+                for number, step in enumerate(report.compensation, start=1)
+            ],
+        )
     return text

@@ -63,24 +63,32 @@ class CommandError(Exception):
 
 # connection options, shared with ``flowforge doctor``
 
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsn", default=None,
-                        help=f"PostgreSQL connection string (default: ${DSN_VARIABLE})")
+    parser.add_argument(
+        "--dsn", default=None, help=f"PostgreSQL connection string (default: ${DSN_VARIABLE})"
+    )
 
 
 def add_kube_options(parser: argparse.ArgumentParser, *, namespace: bool = True) -> None:
-    parser.add_argument("--kubeconfig", default=None,
-                        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)",
+    )
     if namespace:
-        parser.add_argument("-n", "--namespace", default=None,
-                            help="namespace (default: the kubeconfig context's, else default)")
+        parser.add_argument(
+            "-n",
+            "--namespace",
+            default=None,
+            help="namespace (default: the kubeconfig context's, else default)",
+        )
 
 
 def store_dsn(args: argparse.Namespace) -> str:
     dsn = getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE)
     if not dsn:
-        raise CommandError(f"no database: pass --dsn or set {DSN_VARIABLE}",
-                           exit_code=EXIT_USAGE)
+        raise CommandError(f"no database: pass --dsn or set {DSN_VARIABLE}", exit_code=EXIT_USAGE)
     return str(dsn)
 
 
@@ -89,7 +97,8 @@ def resolve_namespace(args: argparse.Namespace) -> str:
         return str(args.namespace)
     try:
         _, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-            config_file=getattr(args, "kubeconfig", None))
+            config_file=getattr(args, "kubeconfig", None)
+        )
     except (k8s_config.ConfigException, OSError, TypeError):
         return "default"
     namespace = ((active or {}).get("context") or {}).get("namespace")
@@ -99,7 +108,8 @@ def resolve_namespace(args: argparse.Namespace) -> str:
 def kube_client(args: argparse.Namespace) -> k8s.ApiClient:
     try:
         api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=getattr(args, "kubeconfig", None))
+            config_file=getattr(args, "kubeconfig", None)
+        )
     except (k8s_config.ConfigException, OSError) as error:
         raise CommandError(f"cannot load the kubeconfig: {error}", exit_code=EXIT_USAGE) from error
     return api
@@ -154,51 +164,62 @@ def _handled(command: str, action: Callable[[argparse.Namespace], int]) -> Calla
 
 # registration
 
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runs = subparsers.add_parser("runs", help="list and show runs from the store")
     runs_commands = runs.add_subparsers(dest="runs_command", metavar="COMMAND")
     runs.set_defaults(handler=lambda _args: _usage(runs))
 
     list_parser = runs_commands.add_parser(
-        "list", help="the newest runs of a namespace",
+        "list",
+        help="the newest runs of a namespace",
         description="List the newest runs of a namespace from the store, newest first: "
-        "workflow, version, phase, progress, start and duration.")
+        "workflow, version, phase, progress, start and duration.",
+    )
     _add_store_and_namespace(list_parser)
     list_parser.add_argument("--limit", type=int, default=50, help="how many runs (default 50)")
     _add_output(list_parser)
     list_parser.set_defaults(handler=_handled("runs list", _runs_list))
 
     show = runs_commands.add_parser(
-        "show", help="one run: every task's state, attempts, durations, exit codes, rollback",
+        "show",
+        help="one run: every task's state, attempts, durations, exit codes, rollback",
         description="Show one run from the store: its phase, every forward task with its "
         "attempts, durations, exit codes and failure reasons, and the compensation steps in "
-        "the order they ran. Works after the WorkflowRun object is gone.")
+        "the order they ran. Works after the WorkflowRun object is gone.",
+    )
     show.add_argument("run", metavar="RUN", help="the WorkflowRun's name")
     _add_store_and_namespace(show)
     _add_output(show)
     show.set_defaults(handler=_handled("runs show", _runs_show))
 
     cancel = subparsers.add_parser(
-        "cancel", help="stop a run (what succeeded is rolled back)",
+        "cancel",
+        help="stop a run (what succeeded is rolled back)",
         description="Set spec.cancel=true on the WorkflowRun; the operator stops its tasks "
-        "and runs the compensators of what succeeded.")
+        "and runs the compensators of what succeeded.",
+    )
     cancel.add_argument("run", metavar="RUN")
     add_kube_options(cancel)
     cancel.set_defaults(handler=_handled("cancel", _cancel))
 
     retry = subparsers.add_parser(
-        "retry", help="run a failed or cancelled run again, reusing what still stands",
+        "retry",
+        help="run a failed or cancelled run again, reusing what still stands",
         description="Create a new WorkflowRun RUN-retry-N with the same workflow, version and "
         f"parameters, annotated {RETRY_OF_ANNOTATION}: RUN. Tasks of RUN that succeeded and "
-        "were not rolled back (nor depend on work that was) are not run again.")
+        "were not rolled back (nor depend on work that was) are not run again.",
+    )
     retry.add_argument("run", metavar="RUN")
     _add_store_and_namespace(retry)
     retry.set_defaults(handler=_handled("retry", _retry))
 
     logs = subparsers.add_parser(
-        "logs", help="the logs of a run's task Pods",
+        "logs",
+        help="the logs of a run's task Pods",
         description="Print the logs of the Pods of RUN (of its task TASK only, when given), "
-        "every attempt, oldest first. Pods go with their Jobs: logs are gone once a Job is.")
+        "every attempt, oldest first. Pods go with their Jobs: logs are gone once a Job is.",
+    )
     logs.add_argument("run", metavar="RUN")
     logs.add_argument("task", metavar="TASK", nargs="?")
     add_kube_options(logs)
@@ -235,6 +256,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 # runs list / show
+
 
 def _runs_list(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(args)
@@ -276,9 +298,14 @@ def _runs_show(args: argparse.Namespace) -> int:
 
 # graph RUN
 
+
 def _is_file(source: str) -> bool:
-    return source == "-" or Path(source).exists() or Path(source).suffix in (
-        ".yaml", ".yml", ".json") or "/" in source
+    return (
+        source == "-"
+        or Path(source).exists()
+        or Path(source).suffix in (".yaml", ".yml", ".json")
+        or "/" in source
+    )
 
 
 def load_graph_source(args: argparse.Namespace) -> authoring.GraphSource:
@@ -287,8 +314,10 @@ def load_graph_source(args: argparse.Namespace) -> authoring.GraphSource:
     if _is_file(args.source):
         return authoring.load_definition_file(args)
     if not (getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE)):
-        raise authoring._CommandError(f"{args.source}: no such file; to draw the run of that "
-                                      f"name, pass --dsn or set {DSN_VARIABLE}")
+        raise authoring._CommandError(
+            f"{args.source}: no such file; to draw the run of that "
+            f"name, pass --dsn or set {DSN_VARIABLE}"
+        )
     namespace = resolve_namespace(args)
 
     async def work(pool: Pool) -> authoring.GraphSource:
@@ -296,8 +325,11 @@ def load_graph_source(args: argparse.Namespace) -> authoring.GraphSource:
         stored = await load_definition_by_id(pool, run.definition_id)
         states = {task.task_key: task.state for task in await list_tasks(pool, run.id)}
         if run.pruned_at is not None:
-            print(f"flowforge graph: note: the task rows of {run.name} were pruned; "
-                  "drawing without states", file=sys.stderr)
+            print(
+                f"flowforge graph: note: the task rows of {run.name} were pruned; "
+                "drawing without states",
+                file=sys.stderr,
+            )
         return authoring.GraphSource(definition=stored.spec, states=states or None)
 
     try:
@@ -308,17 +340,20 @@ def load_graph_source(args: argparse.Namespace) -> authoring.GraphSource:
 
 # cancel / retry / logs
 
+
 def _cancel(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(args)
     with kube_client(args) as api:
         custom = k8s.CustomObjectsApi(api)
         try:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, args.run,
-                                                  {"spec": {"cancel": True}})
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, args.run, {"spec": {"cancel": True}}
+            )
         except ApiException as error:
             if error.status == 404:
-                raise CommandError(f"no WorkflowRun {args.run!r} in namespace {namespace}"
-                                   ) from error
+                raise CommandError(
+                    f"no WorkflowRun {args.run!r} in namespace {namespace}"
+                ) from error
             raise
     print(f"workflowrun/{args.run} cancel requested")
     return EXIT_OK
@@ -337,15 +372,21 @@ def _retry(args: argparse.Namespace) -> int:
 
     old, reusable = with_store(args, work)
     if not old.finished:
-        raise CommandError(f"run {old.name} is still {old.phase}: wait for it to finish, or "
-                           f"stop it with `flowforge cancel {old.name}`")
+        raise CommandError(
+            f"run {old.name} is still {old.phase}: wait for it to finish, or "
+            f"stop it with `flowforge cancel {old.name}`"
+        )
     if old.phase == "succeeded":
         raise CommandError(f"run {old.name} succeeded: there is nothing to retry")
     body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkflowRun",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowRun",
         "metadata": {"annotations": {RETRY_OF_ANNOTATION: old.name}},
-        "spec": {"workflow": old.workflow, "version": old.version,
-                 "parameters": dict(old.parameters)},
+        "spec": {
+            "workflow": old.workflow,
+            "version": old.version,
+            "parameters": dict(old.parameters),
+        },
     }
     with kube_client(args) as api:
         custom = k8s.CustomObjectsApi(api)
@@ -361,8 +402,10 @@ def _retry(args: argparse.Namespace) -> int:
         else:
             raise CommandError(f"{retry_name(old.name, 1)} .. -{MAX_RETRY_NAMES} all exist")
     reused = ", ".join(sorted(reusable)) or "none"
-    print(f"workflowrun/{body['metadata']['name']} created: retry of {old.name} "
-          f"({old.workflow} v{old.version}); reusing {len(reusable)} tasks ({reused})")
+    print(
+        f"workflowrun/{body['metadata']['name']} created: retry of {old.name} "
+        f"({old.workflow} v{old.version}); reusing {len(reusable)} tasks ({reused})"
+    )
     return EXIT_OK
 
 
@@ -375,29 +418,39 @@ def _logs(args: argparse.Namespace) -> int:
     with kube_client(args) as api:
         core = k8s.CoreV1Api(api)
         # raw JSON: the client's models type every field as optional
-        response: Any = core.list_namespaced_pod(namespace, label_selector=selector,
-                                                 _preload_content=False)
+        response: Any = core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
         pods: list[dict[str, Any]] = json.loads(response.data).get("items", [])
         if not pods:
-            raise CommandError(f"no Pods of {what} in namespace {namespace}: they go with their "
-                               "Jobs (see `flowforge runs show` for outcomes)")
+            raise CommandError(
+                f"no Pods of {what} in namespace {namespace}: they go with their "
+                "Jobs (see `flowforge runs show` for outcomes)"
+            )
 
         def order(pod: dict[str, Any]) -> tuple[str, int, str]:
             labels = pod["metadata"].get("labels") or {}
-            return (labels.get(LABEL_TASK, ""), int(labels.get(LABEL_ATTEMPT) or 0),
-                    pod["metadata"].get("creationTimestamp") or "")
+            return (
+                labels.get(LABEL_TASK, ""),
+                int(labels.get(LABEL_ATTEMPT) or 0),
+                pod["metadata"].get("creationTimestamp") or "",
+            )
 
         failures = 0
         for pod in sorted(pods, key=order):
             name, labels = pod["metadata"]["name"], pod["metadata"].get("labels") or {}
-            title = (f"{labels.get(LABEL_TASK, '?')} attempt {labels.get(LABEL_ATTEMPT, '?')} "
-                     f"(pod {name})")
+            title = (
+                f"{labels.get(LABEL_TASK, '?')} attempt {labels.get(LABEL_ATTEMPT, '?')} "
+                f"(pod {name})"
+            )
             try:
                 text = str(core.read_namespaced_pod_log(name, namespace, container=CONTAINER_NAME))
             except ApiException as error:
                 failures += 1
-                print(f"flowforge logs: {title}: the API cannot serve its logs: "
-                      f"{api_reason(error)}", file=sys.stderr)
+                print(
+                    f"flowforge logs: {title}: the API cannot serve its logs: {api_reason(error)}",
+                    file=sys.stderr,
+                )
                 continue
             if len(pods) > 1:
                 print(f"==> {title} <==")

@@ -151,8 +151,9 @@ def _rollback_conditions(status: StatusInput) -> list[Condition]:
         reason = "CompensationFailed" if failure else "RolledBack"
         message = failure or f"all {len(steps)} compensators succeeded"
     return [
-        _condition(status, kind="Compensating", holds=status.compensating, reason=reason,
-                   message=message),
+        _condition(
+            status, kind="Compensating", holds=status.compensating, reason=reason, message=message
+        ),
         _condition(
             status,
             kind="CompensationFailed",

@@ -45,8 +45,9 @@ class TokenBucket:
         async with self._lock:
             while True:
                 now = time.monotonic()
-                self._tokens = min(self._capacity,
-                                   self._tokens + (now - self._updated) * self._rate)
+                self._tokens = min(
+                    self._capacity, self._tokens + (now - self._updated) * self._rate
+                )
                 self._updated = now
                 if self._tokens >= 1.0:
                     self._tokens -= 1.0
@@ -75,9 +76,16 @@ def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
 
 
 class KubeClient:
-    def __init__(self, api_client: k8s.ApiClient, *, job_creation_qps: float = 50.0,
-                 job_creation_burst: int = 50, api_qps: float = 0.0, api_burst: int = 1,
-                 threads: int = 16) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        job_creation_qps: float = 50.0,
+        job_creation_burst: int = 50,
+        api_qps: float = 0.0,
+        api_burst: int = 1,
+        threads: int = 16,
+    ) -> None:
         self._api = api_client
         self._batch = k8s.BatchV1Api(api_client)
         self._core = k8s.CoreV1Api(api_client)
@@ -85,47 +93,67 @@ class KubeClient:
         # Job creation has threads of its own, and everything else (status patches, Events,
         # reads) a quarter as many: under a burst those queue here, in this process, instead
         # of at the apiserver ahead of the Job creations that hand work on
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads // 4),
-                                        thread_name_prefix="kube")
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads // 4), thread_name_prefix="kube")
         self._jobs_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-jobs")
         self._job_bucket = TokenBucket(rate=job_creation_qps, burst=max(1, job_creation_burst))
         # kopf has no client-side limiter; ours covers every call made through this client
         self._api_bucket = TokenBucket(rate=api_qps, burst=max(1, api_burst))
 
     @classmethod
-    def connect(cls, *, kubeconfig: str | None = None, job_creation_qps: float = 50.0,
-                job_creation_burst: int = 50, api_qps: float = 0.0, api_burst: int = 1,
-                threads: int = 16) -> KubeClient:
+    def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        job_creation_qps: float = 50.0,
+        job_creation_burst: int = 50,
+        api_qps: float = 0.0,
+        api_burst: int = 1,
+        threads: int = 16,
+    ) -> KubeClient:
         configuration = k8s.Configuration()
         if kubeconfig:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration)
+                config_file=kubeconfig, client_configuration=configuration
+            )
         else:
             try:
                 k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration)
+                    client_configuration=configuration
+                )
             except k8s_config.ConfigException:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration)
+                    client_configuration=configuration
+                )
         configuration.connection_pool_maxsize = 2 * threads
-        return cls(k8s.ApiClient(configuration), job_creation_qps=job_creation_qps,
-                   job_creation_burst=job_creation_burst, api_qps=api_qps, api_burst=api_burst,
-                   threads=threads)
+        return cls(
+            k8s.ApiClient(configuration),
+            job_creation_qps=job_creation_qps,
+            job_creation_burst=job_creation_burst,
+            api_qps=api_qps,
+            api_burst=api_burst,
+            threads=threads,
+        )
 
     async def _call(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bytes:
         """One API call on the shared threads; returns the raw response body."""
         return await self._run(function, pool=self._pool, args=args, kwargs=kwargs)
 
-    async def _call_critical(self, function: Callable[..., Any], /, *args: Any,
-                             **kwargs: Any) -> bytes:
+    async def _call_critical(
+        self, function: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> bytes:
         """One API call on the Job-creation threads."""
         return await self._run(function, pool=self._jobs_pool, args=args, kwargs=kwargs)
 
-    async def _run(self, function: Callable[..., Any], *, pool: ThreadPoolExecutor,
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    async def _run(
+        self,
+        function: Callable[..., Any],
+        *,
+        pool: ThreadPoolExecutor,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> bytes:
         await self._api_bucket.acquire()
-        return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args,
-                                                                kwargs)
+        return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args, kwargs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -149,8 +177,9 @@ class KubeClient:
     async def delete_job(self, *, namespace: str, name: str) -> bool:
         """Delete a Job and (in the background) its Pods; False when it was already gone."""
         try:
-            await self._call(self._batch.delete_namespaced_job, name, namespace,
-                             propagation_policy="Background")
+            await self._call(
+                self._batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
+            )
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -170,18 +199,21 @@ class KubeClient:
         self, *, namespace: str | None, label_selector: str
     ) -> list[dict[str, Any]]:
         if namespace is None:
-            response = await self._call(self._batch.list_job_for_all_namespaces,
-                                        label_selector=label_selector)
+            response = await self._call(
+                self._batch.list_job_for_all_namespaces, label_selector=label_selector
+            )
         else:
-            response = await self._call(self._batch.list_namespaced_job, namespace,
-                                        label_selector=label_selector)
+            response = await self._call(
+                self._batch.list_namespaced_job, namespace, label_selector=label_selector
+            )
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
     async def job_termination(self, *, namespace: str, job_name: str) -> TerminatedContainer | None:
         """How the task container of the Job's newest Pod ended, when a Pod still says."""
-        response = await self._call(self._core.list_namespaced_pod, namespace,
-                                    label_selector=f"job-name={job_name}")
+        response = await self._call(
+            self._core.list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
+        )
         pods = _json(response).get("items", [])
         pods.sort(key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
         for pod in reversed(pods):
@@ -190,17 +222,25 @@ class KubeClient:
                     continue
                 terminated = (status.get("state") or {}).get("terminated")
                 if terminated:
-                    return TerminatedContainer(exit_code=terminated.get("exitCode"),
-                                               reason=terminated.get("reason") or "",
-                                               message=terminated.get("message") or "")
+                    return TerminatedContainer(
+                        exit_code=terminated.get("exitCode"),
+                        reason=terminated.get("reason") or "",
+                        message=terminated.get("message") or "",
+                    )
         return None
 
     # WorkflowRuns
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response = await self._call(self._custom.get_namespaced_custom_object, RUN_GROUP,
-                                        RUN_VERSION, namespace, RUN_PLURAL, name)
+            response = await self._call(
+                self._custom.get_namespaced_custom_object,
+                RUN_GROUP,
+                RUN_VERSION,
+                namespace,
+                RUN_PLURAL,
+                name,
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -209,46 +249,75 @@ class KubeClient:
 
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
-            response = await self._call(self._custom.list_cluster_custom_object, RUN_GROUP,
-                                        RUN_VERSION, RUN_PLURAL)
+            response = await self._call(
+                self._custom.list_cluster_custom_object, RUN_GROUP, RUN_VERSION, RUN_PLURAL
+            )
         else:
-            response = await self._call(self._custom.list_namespaced_custom_object, RUN_GROUP,
-                                        RUN_VERSION, namespace, RUN_PLURAL)
+            response = await self._call(
+                self._custom.list_namespaced_custom_object,
+                RUN_GROUP,
+                RUN_VERSION,
+                namespace,
+                RUN_PLURAL,
+            )
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
-    async def patch_run_status(self, *, namespace: str, name: str,
-                               status: Mapping[str, Any]) -> bool:
+    async def patch_run_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool:
         """Merge-patch the run's status subresource; False when the run is gone."""
         return await self._patch_status(RUN_PLURAL, namespace=namespace, name=name, status=status)
 
-    async def patch_definition_status(self, *, namespace: str, name: str,
-                                      status: Mapping[str, Any]) -> bool:
+    async def patch_definition_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool:
         """Merge-patch a WorkflowDefinition's status; False when it is gone."""
         return await self._patch_status(
             DEFINITION_PLURAL, namespace=namespace, name=name, status=status
         )
 
-    async def _patch_status(self, plural: str, *, namespace: str, name: str,
-                            status: Mapping[str, Any]) -> bool:
+    async def _patch_status(
+        self, plural: str, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool:
         try:
-            await self._call(self._custom.patch_namespaced_custom_object_status, RUN_GROUP,
-                             RUN_VERSION, namespace, plural, name, {"status": dict(status)})
+            await self._call(
+                self._custom.patch_namespaced_custom_object_status,
+                RUN_GROUP,
+                RUN_VERSION,
+                namespace,
+                plural,
+                name,
+                {"status": dict(status)},
+            )
         except ApiException as error:
             if error.status == 404:
                 return False
             raise
         return True
 
-    async def post_run_event(self, *, namespace: str, run_name: str, run_uid: str,
-                             reason: str, message: str, warning: bool = False) -> None:
+    async def post_run_event(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+    ) -> None:
         now = datetime.now(UTC)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{run_name[:200]}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": RUN_API_VERSION, "kind": RUN_KIND,
-                               "name": run_name, "namespace": namespace, "uid": run_uid},
+            "involvedObject": {
+                "apiVersion": RUN_API_VERSION,
+                "kind": RUN_KIND,
+                "name": run_name,
+                "namespace": namespace,
+                "uid": run_uid,
+            },
             "reason": reason,
             "message": message[:1000],
             "type": "Warning" if warning else "Normal",

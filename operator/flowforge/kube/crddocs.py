@@ -40,8 +40,12 @@ def _type_of(schema: Schema) -> str:
 def _constraints(schema: Schema) -> str:
     parts = []
     for keyword, label in (
-        ("minimum", ">="), ("maximum", "<="), ("minLength", "min length"),
-        ("maxLength", "max length"), ("minItems", "min items"), ("maxItems", "max items"),
+        ("minimum", ">="),
+        ("maximum", "<="),
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("minItems", "min items"),
+        ("maxItems", "max items"),
     ):
         if keyword in schema:
             parts.append(f"{label} {schema[keyword]}")
@@ -114,8 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current != wanted:
-            print(f"{args.out} is out of date: run python -m flowforge.kube.crddocs",
-                  file=sys.stderr)
+            print(
+                f"{args.out} is out of date: run python -m flowforge.kube.crddocs", file=sys.stderr
+            )
             return 1
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,8 +69,13 @@ class JobRequest:
 
     @property
     def name(self) -> str:
-        return job_name(run_name=self.run_name, run_uid=self.run_uid, task_key=self.task_key,
-                        attempt=self.attempt, role=self.role)
+        return job_name(
+            run_name=self.run_name,
+            run_uid=self.run_uid,
+            task_key=self.task_key,
+            attempt=self.attempt,
+            role=self.role,
+        )
 
 
 def job_labels(request: JobRequest) -> dict[str, str]:
@@ -98,8 +103,7 @@ def _environment(request: JobRequest) -> list[dict[str, Any]]:
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
     env: list[dict[str, Any]] = [
-        dict(entry) for entry in request.template.get("env") or []
-        if entry.get("name") not in ours
+        dict(entry) for entry in request.template.get("env") or [] if entry.get("name") not in ours
     ]
     env.extend({"name": key, "value": value} for key, value in ours.items())
     return env
@@ -109,8 +113,11 @@ def build_job(request: JobRequest) -> dict[str, Any]:
     """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``."""
     template = request.template
     labels = job_labels(request)
-    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": template["image"],
-                                 "env": _environment(request)}
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": template["image"],
+        "env": _environment(request),
+    }
     for key in ("command", "args", "resources"):
         if template.get(key):
             container[key] = template[key]
@@ -137,16 +144,20 @@ def build_job(request: JobRequest) -> dict[str, Any]:
             "name": request.name,
             "namespace": request.namespace,
             "labels": labels,
-            "annotations": {ANNOTATION_RUN_UID: request.run_uid,
-                            ANNOTATION_RUN_NAME: request.run_name},
-            "ownerReferences": [{
-                "apiVersion": RUN_API_VERSION,
-                "kind": RUN_KIND,
-                "name": request.run_name,
-                "uid": request.run_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }],
+            "annotations": {
+                ANNOTATION_RUN_UID: request.run_uid,
+                ANNOTATION_RUN_NAME: request.run_name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": RUN_API_VERSION,
+                    "kind": RUN_KIND,
+                    "name": request.run_name,
+                    "uid": request.run_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": job_spec,
     }

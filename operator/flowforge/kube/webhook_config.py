@@ -170,10 +170,14 @@ def apply_webhook_configurations(
     with _api_client(kubeconfig) as api_client:
         # Typed as Any: the client accepts our plain dicts as bodies.
         api: Any = client.AdmissionregistrationV1Api(api_client)
-        _create_or_replace(api, "validating_webhook_configuration",
-                           build_validating_configuration(endpoint, name=name))
-        _create_or_replace(api, "mutating_webhook_configuration",
-                           build_mutating_configuration(endpoint, name=name))
+        _create_or_replace(
+            api,
+            "validating_webhook_configuration",
+            build_validating_configuration(endpoint, name=name),
+        )
+        _create_or_replace(
+            api, "mutating_webhook_configuration", build_mutating_configuration(endpoint, name=name)
+        )
 
 
 def _create_or_replace(api: Any, kind: str, body: dict[str, Any]) -> None:

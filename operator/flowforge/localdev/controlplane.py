@@ -33,8 +33,13 @@ NODE_NAME = "flowforge-node"
 STATE_FILE = "cluster.json"
 DEFAULT_STATE_DIR = Path.home() / ".cache" / "flowforge" / "clusters" / "default"
 START_ATTEMPTS = 3
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "kwok-controller")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok-controller",
+)
 
 
 class ClusterError(RuntimeError):
@@ -106,8 +111,12 @@ def kubectl(
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[str]:
     """Run the kubectl built with the server (same version) against the cluster."""
-    options = ["--kubeconfig", str(cluster.kubeconfig),
-               "--cache-dir", str(cluster.state_dir / "kubectl-cache")]
+    options = [
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--cache-dir",
+        str(cluster.state_dir / "kubectl-cache"),
+    ]
     completed = subprocess.run(
         [str(cluster.kubectl_binary), *options, *args],
         input=stdin,
@@ -137,9 +146,19 @@ def _cluster_workdir(state_dir: Path) -> Path:
 def _kwokctl(bin_dir: Path, state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KWOK_WORKDIR": str(_kwok_workdir(state_dir))}
     return subprocess.run(
-        [str(bin_dir / "kwokctl"), *args, "--name", CLUSTER_NAME,
-         "--kubeconfig", str(state_dir / "kubeconfig")],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        [
+            str(bin_dir / "kwokctl"),
+            *args,
+            "--name",
+            CLUSTER_NAME,
+            "--kubeconfig",
+            str(state_dir / "kubeconfig"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -156,7 +175,10 @@ def load_cluster(state_dir: Path) -> Cluster | None:
 
 
 def start_cluster(
-    *, state_dir: Path, bin_dir: Path | None = None, timeout: float = 180.0,
+    *,
+    state_dir: Path,
+    bin_dir: Path | None = None,
+    timeout: float = 180.0,
     controller_manager_qps: int | None = None,
 ) -> Cluster:
     """Start a cluster whose state lives in state_dir and wait until it can run Jobs.
@@ -177,8 +199,13 @@ def start_cluster(
     for attempt in range(1, START_ATTEMPTS + 1):
         started = time.monotonic()
         ports = pick_free_ports()
-        _create(state_dir=state_dir, bin_dir=binaries, ports=ports, versions=versions,
-                controller_manager_qps=controller_manager_qps)
+        _create(
+            state_dir=state_dir,
+            bin_dir=binaries,
+            ports=ports,
+            versions=versions,
+            controller_manager_qps=controller_manager_qps,
+        )
         try:
             client = _wait_until_ready(state_dir, deadline=started + timeout)
         except ClusterError:
@@ -203,13 +230,22 @@ def start_cluster(
 
 
 def _create(
-    *, state_dir: Path, bin_dir: Path, ports: ClusterPorts, versions: dict[str, str],
+    *,
+    state_dir: Path,
+    bin_dir: Path,
+    ports: ClusterPorts,
+    versions: dict[str, str],
     controller_manager_qps: int | None,
 ) -> None:
     config = state_dir / "kwokctl.yaml"
-    write_config(config, bin_dir=bin_dir, ports=ports,
-                 kube_version=versions["KUBE_VERSION"], kwok_version=versions["KWOK_VERSION"],
-                 controller_manager_qps=controller_manager_qps)
+    write_config(
+        config,
+        bin_dir=bin_dir,
+        ports=ports,
+        kube_version=versions["KUBE_VERSION"],
+        kwok_version=versions["KWOK_VERSION"],
+        controller_manager_qps=controller_manager_qps,
+    )
     completed = _kwokctl(bin_dir, state_dir, "--config", str(config), "create", "cluster")
     if completed.returncode != 0:
         stop_cluster(state_dir)
@@ -371,10 +407,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Start, stop or inspect the local Kubernetes control plane.",
     )
     parser.add_argument("command", choices=("up", "down", "status"))
-    parser.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help=f"state folder of the cluster (default {DEFAULT_STATE_DIR})")
-    parser.add_argument("--build", action="store_true",
-                        help="build missing binaries with deploy/local/build.sh first")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help=f"state folder of the cluster (default {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--build",
+        action="store_true",
+        help="build missing binaries with deploy/local/build.sh first",
+    )
     options = parser.parse_args(argv)
     try:
         if options.command == "up":

@@ -169,8 +169,14 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
         print(f"    {cluster.server} (kubeconfig {cluster.kubeconfig})")
     with step("CRDs"):
         kubectl(cluster, "apply", "-f", str(root / "crds"))
-        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s",
-                "crd/workflowdefinitions.flowforge.io", "crd/workflowruns.flowforge.io")
+        kubectl(
+            cluster,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/workflowdefinitions.flowforge.io",
+            "crd/workflowruns.flowforge.io",
+        )
     with step("store schema"):
         from flowforge.store.migrate import migrate
 
@@ -184,9 +190,19 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
         port_file.write_text(f"{port}\n")
         _start_background(
             "webhooks",
-            [sys.executable, "-m", "flowforge.operator.webhook_server", "--port", str(port),
-             "--certs", str(state_dir / "certs"), "--dsn", server.dsn,
-             "--kubeconfig", str(cluster.kubeconfig)],
+            [
+                sys.executable,
+                "-m",
+                "flowforge.operator.webhook_server",
+                "--port",
+                str(port),
+                "--certs",
+                str(state_dir / "certs"),
+                "--dsn",
+                server.dsn,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+            ],
             state_dir=state_dir,
             env=env,
         )
@@ -200,8 +216,17 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
     with step("operator"):
         _start_background(
             "operator",
-            [sys.executable, "-m", "flowforge.operator", "--dsn", server.dsn,
-             "--kubeconfig", str(cluster.kubeconfig), "--job-ttl", "-1"],
+            [
+                sys.executable,
+                "-m",
+                "flowforge.operator",
+                "--dsn",
+                server.dsn,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--job-ttl",
+                "-1",
+            ],
             state_dir=state_dir,
             env=env,
         )

@@ -53,7 +53,11 @@ def stages_file() -> Path:
 
 
 def kwokctl_configuration(
-    *, bin_dir: Path, ports: ClusterPorts, kube_version: str, kwok_version: str,
+    *,
+    bin_dir: Path,
+    ports: ClusterPorts,
+    kube_version: str,
+    kwok_version: str,
     controller_manager_qps: int | None = None,
 ) -> dict[str, Any]:
     """``controller_manager_qps`` lifts kube-controller-manager's client limit (20 requests/s,
@@ -63,10 +67,15 @@ def kwokctl_configuration(
         {"name": "kwok-controller", "extraArgs": [{"key": "node-ip", "value": LOOPBACK}]},
     ]
     if controller_manager_qps is not None:
-        patches.append({"name": "kube-controller-manager", "extraArgs": [
-            {"key": "kube-api-qps", "value": str(controller_manager_qps)},
-            {"key": "kube-api-burst", "value": str(2 * controller_manager_qps)},
-        ]})
+        patches.append(
+            {
+                "name": "kube-controller-manager",
+                "extraArgs": [
+                    {"key": "kube-api-qps", "value": str(controller_manager_qps)},
+                    {"key": "kube-api-burst", "value": str(2 * controller_manager_qps)},
+                ],
+            }
+        )
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -93,12 +102,20 @@ def kwokctl_configuration(
 
 
 def write_config(
-    path: Path, *, bin_dir: Path, ports: ClusterPorts, kube_version: str, kwok_version: str,
+    path: Path,
+    *,
+    bin_dir: Path,
+    ports: ClusterPorts,
+    kube_version: str,
+    kwok_version: str,
     controller_manager_qps: int | None = None,
 ) -> None:
     """One multi-document file: the kwokctl configuration followed by our Stages."""
     configuration = kwokctl_configuration(
-        bin_dir=bin_dir, ports=ports, kube_version=kube_version, kwok_version=kwok_version,
+        bin_dir=bin_dir,
+        ports=ports,
+        kube_version=kube_version,
+        kwok_version=kwok_version,
         controller_manager_qps=controller_manager_qps,
     )
     header = yaml.safe_dump(configuration, sort_keys=False)

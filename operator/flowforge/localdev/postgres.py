@@ -130,9 +130,7 @@ def _prepare_directory(directory: Path, account: pwd.struct_passwd | None) -> No
         return
     os.chown(directory, account.pw_uid, account.pw_gid)
     blocked = [
-        str(parent)
-        for parent in directory.resolve().parents
-        if not os.stat(parent).st_mode & 0o001
+        str(parent) for parent in directory.resolve().parents if not os.stat(parent).st_mode & 0o001
     ]
     if blocked:
         raise PostgresSetupError(

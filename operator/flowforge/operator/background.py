@@ -31,8 +31,13 @@ class Background:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def later(self, delay: float, *, key: tuple[int, str],
-              coroutine_factory: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    def later(
+        self,
+        delay: float,
+        *,
+        key: tuple[int, str],
+        coroutine_factory: Callable[[], Coroutine[Any, Any, Any]],
+    ) -> None:
         """Run ``coroutine_factory()`` after ``delay`` seconds; a later call with the same
         key replaces the pending one (one wake-up per run and purpose)."""
         previous = self._timers.pop(key, None)

@@ -153,8 +153,9 @@ class Engine:
         gone, the garbage collector removes every Job it owns, compensators' included."""
         reason = "the WorkflowRun was deleted"
         with metrics.store_timer("cancel_run"):
-            await store.cancel_run(self.pool, fence=self.fence(), run_id=context.run_id,
-                                   reason=reason)
+            await store.cancel_run(
+                self.pool, fence=self.fence(), run_id=context.run_id, reason=reason
+            )
         await self.rollback.abandon(context, reason=reason)
 
     async def dispatch(self, context: RunContext) -> None:
@@ -187,8 +188,11 @@ class Engine:
 
     async def _run_gone(self, context: RunContext) -> bool:
         body = await self.kube.read_run(namespace=context.namespace, name=context.name)
-        return (body is None or body["metadata"].get("uid") != context.uid
-                or bool(body["metadata"].get("deletionTimestamp")))
+        return (
+            body is None
+            or body["metadata"].get("uid") != context.uid
+            or bool(body["metadata"].get("deletionTimestamp"))
+        )
 
     async def _observed_outcome(
         self, job: Mapping[str, Any], identity: JobIdentity
@@ -233,10 +237,15 @@ class Engine:
         if received is not None and decision.dispatched:
             done = time.perf_counter()
             if done - received > SLOW_HANDOFF_SECONDS:
-                logger.info("slow hand-off after %s: %.0f ms before the store, %.0f ms in the "
-                            "store, %.0f ms creating %d Jobs", identity.name,
-                            (stored_at - received) * 1000, (decided_at - stored_at) * 1000,
-                            (done - decided_at) * 1000, len(decision.dispatched))
+                logger.info(
+                    "slow hand-off after %s: %.0f ms before the store, %.0f ms in the "
+                    "store, %.0f ms creating %d Jobs",
+                    identity.name,
+                    (stored_at - received) * 1000,
+                    (decided_at - stored_at) * 1000,
+                    (done - decided_at) * 1000,
+                    len(decision.dispatched),
+                )
         self.jobs.delete_later(context, identity=identity, outcome=outcome)
         if decision.retry_at is not None:
             await self.schedule_due(context)

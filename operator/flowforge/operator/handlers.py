@@ -157,16 +157,21 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     status: dict[str, Any] = {"observedGeneration": metadata.get("generation")}
     try:
         definition = parse_definition(body.get("spec") or {})
-        await publish_definition(engine.pool, namespace=metadata["namespace"],
-                                 definition=definition)
-        status.update(taskCount=len(definition.tasks), fingerprint=definition.fingerprint,
-                      message="published")
+        await publish_definition(
+            engine.pool, namespace=metadata["namespace"], definition=definition
+        )
+        status.update(
+            taskCount=len(definition.tasks), fingerprint=definition.fingerprint, message="published"
+        )
     except FlowForgeError as error:
         logger.warning("WorkflowDefinition %s not published: %s", metadata.get("name"), error)
         status["message"] = f"not published: {error}"[:4000]
     current = body.get("status") or {}
     if any(current.get(field) != value for field, value in status.items()):
-        await _guarded(engine, f"WorkflowDefinition {metadata.get('name')}",
-                       engine.kube.patch_definition_status(
-                           namespace=metadata["namespace"], name=metadata["name"],
-                           status=status))
+        await _guarded(
+            engine,
+            f"WorkflowDefinition {metadata.get('name')}",
+            engine.kube.patch_definition_status(
+                namespace=metadata["namespace"], name=metadata["name"], status=status
+            ),
+        )

@@ -196,8 +196,9 @@ class Reconciler:
         running: dict[str, set[tuple[str, int]] | None] = {}
         for job in jobs.values():
             outcome = job_outcome(job.get("status") or {})
-            if outcome is not None and (ttl < 0 or outcome.finished_at is None
-                                        or outcome.finished_at > cutoff):
+            if outcome is not None and (
+                ttl < 0 or outcome.finished_at is None or outcome.finished_at > cutoff
+            ):
                 continue
             identity = JobIdentity.of(job)
             if identity is None:
@@ -212,8 +213,7 @@ class Reconciler:
             await self._engine.kube.delete_job(namespace=identity.namespace, name=identity.name)
 
     async def _running_attempts(self, identity: JobIdentity) -> set[tuple[str, int]] | None:
-        context = await self._engine.runs.by_uid(namespace=identity.namespace,
-                                                 uid=identity.run_uid)
+        context = await self._engine.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return None
         rows = await store.active_tasks(self._engine.pool, context.run_id)

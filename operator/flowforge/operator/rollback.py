@@ -49,23 +49,34 @@ class Rollback:
                 return
             wait = (step.not_before - datetime.now(UTC)).total_seconds()
             if wait > 0:  # a retry waiting for its backoff
-                engine.background.later(wait + 0.01, key=(context.run_id, "rollback"),
-                             coroutine_factory=lambda: self.advance(context))
+                engine.background.later(
+                    wait + 0.01,
+                    key=(context.run_id, "rollback"),
+                    coroutine_factory=lambda: self.advance(context),
+                )
                 return
             try:
                 with metrics.store_timer("start_compensation"):
-                    await start_compensation(engine.pool, fence=engine.fence(),
-                                             run_id=context.run_id, task_key=step.task_key,
-                                             attempt=step.attempt)
+                    await start_compensation(
+                        engine.pool,
+                        fence=engine.fence(),
+                        run_id=context.run_id,
+                        task_key=step.task_key,
+                        attempt=step.attempt,
+                    )
             except TransitionConflictError:
                 return  # started by another path (the reconciler): it creates the Job
             task = context.definition.spec.task(step.task_key)
             await engine.jobs.create(
                 context,
-                store.Dispatch(run_id=context.run_id, task_key=step.task_key,
-                               role=TaskRole.COMPENSATION, attempt=step.attempt,
-                               timeout_seconds=task.timeout_seconds,
-                               released_at=step.not_before),
+                store.Dispatch(
+                    run_id=context.run_id,
+                    task_key=step.task_key,
+                    role=TaskRole.COMPENSATION,
+                    attempt=step.attempt,
+                    timeout_seconds=task.timeout_seconds,
+                    released_at=step.not_before,
+                ),
                 received=None,
             )
         engine.status.mark(context.run_id)
@@ -79,18 +90,26 @@ class Rollback:
         if not outcome.succeeded:
             # ignored by the store when the attempt was the last one
             retry_at = datetime.now(UTC) + retry_delay(
-                failed_attempts=identity.attempt, policy=engine.settings.backoff,
-                unit=jitter_unit(run_uid=context.uid, task_key=identity.task_key,
-                                 attempt=identity.attempt))
+                failed_attempts=identity.attempt,
+                policy=engine.settings.backoff,
+                unit=jitter_unit(
+                    run_uid=context.uid, task_key=identity.task_key, attempt=identity.attempt
+                ),
+            )
         try:
             with metrics.store_timer("finish_compensation"):
                 result = await finish_compensation(
-                    engine.pool, fence=engine.fence(), run_id=context.run_id,
-                    task_key=identity.task_key, attempt=identity.attempt,
+                    engine.pool,
+                    fence=engine.fence(),
+                    run_id=context.run_id,
+                    task_key=identity.task_key,
+                    attempt=identity.attempt,
                     succeeded=outcome.succeeded,
-                    error=None if outcome.succeeded
+                    error=None
+                    if outcome.succeeded
                     else f"{outcome.reason.value}: {outcome.message}"[:1000],
-                    retry_not_before=retry_at)
+                    retry_not_before=retry_at,
+                )
         except TransitionConflictError:
             return  # already recorded: a replayed event or the reconciler got there first
         metrics.TASK_OUTCOMES.labels(identity.role.value, outcome.reason.value).inc()
@@ -100,13 +119,21 @@ class Rollback:
         if result.state is CompensationState.SUCCEEDED:
             engine.post_event(context, reason="CompensationSucceeded", message=f"{what} succeeded")
         elif result.state is CompensationState.PENDING:
-            engine.post_event(context, reason="CompensationRetrying", warning=True,
-                              message=f"{what} failed, will retry: {outcome.message}")
+            engine.post_event(
+                context,
+                reason="CompensationRetrying",
+                warning=True,
+                message=f"{what} failed, will retry: {outcome.message}",
+            )
         else:
             halted = f"; not run: {', '.join(result.halted)}" if result.halted else ""
-            engine.post_event(context, reason="CompensationFailed", warning=True,
-                              message=f"{what} failed, rollback halted: "
-                              f"{outcome.reason.value}: {outcome.message}{halted}")
+            engine.post_event(
+                context,
+                reason="CompensationFailed",
+                warning=True,
+                message=f"{what} failed, rollback halted: "
+                f"{outcome.reason.value}: {outcome.message}{halted}",
+            )
         engine.after_settle(context, result.settled)
         engine.status.mark(context.run_id)
         if result.settled is not None and result.settled.finished:
@@ -118,7 +145,8 @@ class Rollback:
         """The run's object is gone (its Jobs with it): skip what is left of the rollback."""
         engine = self._engine
         skipped, settled = await abandon_rollback(
-            engine.pool, fence=engine.fence(), run_id=context.run_id, reason=reason)
+            engine.pool, fence=engine.fence(), run_id=context.run_id, reason=reason
+        )
         if skipped:
             engine.after_settle(context, settled)
         self._locks.pop(context.run_id, None)

@@ -109,8 +109,9 @@ class StatusWriter:
                 failure_message=failure,
                 tasks=summaries,
                 compensating=record.compensating,
-                compensation=[_step(row) for row in await rollback_steps(
-                    self._pool, context.run_id)],
+                compensation=[
+                    _step(row) for row in await rollback_steps(self._pool, context.run_id)
+                ],
                 previous_conditions=self._conditions.get(context.run_id, ()),
             )
         )

@@ -180,9 +180,7 @@ async def finish_compensation(
         settled = None
         if state is not CompensationState.PENDING:
             settled = await settle_locked(connection, fence=fence, run_id=run_id)
-        return CompensationResult(
-            state=state, attempt=new_attempt, halted=halted, settled=settled
-        )
+        return CompensationResult(state=state, attempt=new_attempt, halted=halted, settled=settled)
 
     return await in_transaction(pool, decide)
 
@@ -208,7 +206,10 @@ async def abandon_rollback(
         if not skipped:
             return skipped, None
         await append_task_events(
-            connection, run_id=run_id, kind="compensation.skipped", epoch=fence.epoch,
+            connection,
+            run_id=run_id,
+            kind="compensation.skipped",
+            epoch=fence.epoch,
             task_keys=skipped,
         )
         return skipped, await settle_locked(connection, fence=fence, run_id=run_id)
@@ -252,9 +253,13 @@ async def rollback_steps(pool: Pool, run_id: int) -> list[RollbackStep]:
         rows = await cursor.fetchall()
     return [
         RollbackStep(
-            task_key=str(key), compensates_key=str(compensates),
-            state=CompensationState(state), attempt=int(attempt),
-            max_attempts=int(max_attempts), started_at=started, finished_at=finished,
+            task_key=str(key),
+            compensates_key=str(compensates),
+            state=CompensationState(state),
+            attempt=int(attempt),
+            max_attempts=int(max_attempts),
+            started_at=started,
+            finished_at=finished,
             last_error=error,
         )
         for key, compensates, state, attempt, max_attempts, started, finished, error in rows

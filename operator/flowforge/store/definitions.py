@@ -156,9 +156,7 @@ _SELECT = (
     "SELECT id, workflow, version, fingerprint, document, published_at FROM flowforge_definition "
 )
 LOAD_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s AND version = %s"
-LOAD_NEWEST_QUERY = (
-    _SELECT + "WHERE namespace = %s AND workflow = %s ORDER BY version DESC LIMIT 1"
-)
+LOAD_NEWEST_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s ORDER BY version DESC LIMIT 1"
 
 
 async def load_definition(

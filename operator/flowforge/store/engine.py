@@ -102,8 +102,14 @@ async def _dispatch_due(
     """One statement however many tasks are due (a 10,000-task fan-out's roots)."""
     cursor = await connection.execute(DISPATCH_DUE_QUERY, {"run": run_id, "epoch": fence.epoch})
     return tuple(
-        Dispatch(run_id=run_id, task_key=key, role=TaskRole.FORWARD, attempt=attempt,
-                 timeout_seconds=timeout, released_at=not_before)
+        Dispatch(
+            run_id=run_id,
+            task_key=key,
+            role=TaskRole.FORWARD,
+            attempt=attempt,
+            timeout_seconds=timeout,
+            released_at=not_before,
+        )
         for key, attempt, timeout, not_before in await cursor.fetchall()
     )
 
@@ -121,8 +127,9 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> tuple[Dispat
     return await in_transaction(pool, decide)
 
 
-async def _skip_downstream(connection: Connection, *, fence: Fence, run_id: int,
-                           task_id: int) -> tuple[str, ...]:
+async def _skip_downstream(
+    connection: Connection, *, fence: Fence, run_id: int, task_id: int
+) -> tuple[str, ...]:
     cursor = await connection.execute(
         """
         WITH RECURSIVE downstream(id) AS (
@@ -141,8 +148,9 @@ async def _skip_downstream(connection: Connection, *, fence: Fence, run_id: int,
         {"task": task_id},
     )
     skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
-    await append_task_events(connection, run_id=run_id, kind="task.skipped",
-                             epoch=fence.epoch, task_keys=skipped)
+    await append_task_events(
+        connection, run_id=run_id, kind="task.skipped", epoch=fence.epoch, task_keys=skipped
+    )
     return skipped
 
 
@@ -177,8 +185,9 @@ async def record_outcome(
     the run and settle it in their transaction.
     """
     if outcome.succeeded:
-        return await _record_success(pool, fence=fence, run_id=run_id, task_key=task_key,
-                                     attempt=attempt, outcome=outcome)
+        return await _record_success(
+            pool, fence=fence, run_id=run_id, task_key=task_key, attempt=attempt, outcome=outcome
+        )
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
@@ -200,7 +209,8 @@ async def record_outcome(
         final_failure = False
         if may_retry(attempt=attempt, retries=max_attempts - 1):
             delay = retry_delay(
-                failed_attempts=attempt, policy=backoff,
+                failed_attempts=attempt,
+                policy=backoff,
                 unit=jitter_unit(run_uid=run_uid, task_key=task_key, attempt=attempt),
             )
             cursor = await connection.execute(
@@ -211,9 +221,15 @@ async def record_outcome(
             )
             retry_row = await cursor.fetchone()
             retry_at = None if retry_row is None else retry_row[0]
-            await append_event(connection, run_id=run_id, kind="task.attempt_failed",
-                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
-                               detail={**detail, "retryInSeconds": delay.total_seconds()})
+            await append_event(
+                connection,
+                run_id=run_id,
+                kind="task.attempt_failed",
+                epoch=fence.epoch,
+                task_key=task_key,
+                attempt=attempt,
+                detail={**detail, "retryInSeconds": delay.total_seconds()},
+            )
         else:
             final_failure = True
             await connection.execute(
@@ -221,26 +237,46 @@ async def record_outcome(
                 "updated_at = now(), last_error = %s WHERE id = %s",
                 (outcome.message[:1000], task_id),
             )
-            await append_event(connection, run_id=run_id, kind="task.failed",
-                               epoch=fence.epoch, task_key=task_key, attempt=attempt,
-                               detail=detail)
-            skipped = await _skip_downstream(connection, fence=fence, run_id=run_id,
-                                             task_id=task_id)
+            await append_event(
+                connection,
+                run_id=run_id,
+                kind="task.failed",
+                epoch=fence.epoch,
+                task_key=task_key,
+                attempt=attempt,
+                detail=detail,
+            )
+            skipped = await _skip_downstream(
+                connection, fence=fence, run_id=run_id, task_id=task_id
+            )
         dispatched: tuple[Dispatch, ...] = ()
         if not locked[1]:
             dispatched = await _dispatch_due(connection, fence=fence, run_id=run_id)
         settled = await settle_locked(connection, fence=fence, run_id=run_id)
-        return Decision(recorded=True, dispatched=dispatched, retry_at=retry_at,
-                        final_failure=final_failure, skipped=skipped, settled=settled)
+        return Decision(
+            recorded=True,
+            dispatched=dispatched,
+            retry_at=retry_at,
+            final_failure=final_failure,
+            skipped=skipped,
+            settled=settled,
+        )
 
     return await in_transaction(pool, decide)
 
 
-async def _record_success(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
-                          attempt: int, outcome: AttemptOutcome) -> Decision:
-    success = await record_success(pool, fence=fence, run_id=run_id, task_key=task_key,
-                                   attempt=attempt, detail=_outcome_detail(outcome),
-                                   dispatch=True)
+async def _record_success(
+    pool: Pool, *, fence: Fence, run_id: int, task_key: str, attempt: int, outcome: AttemptOutcome
+) -> Decision:
+    success = await record_success(
+        pool,
+        fence=fence,
+        run_id=run_id,
+        task_key=task_key,
+        attempt=attempt,
+        detail=_outcome_detail(outcome),
+        dispatch=True,
+    )
     if not success.recorded:
         return Decision(recorded=False)
     settled = None if success.released else await settle_run(pool, fence=fence, run_id=run_id)
@@ -260,8 +296,13 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> D
             "UPDATE flowforge_run SET cancel_requested = true, updated_at = now() WHERE id = %s",
             (run_id,),
         )
-        await append_event(connection, run_id=run_id, kind="run.cancel_requested",
-                           epoch=fence.epoch, detail={"reason": reason})
+        await append_event(
+            connection,
+            run_id=run_id,
+            kind="run.cancel_requested",
+            epoch=fence.epoch,
+            detail={"reason": reason},
+        )
         cursor = await connection.execute(
             """
             UPDATE flowforge_task AS task
@@ -275,10 +316,16 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int, reason: str) -> D
             (reason, run_id),
         )
         rows = await cursor.fetchall()
-        await append_task_events(connection, run_id=run_id, kind="task.cancelled",
-                                 epoch=fence.epoch, task_keys=sorted(str(r[0]) for r in rows))
-        stop = tuple((str(key), int(attempt)) for key, attempt, before in rows
-                     if before == TaskState.RUNNING)
+        await append_task_events(
+            connection,
+            run_id=run_id,
+            kind="task.cancelled",
+            epoch=fence.epoch,
+            task_keys=sorted(str(r[0]) for r in rows),
+        )
+        stop = tuple(
+            (str(key), int(attempt)) for key, attempt, before in rows if before == TaskState.RUNNING
+        )
         settled = await settle_locked(connection, fence=fence, run_id=run_id)
         return Decision(recorded=True, settled=settled, stop_jobs=stop)
 
@@ -299,17 +346,26 @@ SELECT (SELECT epoch FROM fence),
 """
 
 
-async def record_job_created(pool: Pool, *, fence: Fence, run_id: int, task_key: str,
-                             attempt: int, job: str, created: bool) -> bool:
+async def record_job_created(
+    pool: Pool, *, fence: Fence, run_id: int, task_key: str, attempt: int, job: str, created: bool
+) -> bool:
     """Note that the Job of an attempt exists (``created`` False: it already existed).
     One fenced statement, one round trip. Returns whether the attempt was cancelled
     meanwhile: a cancel that committed between the dispatch and the Job's creation found no
     Job to delete, so the caller deletes the one it just made."""
 
     async def decide(connection: Connection) -> bool:
-        cursor = await connection.execute(JOB_CREATED_QUERY, {
-            "lease": fence.lease, "epoch": fence.epoch, "run": run_id, "key": task_key,
-            "attempt": attempt, "detail": Jsonb({"job": job, "created": created})})
+        cursor = await connection.execute(
+            JOB_CREATED_QUERY,
+            {
+                "lease": fence.lease,
+                "epoch": fence.epoch,
+                "run": run_id,
+                "key": task_key,
+                "attempt": attempt,
+                "detail": Jsonb({"job": job, "created": created}),
+            },
+        )
         row = await cursor.fetchone()
         current = None if row is None or row[0] is None else int(row[0])
         if current != fence.epoch:
@@ -329,8 +385,9 @@ async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:
         return {(str(key), int(attempt)) for key, attempt in await cursor.fetchall()}
 
 
-async def load_tasks(pool: Pool, run_id: int, *, role: TaskRole | None = TaskRole.FORWARD,
-                     limit: int | None = None) -> list[TaskRow]:
+async def load_tasks(
+    pool: Pool, run_id: int, *, role: TaskRole | None = TaskRole.FORWARD, limit: int | None = None
+) -> list[TaskRow]:
     """A run's task rows in topological order (all of them when ``limit`` is None)."""
     async with pool.connection() as connection:
         cursor = await connection.execute(
@@ -341,9 +398,21 @@ async def load_tasks(pool: Pool, run_id: int, *, role: TaskRole | None = TaskRol
             (run_id, role, role, limit),
         )
         rows = await cursor.fetchall()
-    return [TaskRow(key=r[0], role=TaskRole(r[1]), state=r[2], attempt=r[3], max_attempts=r[4],
-                    timeout_seconds=r[5], not_before=r[6], started_at=r[7], finished_at=r[8],
-                    last_error=r[9]) for r in rows]
+    return [
+        TaskRow(
+            key=r[0],
+            role=TaskRole(r[1]),
+            state=r[2],
+            attempt=r[3],
+            max_attempts=r[4],
+            timeout_seconds=r[5],
+            not_before=r[6],
+            started_at=r[7],
+            finished_at=r[8],
+            last_error=r[9],
+        )
+        for r in rows
+    ]
 
 
 async def active_tasks(pool: Pool, run_id: int) -> list[TaskRow]:
@@ -356,9 +425,21 @@ async def active_tasks(pool: Pool, run_id: int) -> list[TaskRow]:
             (run_id,),
         )
         rows = await cursor.fetchall()
-    return [TaskRow(key=r[0], role=TaskRole(r[1]), state=r[2], attempt=r[3], max_attempts=r[4],
-                    timeout_seconds=r[5], not_before=r[6], started_at=r[7], finished_at=r[8],
-                    last_error=r[9]) for r in rows]
+    return [
+        TaskRow(
+            key=r[0],
+            role=TaskRole(r[1]),
+            state=r[2],
+            attempt=r[3],
+            max_attempts=r[4],
+            timeout_seconds=r[5],
+            not_before=r[6],
+            started_at=r[7],
+            finished_at=r[8],
+            last_error=r[9],
+        )
+        for r in rows
+    ]
 
 
 async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
@@ -369,14 +450,26 @@ async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
             (run_id,),
         )
         by_state = {str(state): int(count) for state, count in await cursor.fetchall()}
-    return TaskCounts(total=sum(by_state.values()), **{
-        state: by_state.get(state, 0) for state in
-        ("waiting", "ready", "running", "succeeded", "failed", "skipped", "cancelled")
-    })
+    return TaskCounts(
+        total=sum(by_state.values()),
+        **{
+            state: by_state.get(state, 0)
+            for state in (
+                "waiting",
+                "ready",
+                "running",
+                "succeeded",
+                "failed",
+                "skipped",
+                "cancelled",
+            )
+        },
+    )
 
 
-async def latest_outcomes(pool: Pool, run_id: int,
-                          task_keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+async def latest_outcomes(
+    pool: Pool, run_id: int, task_keys: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """The detail of each task's latest recorded outcome (exit code, reason, message)."""
     async with pool.connection() as connection:
         cursor = await connection.execute(
@@ -392,7 +485,8 @@ async def latest_outcomes(pool: Pool, run_id: int,
 async def run_times(pool: Pool, run_id: int) -> tuple[datetime, datetime | None]:
     async with pool.connection() as connection:
         cursor = await connection.execute(
-            "SELECT created_at, finished_at FROM flowforge_run WHERE id = %s", (run_id,))
+            "SELECT created_at, finished_at FROM flowforge_run WHERE id = %s", (run_id,)
+        )
         row = await cursor.fetchone()
     if row is None:
         raise LookupError(run_id)
@@ -406,7 +500,8 @@ def due_in(not_before: datetime, now: datetime) -> timedelta:
 async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | None:
     async with pool.connection() as connection:
         cursor = await connection.execute(
-            "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid))
+            "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid)
+        )
         row = await cursor.fetchone()
     return None if row is None else int(row[0])
 
@@ -414,5 +509,6 @@ async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | N
 async def runs_by_phase(pool: Pool) -> dict[str, int]:
     async with pool.connection() as connection:
         cursor = await connection.execute(
-            "SELECT phase, count(*) FROM flowforge_run GROUP BY phase")
+            "SELECT phase, count(*) FROM flowforge_run GROUP BY phase"
+        )
         return {str(phase): int(count) for phase, count in await cursor.fetchall()}

@@ -57,9 +57,7 @@ def known_migrations() -> tuple[Migration, ...]:
         match = _FILE_NAME.match(entry.name)
         if match is None:
             continue
-        found.append(
-            Migration(version=int(match[1]), name=match[2], sql=entry.read_text("utf-8"))
-        )
+        found.append(Migration(version=int(match[1]), name=match[2], sql=entry.read_text("utf-8")))
     found.sort(key=lambda migration: migration.version)
     expected = list(range(1, len(found) + 1))
     if [migration.version for migration in found] != expected:

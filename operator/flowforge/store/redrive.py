@@ -153,9 +153,7 @@ async def _find_by_name(connection: Connection, *, namespace: str, name: str) ->
     return None if row is None else NamedRun.from_row(row)
 
 
-async def list_runs_by_namespace(
-    pool: Pool, *, namespace: str, limit: int = 100
-) -> list[NamedRun]:
+async def list_runs_by_namespace(pool: Pool, *, namespace: str, limit: int = 100) -> list[NamedRun]:
     """The newest ``limit`` runs of a namespace, newest first."""
     async with pool.connection() as connection:
         cursor = await connection.execute(LIST_QUERY, (namespace, limit))
@@ -198,14 +196,19 @@ async def mark_reused(
     cursor = await connection.execute(MARK_REUSED_QUERY, (run_id, sorted(task_keys)))
     reused = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
     recount = await connection.execute(RECOUNT_QUERY, (run_id,))
-    released = tuple(sorted(str(key) for key, state in await recount.fetchall()
-                            if state == "ready"))
+    released = tuple(
+        sorted(str(key) for key, state in await recount.fetchall() if state == "ready")
+    )
     await connection.execute(
         REUSED_EVENTS_QUERY, (run_id, fence.epoch, Jsonb({"retryOf": retry_of}), list(reused))
     )
-    await append_event(connection, run_id=run_id, kind="run.retry_of", epoch=fence.epoch,
-                       detail={"retryOf": retry_of, "reused": list(reused),
-                               "released": list(released)})
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind="run.retry_of",
+        epoch=fence.epoch,
+        detail={"retryOf": retry_of, "reused": list(reused), "released": list(released)},
+    )
     return ReuseResult(reused=reused, released=released)
 
 
@@ -223,33 +226,56 @@ async def create_run_reusing(
     """``create_run``; for a retry (``retry_of`` names the old run), the reusable tasks of
     the old run start succeeded, in the same transaction."""
     if not retry_of:
-        return await create_run(pool, fence=fence, namespace=namespace, name=name, uid=uid,
-                                definition=definition, parameters=parameters)
+        return await create_run(
+            pool,
+            fence=fence,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            definition=definition,
+            parameters=parameters,
+        )
     source_name = retry_of
 
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
-        created = await insert_run(connection, fence=fence, namespace=namespace, name=name,
-                                   uid=uid, definition=definition, parameters=parameters)
+        created = await insert_run(
+            connection,
+            fence=fence,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            definition=definition,
+            parameters=parameters,
+        )
         if not created.created:
             return created
         source = await _find_by_name(connection, namespace=namespace, name=source_name)
         if source is None or source.id == created.run.id:
             return created
         if source.definition_id != definition.id:
-            await append_event(connection, run_id=created.run.id, kind="run.retry_of",
-                               epoch=fence.epoch,
-                               detail={"retryOf": source_name, "reused": [],
-                                       "note": "another definition version: nothing reused"})
+            await append_event(
+                connection,
+                run_id=created.run.id,
+                kind="run.retry_of",
+                epoch=fence.epoch,
+                detail={
+                    "retryOf": source_name,
+                    "reused": [],
+                    "note": "another definition version: nothing reused",
+                },
+            )
             return created
         reusable = await _reusable(connection, source.id)
-        await mark_reused(connection, fence=fence, run_id=created.run.id, task_keys=reusable,
-                          retry_of=source_name)
+        await mark_reused(
+            connection, fence=fence, run_id=created.run.id, task_keys=reusable, retry_of=source_name
+        )
         # a retry with everything reused has no outcome left to settle it
         settled = await settle_locked(connection, fence=fence, run_id=created.run.id)
         if settled.finished:
             refreshed = await connection.execute(
-                "SELECT phase, finished_at FROM flowforge_run WHERE id = %s", (created.run.id,))
+                "SELECT phase, finished_at FROM flowforge_run WHERE id = %s", (created.run.id,)
+            )
             row = await refreshed.fetchone()
             assert row is not None
             run = dataclasses.replace(created.run, phase=RunPhase(row[0]), finished_at=row[1])

@@ -78,8 +78,15 @@ async def create_run(
 ) -> CreatedRun:
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
-        return await insert_run(connection, fence=fence, namespace=namespace, name=name,
-                                uid=uid, definition=definition, parameters=parameters)
+        return await insert_run(
+            connection,
+            fence=fence,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            definition=definition,
+            parameters=parameters,
+        )
 
     return await in_transaction(pool, decide)
 

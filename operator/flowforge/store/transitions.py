@@ -216,19 +216,24 @@ async def record_success(
         assert row is not None
         current_epoch, moved, released, keys, attempts, timeouts, not_befores = row
         if current_epoch != fence.epoch:
-            raise StaleEpochError(
-                lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch
-            )
+            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch)
         if moved != 1:
             return SuccessResult(recorded=False)
         return SuccessResult(
             recorded=True,
             released=tuple(released),
             dispatched=tuple(
-                Dispatch(run_id=run_id, task_key=key, role=TaskRole.FORWARD, attempt=number,
-                         timeout_seconds=timeout, released_at=not_before)
+                Dispatch(
+                    run_id=run_id,
+                    task_key=key,
+                    role=TaskRole.FORWARD,
+                    attempt=number,
+                    timeout_seconds=timeout,
+                    released_at=not_before,
+                )
                 for key, number, timeout, not_before in zip(
-                    keys, attempts, timeouts, not_befores, strict=True)
+                    keys, attempts, timeouts, not_befores, strict=True
+                )
             ),
         )
 
@@ -259,7 +264,9 @@ async def record_outcome(
         if not success.recorded:
             async with pool.connection() as connection:
                 raise await _conflict(
-                    connection, run_id=run_id, task_key=task_key,
+                    connection,
+                    run_id=run_id,
+                    task_key=task_key,
                     expected=f"running (attempt {attempt})",
                 )
         result = OutcomeResult(
@@ -385,8 +392,9 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int) -> CancelResult:
             (run_id,),
         )
         if cursor.rowcount == 1:
-            await append_event(connection, run_id=run_id, kind="run.cancel_requested",
-                               epoch=fence.epoch)
+            await append_event(
+                connection, run_id=run_id, kind="run.cancel_requested", epoch=fence.epoch
+            )
         tasks = await connection.execute(
             """
             WITH locked AS (
@@ -406,7 +414,10 @@ async def cancel_run(pool: Pool, *, fence: Fence, run_id: int) -> CancelResult:
         cancelled = tuple(sorted(str(key) for key, _ in rows))
         stopped = tuple(sorted(str(key) for key, previous in rows if previous == "running"))
         await append_task_events(
-            connection, run_id=run_id, kind="task.cancelled", epoch=fence.epoch,
+            connection,
+            run_id=run_id,
+            kind="task.cancelled",
+            epoch=fence.epoch,
             task_keys=cancelled,
         )
         settled = await settle_locked(connection, fence=fence, run_id=run_id)

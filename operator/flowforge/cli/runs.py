@@ -35,7 +35,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition_by_id
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import list_tasks
-from flowforge.store.redrive import (
+from flowforge.store.reuse import (
     RETRY_OF_ANNOTATION,
     NamedRun,
     find_run_by_name,

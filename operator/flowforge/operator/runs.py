@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
@@ -20,7 +19,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
 from flowforge.store.errors import StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
-from flowforge.store.redrive import create_run_reusing
+from flowforge.store.redrive import RETRY_OF_ANNOTATION, create_run_reusing
 from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)

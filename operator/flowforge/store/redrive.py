@@ -35,6 +35,8 @@ from flowforge.store.retry import in_transaction
 from flowforge.store.runs import CreatedRun, create_run, insert_run
 from flowforge.store.settle import settle_locked
 
+RETRY_OF_ANNOTATION = "flowforge.io/retry-of"
+
 FIND_BY_NAME_QUERY = """
 SELECT run.id, run.namespace, run.name, run.uid, run.phase, run.compensating,
        run.cancel_requested, run.parameters, run.created_at, run.finished_at, run.pruned_at,

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from flowforge.cli.main import main
+from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
-from flowforge.store.redrive import RETRY_OF_ANNOTATION
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.plugins.webhooks import WebhookServer
 from tests.tools.mermaid_parser import parse_mermaid

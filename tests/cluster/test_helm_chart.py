@@ -26,6 +26,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from flowforge.domain.api import DEFINITION_KIND, DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.kube.webhook_config import (
     build_mutating_configuration,
     build_validating_configuration,
@@ -717,8 +718,8 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
 
 
 def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
-    kind = {"group": "flowforge.io", "version": "v1alpha1", "kind": "WorkflowDefinition"}
-    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": "workflowdefinitions"}
+    kind = {"group": GROUP, "version": VERSION, "kind": DEFINITION_KIND}
+    resource = {"group": GROUP, "version": VERSION, "resource": DEFINITION_PLURAL}
     return json.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowforge.domain.api import DEFINITION_CRD, RUN_CRD, RUN_PLURAL
 from flowforge.localdev import postgres
 from flowforge.localdev.binaries import find_bin_dir, repo_root
 from flowforge.localdev.controlplane import (
@@ -144,7 +145,7 @@ def _wait_for_examples(cluster: Cluster, *, timeout: float) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     phases: dict[str, str] = {}
     while time.monotonic() < deadline:
-        listing = kubectl_json(cluster, "get", "workflowruns", "-n", "default", "-o", "json")
+        listing = kubectl_json(cluster, "get", RUN_PLURAL, "-n", "default", "-o", "json")
         phases = {
             item["metadata"]["name"]: str(item.get("status", {}).get("phase", "")).lower()
             for item in listing.get("items", [])
@@ -174,8 +175,8 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             "wait",
             "--for=condition=Established",
             "--timeout=60s",
-            "crd/workflowdefinitions.flowforge.io",
-            "crd/workflowruns.flowforge.io",
+            f"crd/{DEFINITION_CRD}",
+            f"crd/{RUN_CRD}",
         )
     with step("store schema"):
         from flowforge.store.migrate import migrate
@@ -242,7 +243,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                         f"expected {run.expected_phase!r}; see {state_dir / 'operator.log'}"
                     )
         print()
-        print(kubectl(cluster, "get", "workflowruns", "-A").stdout)
+        print(kubectl(cluster, "get", RUN_PLURAL, "-A").stdout)
     _print_next_steps(state_dir, cluster, server.dsn)
     return 0
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
@@ -19,7 +20,6 @@ from flowforge.store.definitions import StoredDefinition, load_definition, load_
 from flowforge.store.errors import StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
 from flowforge.store.queries import find_run_id_by_uid
-from flowforge.store.reuse import RETRY_OF_ANNOTATION
 from flowforge.store.runs import create_run, get_run
 
 logger = logging.getLogger(__name__)

@@ -32,8 +32,6 @@ from flowforge.store.definitions import StoredDefinition, load_definition_by_id
 from flowforge.store.events import append_event
 from flowforge.store.lease import Fence
 
-RETRY_OF_ANNOTATION = "flowforge.io/retry-of"
-
 FIND_BY_NAME_QUERY = """
 SELECT run.id, run.namespace, run.name, run.uid, run.phase, run.compensating,
        run.cancel_requested, run.parameters, run.created_at, run.finished_at, run.pruned_at,

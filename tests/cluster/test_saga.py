@@ -490,4 +490,5 @@ async def test_a_vanished_compensation_job_is_a_lost_attempt_and_retried(
         if event.kind == "compensation.attempt_failed"
     ]
     assert [event.attempt for event in retried] == [1]
-    assert "vanished" in str(retried[0].detail.get("error"))
+    assert retried[0].detail["reason"] == "JobVanished"
+    assert "vanished" in retried[0].detail["message"]

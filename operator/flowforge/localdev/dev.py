@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowforge.domain.api import DEFINITION_CRD, RUN_CRD, RUN_PLURAL
+from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase
 from flowforge.localdev import postgres
 from flowforge.localdev.binaries import find_bin_dir, repo_root
 from flowforge.localdev.controlplane import (
@@ -43,17 +44,19 @@ from flowforge.localdev.controlplane import (
 
 DEFAULT_DIR = Path(os.environ.get("FLOWFORGE_DEV_DIR", "/tmp/flowforge-dev"))
 WEBHOOK_PORT_FILE = "webhook.port"
-TERMINAL_PHASES = {"succeeded", "failed", "cancelled"}
 
 
 @dataclass(frozen=True)
 class ExampleRun:
     name: str
-    expected_phase: str
+    expected_phase: RunPhase
 
 
 # What each example must end as: the diamond succeeds, the saga's failing step rolls back.
-EXAMPLE_RUNS = (ExampleRun("etl-2026-11-30", "succeeded"), ExampleRun("order-1001", "failed"))
+EXAMPLE_RUNS = (
+    ExampleRun("etl-2026-11-30", RunPhase.SUCCEEDED),
+    ExampleRun("order-1001", RunPhase.FAILED),
+)
 
 
 class DevError(RuntimeError):
@@ -150,7 +153,7 @@ def _wait_for_examples(cluster: Cluster, *, timeout: float) -> dict[str, str]:
             item["metadata"]["name"]: str(item.get("status", {}).get("phase", "")).lower()
             for item in listing.get("items", [])
         }
-        if all(phases.get(run.name) in TERMINAL_PHASES for run in EXAMPLE_RUNS):
+        if all(phases.get(run.name) in TERMINAL_RUN_PHASES for run in EXAMPLE_RUNS):
             return phases
         time.sleep(1.0)
     raise DevError(f"example runs did not finish within {timeout:.0f} s: {phases}")

@@ -56,9 +56,9 @@ async def test_cancelling_stops_running_attempts_cancels_the_rest_and_finishes(
         "undo-extract": CompensationState.NOT_TRIGGERED,
         "undo-report": CompensationState.NOT_TRIGGERED,
     }
-    assert {t.last_error for t in await list_tasks(store, run.id) if t.role is TaskRole.FORWARD} == {
-        "spec.cancel is true"
-    }
+    assert {
+        t.last_error for t in await list_tasks(store, run.id) if t.role is TaskRole.FORWARD
+    } == {"spec.cancel is true"}
     history = await run_history(store, run.id)
     assert [e.kind for e in history][1:] == [
         EventKind.TASK_DISPATCHED,
@@ -71,9 +71,7 @@ async def test_cancelling_stops_running_attempts_cancels_the_rest_and_finishes(
     assert (run_row.phase, run_row.cancel_requested) == (RunPhase.CANCELLED, True)
 
 
-async def test_an_outcome_that_arrives_after_the_cancel_is_lost(
-    store: Pool, fence: Fence
-) -> None:
+async def test_an_outcome_that_arrives_after_the_cancel_is_lost(store: Pool, fence: Fence) -> None:
     run = (await start_run(store, fence, DIAMOND)).run
     await dispatch_due(store, fence=fence, run_id=run.id)
     await cancel_run(store, fence=fence, run_id=run.id, reason="test")

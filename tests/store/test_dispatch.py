@@ -69,8 +69,7 @@ async def test_a_retry_is_not_dispatched_before_its_backoff_is_over(
     assert timedelta(minutes=59) < early.wake_at - datetime.now(UTC) <= timedelta(hours=1)
     async with store.connection() as connection:
         await connection.execute(
-            "UPDATE flowforge_task SET not_before = now() - interval '1 second' "
-            "WHERE run_id = %s",
+            "UPDATE flowforge_task SET not_before = now() - interval '1 second' WHERE run_id = %s",
             (run_id,),
         )
     due = await dispatch_due(store, fence=fence, run_id=run_id)

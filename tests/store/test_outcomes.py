@@ -266,9 +266,7 @@ async def test_a_success_whose_settle_was_lost_is_settled_by_the_backstop(
     assert (await kinds(store, run.id)).count(EventKind.RUN_SUCCEEDED) == 1
 
 
-async def test_settle_changes_nothing_while_forward_work_remains(
-    store: Pool, fence: Fence
-) -> None:
+async def test_settle_changes_nothing_while_forward_work_remains(store: Pool, fence: Fence) -> None:
     run = await _running(store, fence, DIAMOND)
     before = await run_history(store, run.id)
 
@@ -295,7 +293,9 @@ async def test_a_failure_with_attempts_left_dispatches_the_next_attempt_when_due
         2,
         "exit code 3",
     )
-    failed = [e for e in await run_history(store, run.id) if e.kind == EventKind.TASK_ATTEMPT_FAILED]
+    failed = [
+        e for e in await run_history(store, run.id) if e.kind == EventKind.TASK_ATTEMPT_FAILED
+    ]
     assert [(e.task_key, e.attempt, e.detail["exitCode"]) for e in failed] == [("flaky", 1, 3)]
     assert failed[0].detail["retryInSeconds"] == 0.0
     assert not (await record(store, fence, run, "flaky", failure())).recorded  # attempt 1 again
@@ -376,7 +376,9 @@ async def test_a_final_failure_skips_everything_downstream_and_nothing_else(
         "e": TaskState.RUNNING,
         "f": TaskState.WAITING,
     }
-    skipped = [e.task_key for e in await run_history(store, run.id) if e.kind == EventKind.TASK_SKIPPED]
+    skipped = [
+        e.task_key for e in await run_history(store, run.id) if e.kind == EventKind.TASK_SKIPPED
+    ]
     assert skipped == ["b", "c", "d"]
 
     # the independent branch goes on; its success releases f but never the skipped d

@@ -59,7 +59,9 @@ DIAMOND: list[dict[str, Any]] = [
 
 async def _compensators(store: Pool, run_id: int) -> dict[str, str]:
     return {
-        t.task_key: t.state for t in await list_tasks(store, run_id) if t.role is TaskRole.COMPENSATION
+        t.task_key: t.state
+        for t in await list_tasks(store, run_id)
+        if t.role is TaskRole.COMPENSATION
     }
 
 
@@ -94,14 +96,16 @@ async def test_a_final_failure_triggers_the_rollback_and_starts_the_last_step_fi
         ("unprovision", "provision"),
     ]
     assert await rollback_started_at(store, run.id) is not None
-    compensating = [e for e in await run_history(store, run.id) if e.kind == EventKind.RUN_COMPENSATING]
+    compensating = [
+        e for e in await run_history(store, run.id) if e.kind == EventKind.RUN_COMPENSATING
+    ]
     assert [dict(e.detail) for e in compensating] == [{"order": ["undeploy", "unprovision"]}]
 
 
 async def test_the_rollback_runs_one_at_a_time_then_the_run_finishes_failed(
     store: Pool, fence: Fence
 ) -> None:
-    run, failed = await _until_verify_fails(store, fence)
+    run, _ = await _until_verify_fails(store, fence)
 
     # while undeploy runs nothing else starts, whoever asks
     assert await settle_run(store, fence=fence, run_id=run.id) == Decision.lost()
@@ -190,9 +194,7 @@ async def test_a_failed_compensator_with_attempts_left_runs_again_before_the_nex
 ) -> None:
     run, _ = await _until_verify_fails(store, fence)
 
-    retry = await record(
-        store, fence, run, "undeploy", failure("busy"), role=TaskRole.COMPENSATION
-    )
+    retry = await record(store, fence, run, "undeploy", failure("busy"), role=TaskRole.COMPENSATION)
 
     assert [(d.task_key, d.attempt) for d in retry.create_jobs] == [("undeploy", 2)]
     assert [n.reason for n in retry.notices] == ["CompensationRetrying"]

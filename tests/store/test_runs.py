@@ -67,9 +67,7 @@ async def test_creating_the_same_run_again_returns_it(store: Pool, fence: Fence)
     assert again.run == started.run
     assert len(await list_tasks(store, started.run.id)) == 5
     assert await kinds(store, started.run.id) == [EventKind.RUN_CREATED]
-    found = await find_run(
-        store, namespace=NAMESPACE, name=started.run.name, uid=started.run.uid
-    )
+    found = await find_run(store, namespace=NAMESPACE, name=started.run.name, uid=started.run.uid)
     assert found == started.run
 
 

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 import flowforge.store
-from flowforge.domain.states import TaskRole
+from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
     cancel,
     definitions,
@@ -121,9 +121,9 @@ async def populated(store: Pool, fence: Fence) -> Populated:
         await connection.execute("ANALYZE")
         cursor = await connection.execute(
             "SELECT (SELECT id FROM flowforge_task WHERE run_id = %(run)s AND task_key = 'root'),"
-            " (SELECT id FROM flowforge_task WHERE run_id = %(run)s AND state = 'pending' "
+            " (SELECT id FROM flowforge_task WHERE run_id = %(run)s AND state = %(pending)s "
             "  ORDER BY id LIMIT 1)",
-            {"run": run_id},
+            {"run": run_id, "pending": CompensationState.PENDING},
         )
         row = await cursor.fetchone()
     assert row is not None and row[1] is not None

@@ -277,15 +277,18 @@ async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
     assert shown["phase"] == RunPhase.FAILED and shown["progress"] == "2/3"
     assert [
         (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]
-    ] == [("undo-two", "two", "succeeded"), ("undo-one", "one", "succeeded")]
+    ] == [
+        ("undo-two", "two", CompensationState.SUCCEEDED),
+        ("undo-one", "one", CompensationState.SUCCEEDED),
+    ]
     three = next(task for task in shown["tasks"] if task["key"] == "three")
-    assert three["state"] == "failed" and three["message"] == "exit code 3"
+    assert three["state"] == TaskState.FAILED and three["message"] == "exit code 3"
     assert [attempt["outcome"] for attempt in three["attempts"]] == ["failed"]
 
     assert await asyncio.to_thread(main, argv[:-2]) == 0
     text = capsys.readouterr().out
     steps = text.split("Compensation (in the order it runs, last task first):\n")[1]
     assert [line.split()[:4] for line in steps.splitlines()[1:]] == [
-        ["1", "undo-two", "two", "succeeded"],
-        ["2", "undo-one", "one", "succeeded"],
+        ["1", "undo-two", "two", CompensationState.SUCCEEDED],
+        ["2", "undo-one", "one", CompensationState.SUCCEEDED],
     ]

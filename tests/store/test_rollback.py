@@ -183,9 +183,9 @@ async def test_the_database_refuses_a_second_running_compensator(
     async with await psycopg.AsyncConnection.connect(store_dsn) as connection:
         with pytest.raises(psycopg.errors.UniqueViolation):
             await connection.execute(
-                "UPDATE flowforge_task SET state = 'running' "
+                "UPDATE flowforge_task SET state = %s "
                 "WHERE run_id = %s AND task_key = 'unprovision'",
-                (run.id,),
+                (CompensationState.RUNNING, run.id),
             )
 
 

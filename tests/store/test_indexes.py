@@ -215,6 +215,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: {"run": p.run_id},
         needs(PROGRESS, TASK_IDENTITY),
     ),
+    "settle.HOLD_UNRESOLVED_QUERY": (
+        settle.HOLD_UNRESOLVED_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
     "settle.NEXT_STEP_QUERY": (
         settle.NEXT_STEP_QUERY,
         lambda p: {"run": p.run_id},

@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -418,3 +419,36 @@ async def test_an_outcome_of_a_skipped_task_is_lost(store: Pool, fence: Fence) -
     assert await record(store, fence, run, "b", SUCCESS) == Decision.lost()
     assert (await states(store, run.id))["b"] == TaskState.SKIPPED
     assert await run_history(store, run.id) == before
+
+
+@pytest.mark.parametrize("held_back", [EventKind.TASK_FAILED, EventKind.TASK_SUCCEEDED])
+async def test_a_failure_and_a_success_finishing_together_settle_the_run(
+    held_back: EventKind, store_dsn: str, store: Pool, fence: Fence
+) -> None:
+    """The failure decides under the run's lock before it commits; the success probes after
+    its own commit without a lock. With one of them held back in its COMMIT (a deferred
+    trigger sleeps there) while the other decides, one of the two must still see the other
+    and settle the run, exactly once."""
+    run = await _running(store, fence, [{"key": "left"}, {"key": "right"}])
+    async with await psycopg.AsyncConnection.connect(store_dsn, autocommit=True) as admin:
+        await admin.execute(
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
+        )
+        await admin.execute(
+            "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON flowforge_event "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+            f"WHEN (NEW.kind = '{held_back}') EXECUTE FUNCTION slow_commit()"
+        )
+    fail = record(store, fence, run, "left", failure())
+    succeed = record(store, fence, run, "right")
+    first, second = (fail, succeed) if held_back is EventKind.TASK_FAILED else (succeed, fail)
+
+    held = asyncio.ensure_future(first)
+    await asyncio.sleep(0.2)  # it has decided and waits in its COMMIT
+    other = await second
+    decisions = [await held, other]
+
+    assert [d.phase for d in decisions].count(RunPhase.FAILED) == 1
+    assert (await get_run(store, run.id)).phase is RunPhase.FAILED
+    assert (await kinds(store, run.id)).count(EventKind.RUN_FAILED) == 1

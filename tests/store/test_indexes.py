@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -40,7 +41,9 @@ from flowforge.store import (
 )
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
-from flowforge.store.lease import Fence
+from flowforge.store.lease import Fence, acquire_lease
+from flowforge.store.pool import open_pool
+from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
 from tests.store.conftest import NAMESPACE, failure, record, roll_back, start_run
 
 pytestmark = pytest.mark.store
@@ -78,6 +81,8 @@ def _node_types(plan: Any) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class Populated:
+    dsn: str
+    pool: Pool
     run_id: int  # a run rolling back: forward tasks resolved, a compensator running
     task_id: int  # its root task
     compensator_id: int  # its pending compensator
@@ -93,10 +98,25 @@ TASKS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture
-async def populated(store: Pool, fence: Fence) -> Populated:
-    """Twelve runs of a 24-task graph: finished ones (succeeded, failed and rolled back),
-    ones running, and the last one rolling back."""
+@pytest.fixture(scope="module")
+async def populated(postgres_server_dsn: str, postgres_template: str) -> AsyncIterator[Populated]:
+    """One database for the module (the plans only EXPLAIN, nothing runs): twelve runs of a
+    24-task graph, finished ones (succeeded, failed and rolled back), ones running, and the
+    last one rolling back."""
+    name = f"flowforge_indexes_{os.getpid()}"
+    _create_database(postgres_server_dsn, name, template=postgres_template)
+    dsn = dsn_for_database(postgres_server_dsn, name)
+    store = await open_pool(dsn, min_size=1, max_size=2)
+    try:
+        lease = await acquire_lease(store, holder="test-operator", ttl=timedelta(minutes=5))
+        assert lease is not None
+        yield await _populate(store, lease.fence, dsn)
+    finally:
+        await store.close()
+        _drop_database(postgres_server_dsn, name)
+
+
+async def _populate(store: Pool, fence: Fence, dsn: str) -> Populated:
     run_id = 0
     for n in range(12):
         run = (await start_run(store, fence, TASKS, workflow=f"wf-{n}")).run
@@ -127,7 +147,9 @@ async def populated(store: Pool, fence: Fence) -> Populated:
         )
         row = await cursor.fetchone()
     assert row is not None and row[1] is not None
-    return Populated(run_id=run_id, task_id=int(row[0]), compensator_id=int(row[1]))
+    return Populated(
+        dsn=dsn, pool=store, run_id=run_id, task_id=int(row[0]), compensator_id=int(row[1])
+    )
 
 
 async def _plan(store: Pool, query: str, params: tuple[Any, ...] | dict[str, Any]) -> Any:
@@ -318,10 +340,10 @@ def test_every_query_constant_of_the_store_has_an_index_case() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_the_query_uses_its_index(name: str, store: Pool, populated: Populated) -> None:
+async def test_the_query_uses_its_index(name: str, populated: Populated) -> None:
     query, params, indexes = CASES[name]
 
-    plan = await _plan(store, query, params(populated))
+    plan = await _plan(populated.pool, query, params(populated))
 
     used = set(_index_names(plan))
     missing = [sorted(choice) for choice in indexes if not choice & used]
@@ -329,8 +351,8 @@ async def test_the_query_uses_its_index(name: str, store: Pool, populated: Popul
     assert "Seq Scan" not in set(_node_types(plan)), f"{name} scans a table"
 
 
-async def test_progress_counts_are_an_index_only_scan(store_dsn: str, populated: Populated) -> None:
-    async with await psycopg.AsyncConnection.connect(store_dsn, autocommit=True) as connection:
+async def test_progress_counts_are_an_index_only_scan(populated: Populated) -> None:
+    async with await psycopg.AsyncConnection.connect(populated.dsn, autocommit=True) as connection:
         await connection.execute("VACUUM (ANALYZE) flowforge_task")  # sets the visibility map
         await connection.execute("SET enable_seqscan = off")
         for query in (queries.PROGRESS_QUERY, queries.FORWARD_COUNTS_QUERY):

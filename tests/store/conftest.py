@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeReason
@@ -21,13 +22,20 @@ from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence, acquire_lease, current_lease, release_lease
-from flowforge.store.outcomes import record_outcome
+from flowforge.store.outcomes import RECORD_SUCCESS_QUERY, record_outcome
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, create_run
 
 pytestmark = pytest.mark.store
 
 NAMESPACE = "team-a"
+
+DIAMOND: list[dict[str, Any]] = [
+    {"key": "extract"},
+    {"key": "clean", "dependsOn": ["extract"]},
+    {"key": "enrich", "dependsOn": ["extract"]},
+    {"key": "load", "dependsOn": ["clean", "enrich"]},
+]
 
 
 def definition(
@@ -152,6 +160,23 @@ async def roll_back(
             pool, fence, run, step.task_key, outcome, attempt=step.attempt, role=step.role
         )
     return ran
+
+
+async def succeed_without_settling(pool: Pool, fence: Fence, run: RunRecord, key: str) -> None:
+    """The success hot path's statement alone: as if the process died between its commit
+    and the settle after it."""
+    async with pool.connection() as connection:
+        await connection.execute(
+            RECORD_SUCCESS_QUERY,
+            {
+                "lease": fence.lease,
+                "epoch": fence.epoch,
+                "run": run.id,
+                "key": key,
+                "attempt": 1,
+                "detail": Jsonb({}),
+            },
+        )
 
 
 async def states(pool: Pool, run_id: int) -> dict[str, str]:

@@ -18,15 +18,12 @@ from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import get_run
-from tests.store.conftest import finish, kinds, record, start_run, states
+from tests.store.conftest import DIAMOND, finish, kinds, record, start_run, states
 
 pytestmark = pytest.mark.store
 
-DIAMOND: list[dict[str, Any]] = [
-    {"key": "extract"},
-    {"key": "clean", "dependsOn": ["extract"]},
-    {"key": "enrich", "dependsOn": ["extract"]},
-    {"key": "load", "dependsOn": ["clean", "enrich"]},
+WITH_REPORT: list[dict[str, Any]] = [
+    *DIAMOND,
     {"key": "report"},
     {"key": "undo-extract", "compensateFor": "extract"},
     {"key": "undo-report", "compensateFor": "report"},
@@ -36,7 +33,7 @@ DIAMOND: list[dict[str, Any]] = [
 async def test_cancelling_stops_running_attempts_cancels_the_rest_and_finishes(
     store: Pool, fence: Fence
 ) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await dispatch_due(store, fence=fence, run_id=run.id)
 
     cancelled = await cancel_run(store, fence=fence, run_id=run.id, reason="spec.cancel is true")
@@ -72,7 +69,7 @@ async def test_cancelling_stops_running_attempts_cancels_the_rest_and_finishes(
 
 
 async def test_an_outcome_that_arrives_after_the_cancel_is_lost(store: Pool, fence: Fence) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await dispatch_due(store, fence=fence, run_id=run.id)
     await cancel_run(store, fence=fence, run_id=run.id, reason="test")
     before = await run_history(store, run.id)
@@ -87,7 +84,7 @@ async def test_an_outcome_that_arrives_after_the_cancel_is_lost(store: Pool, fen
 async def test_cancelling_twice_or_a_finished_run_changes_nothing(
     store: Pool, fence: Fence
 ) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await cancel_run(store, fence=fence, run_id=run.id, reason="first")
     before = await run_history(store, run.id)
 
@@ -105,7 +102,7 @@ async def test_cancelling_twice_or_a_finished_run_changes_nothing(
 async def test_cancelling_rolls_back_what_succeeded_and_finishes_cancelled_after_it(
     store: Pool, fence: Fence
 ) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await finish(store, fence, run, "extract")  # clean and enrich now run
 
     cancelled = await cancel_run(store, fence=fence, run_id=run.id, reason="test")
@@ -133,7 +130,7 @@ async def test_cancelling_rolls_back_what_succeeded_and_finishes_cancelled_after
 async def test_a_deleted_run_skips_its_compensators_and_finishes_at_once(
     store: Pool, fence: Fence
 ) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await finish(store, fence, run, "extract")
 
     gone = await cancel_run(
@@ -158,7 +155,7 @@ async def test_a_deleted_run_skips_its_compensators_and_finishes_at_once(
 async def test_a_run_deleted_during_its_rollback_stops_it_where_it_is(
     store: Pool, fence: Fence
 ) -> None:
-    run = (await start_run(store, fence, DIAMOND)).run
+    run = (await start_run(store, fence, WITH_REPORT)).run
     await finish(store, fence, run, "extract")
     await finish(store, fence, run, "report")
     started = await cancel_run(store, fence=fence, run_id=run.id, reason="test")

@@ -57,26 +57,16 @@ EDGES = "flowforge_task_dependency_pkey"
 EVENTS = "flowforge_event_run_idx"
 
 
-def _index_names(plan: Any) -> Iterator[str]:
+def _plan_values(plan: Any, field: str) -> Iterator[str]:
+    """Every value of ``field`` ("Index Name", "Node Type") in an EXPLAIN (FORMAT JSON) plan."""
     if isinstance(plan, dict):
-        if "Index Name" in plan:
-            yield str(plan["Index Name"])
+        if field in plan:
+            yield str(plan[field])
         for value in plan.values():
-            yield from _index_names(value)
+            yield from _plan_values(value, field)
     elif isinstance(plan, list):
         for item in plan:
-            yield from _index_names(item)
-
-
-def _node_types(plan: Any) -> Iterator[str]:
-    if isinstance(plan, dict):
-        if "Node Type" in plan:
-            yield str(plan["Node Type"])
-        for value in plan.values():
-            yield from _node_types(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            yield from _node_types(item)
+            yield from _plan_values(item, field)
 
 
 @dataclass(frozen=True)
@@ -345,10 +335,10 @@ async def test_the_query_uses_its_index(name: str, populated: Populated) -> None
 
     plan = await _plan(populated.pool, query, params(populated))
 
-    used = set(_index_names(plan))
+    used = set(_plan_values(plan, "Index Name"))
     missing = [sorted(choice) for choice in indexes if not choice & used]
     assert not missing, f"{name} should use one of each of {missing}, its plan uses {sorted(used)}"
-    assert "Seq Scan" not in set(_node_types(plan)), f"{name} scans a table"
+    assert "Seq Scan" not in set(_plan_values(plan, "Node Type")), f"{name} scans a table"
 
 
 async def test_progress_counts_are_an_index_only_scan(populated: Populated) -> None:
@@ -361,4 +351,4 @@ async def test_progress_counts_are_an_index_only_scan(populated: Populated) -> N
             )
             row = await cursor.fetchone()
             assert row is not None
-            assert "Index Only Scan" in set(_node_types(row[0])), query
+            assert "Index Only Scan" in set(_plan_values(row[0], "Node Type")), query

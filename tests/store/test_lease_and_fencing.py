@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from psycopg.types.json import Jsonb
 
 from flowforge.domain.decision import Decision
 from flowforge.domain.states import RunPhase, TaskRole
@@ -27,11 +26,17 @@ from flowforge.store.lease import (
     release_lease,
     renew_lease,
 )
-from flowforge.store.outcomes import RECORD_SUCCESS_QUERY
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, create_run, get_run
 from flowforge.store.settle import settle_run
-from tests.store.conftest import NAMESPACE, failure, record, start_run, take_over
+from tests.store.conftest import (
+    NAMESPACE,
+    failure,
+    record,
+    start_run,
+    succeed_without_settling,
+    take_over,
+)
 
 pytestmark = pytest.mark.store
 
@@ -102,18 +107,7 @@ async def _settleable(store: Pool, fence: Fence, run: RunRecord) -> None:
     await dispatch_due(store, fence=fence, run_id=run.id)
     await record(store, fence, run, "a")
     await record(store, fence, run, "c")
-    async with store.connection() as connection:
-        await connection.execute(
-            RECORD_SUCCESS_QUERY,
-            {
-                "lease": fence.lease,
-                "epoch": fence.epoch,
-                "run": run.id,
-                "key": "b",
-                "attempt": 1,
-                "detail": Jsonb({}),
-            },
-        )
+    await succeed_without_settling(store, fence, run, "b")
 
 
 async def _create_again(store: Pool, fence: Fence, run: RunRecord) -> Any:

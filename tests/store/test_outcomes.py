@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
 from flowforge.domain.decision import Decision
 from flowforge.domain.execution import AttemptOutcome, OutcomeReason, lost_outcome
@@ -20,13 +19,13 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
-from flowforge.store.outcomes import RECORD_SUCCESS_QUERY
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import forward_counts, latest_outcomes, list_tasks
 from flowforge.store.runs import RunRecord, get_run
 from flowforge.store.settle import settle_run
 from tests.store.conftest import (
     AN_HOUR,
+    DIAMOND,
     SUCCESS,
     failure,
     finish,
@@ -34,16 +33,11 @@ from tests.store.conftest import (
     record,
     start_run,
     states,
+    succeed_without_settling,
 )
 
 pytestmark = pytest.mark.store
 
-DIAMOND: list[dict[str, Any]] = [
-    {"key": "extract"},
-    {"key": "clean", "dependsOn": ["extract"]},
-    {"key": "enrich", "dependsOn": ["extract"]},
-    {"key": "load", "dependsOn": ["clean", "enrich"]},
-]
 FAN_OUT: list[dict[str, Any]] = [
     *({"key": f"root-{n}"} for n in range(3)),
     {"key": "join", "dependsOn": ["root-0", "root-1", "root-2"]},
@@ -245,18 +239,7 @@ async def test_a_success_whose_settle_was_lost_is_settled_by_the_backstop(
     """The process died between the success's commit and the settle after it: the
     reconciler's ``settle_run`` finishes the run, exactly once."""
     run = await _running(store, fence, [{"key": "only"}])
-    async with store.connection() as connection:
-        await connection.execute(
-            RECORD_SUCCESS_QUERY,
-            {
-                "lease": fence.lease,
-                "epoch": fence.epoch,
-                "run": run.id,
-                "key": "only",
-                "attempt": 1,
-                "detail": Jsonb({}),
-            },
-        )
+    await succeed_without_settling(store, fence, run, "only")
     assert (await get_run(store, run.id)).phase is RunPhase.RUNNING
 
     settled = await settle_run(store, fence=fence, run_id=run.id)

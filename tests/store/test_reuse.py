@@ -87,6 +87,17 @@ async def _finish(store: Pool, fence: Fence, run: RunRecord, key: str, *, ok: bo
     return await finish(store, fence, run, key, outcome)
 
 
+async def _until_three_fails(
+    store: Pool, fence: Fence, workflow: str
+) -> tuple[RunRecord, Decision]:
+    """A run of HALT named ``<workflow>-1`` where one and two succeeded and three failed."""
+    stored = await _publish(store, HALT, workflow=workflow)
+    old = await _create(store, fence, stored, f"{workflow}-1")
+    await _finish(store, fence, old, "one", ok=True)
+    await _finish(store, fence, old, "two", ok=True)
+    return old, await _finish(store, fence, old, "three", ok=False)
+
+
 async def _states(store: Pool, run_id: int) -> dict[str, tuple[str, int]]:
     return {
         task.task_key: (task.state, task.pending_dependencies)
@@ -152,11 +163,7 @@ async def test_compensated_work_and_what_ran_on_top_of_it_run_again(
 async def test_a_halted_rollback_leaves_the_untouched_work_reusable(
     store: Pool, fence: Fence
 ) -> None:
-    stored = await _publish(store, HALT, workflow="halt")
-    old = await _create(store, fence, stored, "halt-1")
-    await _finish(store, fence, old, "one", ok=True)
-    await _finish(store, fence, old, "two", ok=True)
-    failed = await _finish(store, fence, old, "three", ok=False)
+    old, failed = await _until_three_fails(store, fence, "halt")
     # undo-two runs first and fails for good: undo-one is skipped, "one" still stands
     assert await roll_back(store, fence, old, failed, failing="undo-two") == ["undo-two"]
     states = await _states(store, old.id)
@@ -172,11 +179,7 @@ async def test_work_whose_undo_was_cut_short_by_a_deletion_is_not_reused(
 ) -> None:
     """The object was deleted while undo-two ran: its Job was removed half-way, so "two"
     may be half undone; it (and what ran on it) runs again, "one" was never touched."""
-    stored = await _publish(store, HALT, workflow="cut")
-    old = await _create(store, fence, stored, "cut-1")
-    await _finish(store, fence, old, "one", ok=True)
-    await _finish(store, fence, old, "two", ok=True)
-    failed = await _finish(store, fence, old, "three", ok=False)
+    old, failed = await _until_three_fails(store, fence, "cut")
     assert [d.task_key for d in failed.create_jobs] == ["undo-two"]
 
     await cancel_run(store, fence=fence, run_id=old.id, reason="deleted", rollback=False)

@@ -15,15 +15,12 @@ from flowforge.store.definitions import load_definition
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, list_tasks
 from flowforge.store.runs import create_run, find_run, get_run, list_active_runs
-from tests.store.conftest import NAMESPACE, finish, kinds, start_run
+from tests.store.conftest import DIAMOND, NAMESPACE, finish, kinds, start_run
 
 pytestmark = pytest.mark.store
 
-DIAMOND: list[dict[str, Any]] = [
-    {"key": "extract"},
-    {"key": "clean", "dependsOn": ["extract"]},
-    {"key": "enrich", "dependsOn": ["extract"]},
-    {"key": "load", "dependsOn": ["clean", "enrich"]},
+WITH_UNDO: list[dict[str, Any]] = [
+    *DIAMOND,
     {"key": "undo-extract", "compensateFor": "extract"},
 ]
 
@@ -31,7 +28,7 @@ DIAMOND: list[dict[str, Any]] = [
 async def test_a_run_appears_with_roots_ready_and_the_rest_waiting(
     store: Pool, fence: Fence
 ) -> None:
-    started = await start_run(store, fence, DIAMOND)
+    started = await start_run(store, fence, WITH_UNDO)
 
     tasks = {task.task_key: task for task in await list_tasks(store, started.run.id)}
     assert {key: task.state for key, task in tasks.items()} == {
@@ -51,7 +48,7 @@ async def test_a_run_appears_with_roots_ready_and_the_rest_waiting(
 
 
 async def test_creating_the_same_run_again_returns_it(store: Pool, fence: Fence) -> None:
-    started = await start_run(store, fence, DIAMOND)
+    started = await start_run(store, fence, WITH_UNDO)
     stored = await load_definition(store, namespace=NAMESPACE, workflow="etl", version=1)
 
     again = await create_run(
@@ -83,7 +80,7 @@ async def test_a_finished_run_leaves_the_active_list(store: Pool, fence: Fence) 
 
 
 async def test_history_is_append_only(store_dsn: str, store: Pool, fence: Fence) -> None:
-    run_id = (await start_run(store, fence, DIAMOND)).run.id
+    run_id = (await start_run(store, fence, WITH_UNDO)).run.id
     async with await psycopg.AsyncConnection.connect(store_dsn) as connection:
         with pytest.raises(psycopg.errors.CheckViolation, match="append-only"):
             await connection.execute("UPDATE flowforge_event SET kind = 'run.forged'")

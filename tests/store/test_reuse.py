@@ -132,6 +132,7 @@ async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
         (EventKind.TASK_REUSED, "b"),
     ]
     assert dict(history[0].detail) == {"retryOf": "diamond-1", "reused": ["a", "b"]}
+    assert [dict(e.detail) for e in history[2:]] == [{"retryOf": "diamond-1"}] * 2
 
     released = await _finish(store, fence, new, "c", ok=True)
     assert [d.task_key for d in released.create_jobs] == ["d"]

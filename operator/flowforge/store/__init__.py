@@ -17,7 +17,7 @@ Tables (``migrations/0001_initial.sql``)
 
 States (``flowforge.domain.states``, mirrored by CHECK constraints)
 -------------------------------------------------------------------
-Runs: pending, running, succeeded, failed, cancelled (+ the ``compensating`` flag while a
+Runs: Pending, Running, Succeeded, Failed, Cancelled (+ the ``compensating`` flag while a
 rollback runs; the run finishes only when it settles). Forward tasks: waiting, ready,
 running, succeeded, failed, skipped, cancelled. Compensators: not_triggered, pending,
 running, succeeded, failed, skipped. One CHECK ties the allowed states to the row's role,
@@ -32,9 +32,18 @@ transaction starts by locking the lease row ``FOR SHARE`` and comparing epochs; 
 epoch raises ``StaleEpochError`` and the transaction rolls back, changing nothing. A new
 holder increments the epoch with an UPDATE of that row, which waits for in-flight writes
 of the old epoch, so no old-epoch write can commit after a takeover. On top of the fence,
-every move is a compare-and-set on the expected state and attempt
-(``TransitionConflictError`` when it loses). Every decision runs through
-``retry.in_transaction``, which re-runs it after a serialization failure or deadlock.
+every move is a compare-and-set on the expected state and attempt; a move that loses
+returns ``Decision.lost()`` (``flowforge.domain.decision``), never an exception. Every
+decision runs through ``transaction.in_transaction``, which re-runs it after a
+serialization failure or deadlock.
+
+The moves, one module each
+--------------------------
+``runs.create_run`` (the whole graph at once; reuse for a retry, ``reuse.py``),
+``dispatch.dispatch_due``, ``outcomes.record_outcome`` (success, failure with retry, skip
+downstream, a compensator's outcome), ``cancel.cancel_run``, ``settle.settle_run`` (finish,
+start the rollback or its next compensator). Every one returns a ``Decision``; the
+operator's applier acts on it after the commit. Reads are in ``queries.py``.
 
 Queries and the index that serves each
 --------------------------------------
@@ -47,8 +56,8 @@ list_active_runs (reconciler)           ``flowforge_run_active_idx`` (partial)
 prune: finished runs before cutoff      ``flowforge_run_prunable_idx`` (partial)
 run_progress (GROUP BY role, state)     ``flowforge_task_progress_idx`` (index-only)
 settle probe "any unresolved task?"     ``flowforge_task_progress_idx``
-every transition on (run, task key)     ``flowforge_task_identity`` (unique)
-list_dispatchable / list_running        ``flowforge_task_active_idx`` (partial)
+every move on (run, task key)           ``flowforge_task_identity`` (unique)
+active_tasks (reconciler)               ``flowforge_task_progress_idx``
 release dependents, transitive skip     ``flowforge_task_dependency`` primary key
 FK check on task delete (retention)     ``flowforge_task_dependency_task_idx``
 prune a run's edges                     ``flowforge_task_dependency_run_idx``
@@ -58,13 +67,12 @@ run_history, prune a run's events       ``flowforge_event_run_idx``
 
 Transactions: decide in a transaction, commit, then act on Kubernetes idempotently; never
 call Kubernetes inside one. Recording a success is the hot path and is one statement
-(``transitions.RECORD_SUCCESS_QUERY``: fence check, compare-and-set, release of dependents
-under row locks taken in id order, for the operator their dispatch to running, events) on
-an autocommit connection, so one round trip; the operator uses it through
-``engine.record_outcome``.
+(``outcomes.RECORD_SUCCESS_QUERY``: fence check, compare-and-set, release of dependents
+under row locks taken in id order, their dispatch to running, events) on an autocommit
+connection, so one round trip.
 Settling the run happens right after the outcome commits (``settle.py`` explains why that
 is exactly once) and again from the reconciler as a backstop. Pool connections are in
-autocommit mode; ``retry.in_transaction`` opens transactions explicitly.
+autocommit mode; ``transaction.in_transaction`` opens transactions explicitly.
 """
 
 from flowforge.store.connection import Connection, Pool

@@ -4,7 +4,8 @@ Each query is served by one index (asserted by ``tests/store/test_indexes.py``):
 
 - ``run_progress`` / ``forward_counts``: ``flowforge_task_progress_idx (run_id, role,
   state)``, index-only.
-- ``list_tasks`` / ``active_tasks``: ``flowforge_task_identity (run_id, task_key)``.
+- ``list_tasks``: ``flowforge_task_identity (run_id, task_key)``; ``active_tasks``:
+  ``flowforge_task_progress_idx``.
 - ``job_created_attempts`` / ``latest_outcomes``: ``flowforge_event_run_idx``.
 - ``find_run_id_by_uid``: ``flowforge_run_identity``.
 """

@@ -1,5 +1,6 @@
 -- FlowForge schema 2: run phases spelled as Kubernetes spells them (Pending, Running,
--- Succeeded, Failed, Cancelled), the values of flowforge.domain.states.RunPhase.
+-- Succeeded, Failed, Cancelled), the values of flowforge.domain.states.RunPhase; and the
+-- unused active-task index dropped.
 ALTER TABLE flowforge_run DROP CONSTRAINT flowforge_run_phase_check;
 ALTER TABLE flowforge_run DROP CONSTRAINT flowforge_run_finished_iff_terminal;
 ALTER TABLE flowforge_run DROP CONSTRAINT flowforge_run_compensating_only_while_running;
@@ -16,3 +17,7 @@ ALTER TABLE flowforge_run ADD CONSTRAINT flowforge_run_compensating_only_while_r
 -- serves: list_active_runs (the reconciler's sweep over runs that are not finished)
 CREATE INDEX flowforge_run_active_idx ON flowforge_run (id)
     WHERE phase IN ('Pending', 'Running');
+
+-- no query reads it any more (the reconciler works per run, through the progress index),
+-- and every state change paid for maintaining it
+DROP INDEX flowforge_task_active_idx;

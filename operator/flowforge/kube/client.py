@@ -263,6 +263,19 @@ class KubeClient:
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
+    async def list_definitions(self, *, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's WorkflowDefinition objects, read from the apiserver (a quorum read,
+        so an object created a moment ago is listed)."""
+        response = await self._call(
+            self._custom.list_namespaced_custom_object,
+            RUN_GROUP,
+            RUN_VERSION,
+            namespace,
+            DEFINITION_PLURAL,
+        )
+        items: list[dict[str, Any]] = _json(response).get("items", [])
+        return items
+
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool:

@@ -26,7 +26,15 @@ from typing import Any
 
 from flowforge.localdev.apiclient import JsonObject, LocalApiClient
 from flowforge.localdev.binaries import find_bin_dir, read_versions
-from flowforge.localdev.kwokconfig import LOOPBACK, ClusterPorts, pick_free_ports, write_config
+from flowforge.localdev.kwokconfig import (
+    ADMISSION_DIR,
+    LOOPBACK,
+    ClusterPorts,
+    pick_free_ports,
+    write_admission_configuration,
+    write_config,
+)
+from flowforge.operator.certs import ClientCertificates
 
 CLUSTER_NAME = "flowforge"
 NODE_NAME = "flowforge-node"
@@ -62,6 +70,12 @@ class Cluster:
     @property
     def kubectl_binary(self) -> Path:
         return self.bin_dir / "kubectl"
+
+    @property
+    def webhook_client(self) -> ClientCertificates:
+        """The client certificate the apiserver presents to admission webhooks, and its CA
+        (what a webhook server started for this cluster must trust)."""
+        return ClientCertificates.in_directory(self.state_dir / ADMISSION_DIR)
 
     @property
     def logs_dir(self) -> Path:
@@ -238,12 +252,14 @@ def _create(
     controller_manager_qps: int | None,
 ) -> None:
     config = state_dir / "kwokctl.yaml"
+    admission_configuration, _ = write_admission_configuration(state_dir / ADMISSION_DIR)
     write_config(
         config,
         bin_dir=bin_dir,
         ports=ports,
         kube_version=versions["KUBE_VERSION"],
         kwok_version=versions["KWOK_VERSION"],
+        admission_configuration=admission_configuration,
         controller_manager_qps=controller_manager_qps,
     )
     completed = _kwokctl(bin_dir, state_dir, "--config", str(config), "create", "cluster")
@@ -374,6 +390,7 @@ def stop_cluster(state_dir: Path, *, grace_seconds: float = 10.0) -> None:
     shutil.rmtree(state_dir / "kubectl-cache", ignore_errors=True)
     for leftover in (STATE_FILE, "kubeconfig", "kwokctl.yaml"):
         (state_dir / leftover).unlink(missing_ok=True)
+    shutil.rmtree(state_dir / ADMISSION_DIR, ignore_errors=True)
 
 
 def _recorded_or_found_bin_dir(state_dir: Path) -> Path | None:

@@ -48,7 +48,11 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
-from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.operator.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_webhook_certificates,
+)
 from flowforge.store.migrate import migrate
 
 SIZES = (10, 1_000, 10_000)
@@ -100,8 +104,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def post_review(certs: WebhookCertificates, port: int, body: bytes) -> dict[str, Any]:
+def post_review(
+    certs: WebhookCertificates, client: ClientCertificates, port: int, body: bytes
+) -> dict[str, Any]:
     context = ssl.create_default_context(cafile=str(certs.ca_cert_path))
+    context.load_cert_chain(client.cert_path, client.key_path)
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
     try:
         connection.request("POST", f"/{VALIDATE_DEFINITION_HANDLER_ID}", body=body)
@@ -180,6 +187,7 @@ def webhook_server(
                 "-m",
                 "flowforge.operator.webhook_server",
                 *("--port", str(port), "--certs", str(scratch / "certs")),
+                *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
                 *("--dsn", dsn, "--kubeconfig", str(cluster.kubeconfig)),
             ],
             stdout=log,
@@ -191,7 +199,7 @@ def webhook_server(
             if process.poll() is not None:
                 raise RuntimeError(f"webhook server exited:\n{log_path.read_text()[-3000:]}")
             try:
-                post_review(certs, port, b"probe")
+                post_review(certs, cluster.webhook_client, port, b"probe")
             except RuntimeError:
                 break  # a 400 for the probe: it serves
             except OSError:
@@ -273,7 +281,7 @@ def main() -> None:
                     review = admission_review(definition(size))
 
                     def direct(review: bytes = review) -> None:
-                        if not post_review(certs, port, review)["allowed"]:
+                        if not post_review(certs, cluster.webhook_client, port, review)["allowed"]:
                             raise RuntimeError("a valid definition was denied")
 
                     def through_kubectl(path: Path = manifests[size]) -> None:

@@ -833,6 +833,8 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
                     str(port),
                     "--certs",
                     str(tmp_path / "certs"),
+                    "--client-ca",
+                    str(cluster.webhook_client.ca_cert_path),
                     "--dsn",
                     store_dsn,
                     "--kubeconfig",
@@ -842,10 +844,15 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
                 stderr=subprocess.STDOUT,
             )
         server = WebhookServer(
-            port=port, certs=certs, dsn=store_dsn, process=process, log_path=log_path
+            port=port,
+            certs=certs,
+            client=cluster.webhook_client,
+            dsn=store_dsn,
+            process=process,
+            log_path=log_path,
         )
         _wait_until_serving(server)
-        https = WebhookHttps(server)
+        https = WebhookHttps(server, client=server.client)
         good = {
             "workflow": "etl",
             "version": 1,

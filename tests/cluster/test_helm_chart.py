@@ -243,7 +243,16 @@ def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -
 def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm) -> None:
     manifests = helm.template(OPTIONS["namespaced"])
     roles = [m for m in manifests if m["kind"] == "Role"]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    operator_roles = [r for r in roles if r["metadata"]["name"].endswith("-operator")]
+    assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
+    webhook_roles = [r for r in roles if r["metadata"]["name"].endswith("-webhook-read")]
+    assert sorted(r["metadata"]["namespace"] for r in webhook_roles) == ["team-a", "team-b"]
+    # the webhook reads definitions (runs applied with theirs) and writes nothing
+    for role in webhook_roles:
+        assert role["rules"] == [
+            {"apiGroups": ["flowforge.io"], "resources": ["workflowdefinitions"], "verbs": ["list"]}
+        ]
+    assert len(roles) == len(operator_roles) + len(webhook_roles)
     cluster_roles = [m for m in manifests if m["kind"] == "ClusterRole"]
     # the only cluster-wide right left is kopf's read-only CRD watch
     assert [r["rules"] for r in cluster_roles] == [

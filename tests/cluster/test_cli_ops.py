@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from flowforge.cli.main import main
+from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
-from flowforge.store.redrive import RETRY_OF_ANNOTATION
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.plugins.webhooks import WebhookServer
 from tests.tools.mermaid_parser import parse_mermaid
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.cluster
 OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
 FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
 SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
-FINISHED = {"succeeded", "failed", "cancelled"}
+FINISHED = {"Succeeded", "Failed", "Cancelled"}
 
 # c fails: d is skipped, a and b succeeded
 FAILING_DIAMOND: dict[str, Any] = {
@@ -103,7 +103,7 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
     listed = await cli("runs", "list", *dsn, "-o", "json")
     assert listed.code == 0, listed.err
     assert [(run["name"], run["phase"], run["progress"]) for run in listed.json()] == [
-        ("d1", "failed", "2/4")
+        ("d1", "Failed", "2/4")
     ]
     table = await cli("runs", "list", *dsn)
     assert table.out.split("\n")[0].split() == [
@@ -213,7 +213,7 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
     cancelled = await cli("cancel", "s1")
     assert (cancelled.code, cancelled.out.strip()) == (0, "workflowrun/s1 cancel requested")
     body = await driver.wait_phase("s1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "cancelled"
+    assert body["status"]["phase"] == "Cancelled"
     shown = (await cli("runs", "show", "s1", *dsn, "-o", "json")).json()
     assert {task["key"]: task["state"] for task in shown["tasks"]} == {
         "wait": "cancelled",
@@ -240,7 +240,7 @@ async def test_show_lists_the_rollback_of_a_failed_saga_and_retry_redoes_it(
     await driver.publish(FAILING_SAGA)
     driver.create_run("saga1", workflow="saga")
     body = await driver.wait_phase("saga1", FINISHED, operator=operator, timeout=120)
-    assert body["status"]["phase"] == "failed"
+    assert body["status"]["phase"] == "Failed"
     shown = (await cli("runs", "show", "saga1", *dsn, "-o", "json")).json()
     assert [
         (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from flowforge.domain.api import DEFINITION_KIND
 from flowforge.domain.errors import DefinitionError, DefinitionSchemaError, ManifestError
 from flowforge.domain.manifests import ManifestDocument, read_documents
 from flowforge.domain.models import DefinitionSpec
@@ -23,7 +24,6 @@ from flowforge.domain.validation import parse_definition, validate_spec
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
-DEFINITION_KIND = "WorkflowDefinition"
 
 
 @dataclass(frozen=True, slots=True)

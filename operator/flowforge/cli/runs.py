@@ -29,14 +29,21 @@ from urllib3.exceptions import HTTPError
 
 from flowforge.cli import authoring
 from flowforge.cli.run_report import RunReport, load_report, report_text, runs_table
+from flowforge.domain.api import (
+    API_VERSION,
+    GROUP,
+    RETRY_OF_ANNOTATION,
+    RUN_KIND,
+    RUN_PLURAL,
+    VERSION,
+)
 from flowforge.domain.errors import FlowForgeError
 from flowforge.kube.jobs import CONTAINER_NAME, LABEL_ATTEMPT, LABEL_RUN, LABEL_TASK, label_value
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition_by_id
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import list_tasks
-from flowforge.store.redrive import (
-    RETRY_OF_ANNOTATION,
+from flowforge.store.reuse import (
     NamedRun,
     find_run_by_name,
     list_runs_by_namespace,
@@ -47,7 +54,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DSN_VARIABLE = "FLOWFORGE_DSN"
-GROUP, VERSION, PLURAL = "flowforge.io", "v1alpha1", "workflowruns"
 _RETRY_SUFFIX = re.compile(r"-retry-\d+$")
 MAX_RETRY_NAMES = 50
 T = TypeVar("T")
@@ -347,7 +353,7 @@ def _cancel(args: argparse.Namespace) -> int:
         custom = k8s.CustomObjectsApi(api)
         try:
             custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, args.run, {"spec": {"cancel": True}}
+                GROUP, VERSION, namespace, RUN_PLURAL, args.run, {"spec": {"cancel": True}}
             )
         except ApiException as error:
             if error.status == 404:
@@ -379,8 +385,8 @@ def _retry(args: argparse.Namespace) -> int:
     if old.phase == "succeeded":
         raise CommandError(f"run {old.name} succeeded: there is nothing to retry")
     body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "WorkflowRun",
+        "apiVersion": API_VERSION,
+        "kind": RUN_KIND,
         "metadata": {"annotations": {RETRY_OF_ANNOTATION: old.name}},
         "spec": {
             "workflow": old.workflow,
@@ -393,7 +399,7 @@ def _retry(args: argparse.Namespace) -> int:
         for number in range(1, MAX_RETRY_NAMES + 1):
             body["metadata"]["name"] = retry_name(old.name, number)
             try:
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUN_PLURAL, body)
             except ApiException as error:
                 if error.status == 409:
                     continue

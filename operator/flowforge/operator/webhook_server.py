@@ -26,15 +26,13 @@ from typing import Any
 
 import kopf
 
+from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.client import KubeClient
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
 from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
-
-PERSISTENCE_PREFIX = "flowforge.io"
-FINALIZER = "flowforge.io/finalizer"
 
 
 def configure_admission_settings(
@@ -51,12 +49,8 @@ def configure_admission_settings(
     )
     settings.admission.managed = None
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=PERSISTENCE_PREFIX
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PERSISTENCE_PREFIX
-    )
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX)
 
 
 def register_login(registry: kopf.OperatorRegistry) -> None:

@@ -53,6 +53,9 @@ async def run_example_to_the_end(
     assert stored.get("status", {}).get("message") == "published", stored.get("status")
 
 
+@pytest.mark.parametrize(
+    "operator_first", [True, False], ids=["operator-running", "operator-later"]
+)
 async def test_a_run_applied_with_its_definition_runs_to_the_end(
     cluster: Cluster,
     engine_namespace: str,
@@ -60,25 +63,19 @@ async def test_a_run_applied_with_its_definition_runs_to_the_end(
     webhook_store: Pool,
     operators: Callable[..., OperatorProcess],
     kube_api: k8s.ApiClient,
+    operator_first: bool,
 ) -> None:
-    process = await start_operator(operators, webhook_store, admission_webhooks)
+    process = (
+        await start_operator(operators, webhook_store, admission_webhooks)
+        if operator_first
+        else None
+    )
     applied = kubectl(cluster, "apply", "-n", engine_namespace, "-f", str(EXAMPLE))
     assert "workflowrun.flowforge.io/etl-2026-11-30 created" in applied.stdout
-    driver = RunDriver(api=kube_api, namespace=engine_namespace, pool=webhook_store)
-    await run_example_to_the_end(cluster, engine_namespace, webhook_store, driver, process)
-
-
-async def test_a_run_applied_while_no_operator_runs_is_not_refused(
-    cluster: Cluster,
-    engine_namespace: str,
-    admission_webhooks: WebhookServer,
-    webhook_store: Pool,
-    operators: Callable[..., OperatorProcess],
-    kube_api: k8s.ApiClient,
-) -> None:
-    kubectl(cluster, "apply", "-n", engine_namespace, "-f", str(EXAMPLE))
-    assert await list_versions(webhook_store, namespace=engine_namespace, workflow="etl") == []
-    process = await start_operator(operators, webhook_store, admission_webhooks)
+    if process is None:
+        # nothing publishes while no operator runs; the run must wait, not be refused
+        assert await list_versions(webhook_store, namespace=engine_namespace, workflow="etl") == []
+        process = await start_operator(operators, webhook_store, admission_webhooks)
     driver = RunDriver(api=kube_api, namespace=engine_namespace, pool=webhook_store)
     await run_example_to_the_end(cluster, engine_namespace, webhook_store, driver, process)
 

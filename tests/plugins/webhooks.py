@@ -179,14 +179,11 @@ def webhook_store_dsn(postgres_server_dsn: str, postgres_template: str) -> Itera
         _drop_database(postgres_server_dsn, name)
 
 
-@pytest.fixture(scope="session")
-def webhook_server(
-    cluster: Cluster,
-    flowforge_crds: list[str],
-    webhook_store_dsn: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WebhookServer]:
-    directory = tmp_path_factory.mktemp("webhooks")
+def spawn_webhook_server(
+    cluster: Cluster, *, directory: Path, dsn: str, kubeconfig: Path | None = None
+) -> WebhookServer:
+    """`python -m flowforge.operator.webhook_server` on a free port with new serving
+    certificates in ``directory``, trusting the cluster's webhook client CA, until it serves."""
     certs = generate_webhook_certificates(directory / "certs")
     port = _free_port()
     log_path = directory / "webhook-server.log"
@@ -196,16 +193,9 @@ def webhook_server(
                 sys.executable,
                 "-m",
                 "flowforge.operator.webhook_server",
-                "--port",
-                str(port),
-                "--certs",
-                str(directory / "certs"),
-                "--client-ca",
-                str(cluster.webhook_client.ca_cert_path),
-                "--dsn",
-                webhook_store_dsn,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
+                *("--port", str(port), "--certs", str(directory / "certs")),
+                *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
+                *("--dsn", dsn, "--kubeconfig", str(kubeconfig or cluster.kubeconfig)),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -214,20 +204,40 @@ def webhook_server(
         port=port,
         certs=certs,
         client=cluster.webhook_client,
-        dsn=webhook_store_dsn,
+        dsn=dsn,
         process=process,
         log_path=log_path,
     )
     try:
         _wait_until_serving(server)
+    except BaseException:
+        stop_webhook_server(server)
+        raise
+    return server
+
+
+def stop_webhook_server(server: WebhookServer) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def webhook_server(
+    cluster: Cluster,
+    flowforge_crds: list[str],
+    webhook_store_dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WebhookServer]:
+    directory = tmp_path_factory.mktemp("webhooks")
+    server = spawn_webhook_server(cluster, directory=directory, dsn=webhook_store_dsn)
+    try:
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop_webhook_server(server)
 
 
 @pytest.fixture(scope="module")

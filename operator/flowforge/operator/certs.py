@@ -13,6 +13,7 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Self
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -28,24 +29,36 @@ CLIENT_KEY_FILE = "client.key"
 
 
 @dataclass(frozen=True)
-class WebhookCertificates:
-    """Paths of the generated files; `ca_pem` is what a caBundle needs."""
+class _Files:
+    """A CA certificate and a certificate with its key, as files in one directory."""
 
     ca_cert_path: Path
     cert_path: Path
     key_path: Path
+
+    NAMES: ClassVar[tuple[str, str, str]] = (CA_CERT_FILE, SERVING_CERT_FILE, SERVING_KEY_FILE)
 
     @property
     def ca_pem(self) -> bytes:
         return self.ca_cert_path.read_bytes()
 
     @classmethod
-    def in_directory(cls, directory: Path) -> WebhookCertificates:
+    def in_directory(cls, directory: Path) -> Self:
+        ca, cert, key = cls.NAMES
         return cls(
-            ca_cert_path=directory / CA_CERT_FILE,
-            cert_path=directory / SERVING_CERT_FILE,
-            key_path=directory / SERVING_KEY_FILE,
+            ca_cert_path=directory / ca, cert_path=directory / cert, key_path=directory / key
         )
+
+
+class WebhookCertificates(_Files):
+    """Paths of the generated serving files; `ca_pem` is what a caBundle needs."""
+
+
+class ClientCertificates(_Files):
+    """A CA and the client certificate it signed: the apiserver presents the certificate to
+    the webhooks, which trust only that CA."""
+
+    NAMES = (CLIENT_CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -136,7 +149,7 @@ def _write(
     ca: x509.Certificate,
     cert: x509.Certificate,
     key: ec.EllipticCurvePrivateKey,
-    paths: WebhookCertificates | ClientCertificates,
+    paths: _Files,
 ) -> None:
     paths.ca_cert_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -179,24 +192,6 @@ def generate_webhook_certificates(
     files = WebhookCertificates.in_directory(directory)
     _write(ca=authority.cert, cert=cert, key=key, paths=files)
     return files
-
-
-@dataclass(frozen=True)
-class ClientCertificates:
-    """A CA and the client certificate it signed: the apiserver presents the certificate to
-    the webhooks, which trust only that CA."""
-
-    ca_cert_path: Path
-    cert_path: Path
-    key_path: Path
-
-    @classmethod
-    def in_directory(cls, directory: Path) -> ClientCertificates:
-        return cls(
-            ca_cert_path=directory / CLIENT_CA_CERT_FILE,
-            cert_path=directory / CLIENT_CERT_FILE,
-            key_path=directory / CLIENT_KEY_FILE,
-        )
 
 
 def generate_client_certificates(

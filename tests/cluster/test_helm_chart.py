@@ -181,7 +181,7 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
         ),
         ("metrics.port=80", "at '/metrics/port': minimum"),
         ("webhook.clientAuth.caFile=x", "additional properties 'caFile' not allowed"),
-        ("webhook.networkPolicy.podCIDRs={}", "at '/webhook/networkPolicy/podCIDRs'"),
+        ("webhook.networkPolicy.enabled=maybe", "at '/webhook/networkPolicy/enabled'"),
         ("image.digest=sha256:abc", "at '/image/digest'"),
         ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
     ],

@@ -15,7 +15,7 @@ from flowforge.operator.admission import (
     decide_run,
     decide_run_mutation,
 )
-from tests.unit.test_admission import InMemoryRegistry, create, definition_spec, wrap
+from tests.unit.admission_fakes import InMemoryRegistry, create, definition_spec, wrap
 
 
 @pytest.fixture

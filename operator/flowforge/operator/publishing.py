@@ -52,6 +52,11 @@ async def publish_object(pool: Pool, body: Mapping[str, Any]) -> PublishOutcome:
     return PublishOutcome(definition=definition, message="published")
 
 
+def _version_of(obj: Mapping[str, Any]) -> int:
+    version = obj["spec"].get("version")
+    return version if type(version) is int else 0
+
+
 class PendingPublisher:
     """Publishes the stored, not yet published versions of one workflow on demand."""
 
@@ -67,6 +72,6 @@ class PendingPublisher:
             if (obj.get("spec") or {}).get("workflow") == workflow
             and not (obj.get("metadata") or {}).get("deletionTimestamp")
         ]
-        objects.sort(key=lambda obj: str(obj["spec"].get("version")))
+        objects.sort(key=_version_of)
         outcomes = [await publish_object(self._pool, obj) for obj in objects]
         return any(outcome.definition is not None for outcome in outcomes)

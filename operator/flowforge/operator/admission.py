@@ -185,8 +185,7 @@ def _conflict(definition: DefinitionSpec, *, held_by: str, fingerprint: str) -> 
     return Verdict.deny(
         f"workflow {definition.workflow!r} version {version} {held_by} with different "
         f"content (fingerprint {fingerprint[:19]}, this one {definition.fingerprint[:19]}); a "
-        f"published version is immutable: publish a new version ("
-        "the next after the newest)",
+        "published version is immutable: publish a new version (the next after the newest)",
         code=CODE_CONFLICT,
     )
 

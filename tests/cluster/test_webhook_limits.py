@@ -34,12 +34,14 @@ LIMITS = ServerLimits(
     handshake_timeout_seconds=0.5,
     keepalive_timeout_seconds=5,
     max_connections=2,
+    reload_interval_seconds=0.2,
 )
 REVIEW = b'{"request": {"uid": "u-1", "namespace": "a", "object": {}}}'
 
 
 @dataclass
 class Served:
+    directory: Path
     port: int
     certs: WebhookCertificates
     client: ClientCertificates
@@ -76,7 +78,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     await anext(configs)
     serving = asyncio.ensure_future(anext(configs))
     try:
-        yield Served(port=port, certs=certs, client=client, reviews=reviews)
+        yield Served(directory=tmp_path, port=port, certs=certs, client=client, reviews=reviews)
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
@@ -171,3 +173,16 @@ async def test_connections_over_the_limit_are_closed_at_once(served: Served) -> 
     writer.write(_request(REVIEW))
     assert await _status(reader) == 200
     writer.close()
+
+
+async def test_renewed_certificate_files_are_served_without_a_restart(served: Served) -> None:
+    old = served.context()
+    await asyncio.sleep(0.05)  # a later modification time than the first files
+    served.certs = generate_webhook_certificates(served.directory / "serving")
+    await asyncio.sleep(LIMITS.reload_interval_seconds * 4)
+    reader, writer = await _connect(served)  # trusts only the new CA
+    writer.write(_request(REVIEW))
+    assert await _status(reader) == 200
+    writer.close()
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await asyncio.open_connection("127.0.0.1", served.port, ssl=old)

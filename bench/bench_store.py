@@ -1,20 +1,26 @@
-"""Outcome transactions per second: record an outcome and release its dependent.
+"""The store's live outcome path beside pgbench on the same server, in one run, interleaved.
+
+Prints outcomes per second beside the commits this PostgreSQL manages at all (pgbench).
+
+The outcome path is the operator's own (``store.outcomes.record_outcome``, as
+``operator.engine`` calls it for a finished Job): one fenced statement that records the
+success, releases the dependent and moves it on to running (its Job to create comes back in
+the ``Decision``), then nothing else, since a released task is unresolved and whoever
+resolves it settles the run. Each writer drives its own run of N pairs ``root-i -> child-i``
+(the operator's concurrency comes from many runs at once); the roots are dispatched first
+(``dispatch_due``, one statement), then each writer records its roots' successes one after
+another, and every decision must dispatch exactly the root's child.
+
+The baseline is pgbench's built-in TPC-B-like transaction (5 statements, one commit) with
+as many clients as writers, on the same server. The two alternate ``--rounds`` times for
+each writer count, so both see the same machine state; the medians and their ratio are
+printed (how close an outcome comes to what this machine's PostgreSQL commits at all).
 
 Starts PostgreSQL 15 from the machine's binaries in a temporary directory with default
 durability (fsync on, synchronous_commit on), or uses ``--dsn`` / ``FLOWFORGE_BENCH_DSN``
-(the database is migrated; the bench's rows are left in it). For each writer count, one
-run holds N independent pairs ``root-i -> child-i``; every root is marked running first,
-then the writers record the roots' successes concurrently. Each ``record_outcome`` is one
-fenced compare-and-set transaction that also releases the child and appends the events,
-followed by the run-settle probe. Prints transactions per second for 1 and 4 writers;
-then the same for the operator's own outcome path (``store.engine.record_outcome``: the
-same one statement, which also moves the released child on to running, then the settle
-probe), one run per writer;
-and, as the baseline measured on the same server in the same run, pgbench's built-in
-TPC-B-like transaction (5 statements, one commit) with as many clients: the ratio says how
-close an outcome comes to what this machine's PostgreSQL commits at all.
+(the database is migrated, and pgbench's tables are created in it; the rows are left).
 
-    .venv/bin/python bench/bench_store.py [--pairs 2000] [--writers 1 4]
+    .venv/bin/python bench/bench_store.py [--pairs 2000] [--writers 1 4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -24,29 +30,39 @@ import asyncio
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from flowforge.domain.decision import JobRef
 from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeReason
 from flowforge.domain.validation import parse_definition
 from flowforge.localdev import postgres as localdev
-from flowforge.store import engine as store_engine
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
+from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence, acquire_lease
 from flowforge.store.migrate import migrate
+from flowforge.store.outcomes import record_outcome
 from flowforge.store.pool import open_pool
-from flowforge.store.runs import create_run
-from flowforge.store.transitions import mark_running, record_outcome
+from flowforge.store.runs import RunRecord, create_run
 
 NAMESPACE = "bench"
+SUCCESS = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED, exit_code=0)
 
 
-async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> tuple[int, str]:
+@dataclass(frozen=True)
+class OutcomeRound:
+    rate: float  # outcomes per second, all writers together
+    p50_ms: float  # one record_outcome call, median
+
+
+async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> RunRecord:
     tasks: list[dict[str, object]] = []
     for n in range(pairs):
         tasks.append({"key": f"root-{n}", "type": "py"})
@@ -61,126 +77,71 @@ async def _prepare_run(pool: Pool, fence: Fence, *, pairs: int, label: str) -> t
     )
     await publish_definition(pool, namespace=NAMESPACE, definition=spec)
     stored = await load_definition(pool, namespace=NAMESPACE, workflow=label, version=1)
-    run = await create_run(
-        pool,
-        fence=fence,
-        namespace=NAMESPACE,
-        name=label,
-        uid=str(uuid.uuid4()),
-        definition=stored,
+    created = await create_run(
+        pool, fence=fence, namespace=NAMESPACE, name=label, uid=str(uuid.uuid4()), definition=stored
     )
-    for n in range(pairs):
-        await mark_running(pool, fence=fence, run_id=run.run.id, task_key=f"root-{n}", attempt=1)
-    return run.run.id, run.run.uid
+    dispatched = await dispatch_due(pool, fence=fence, run_id=created.run.id)
+    if len(dispatched.create_jobs) != pairs:
+        raise SystemExit(f"expected {pairs} roots dispatched, saw {len(dispatched.create_jobs)}")
+    return created.run
 
 
-async def _measure_engine_path(
-    pool: Pool, fence: Fence, *, runs: list[tuple[int, str]], pairs_per_run: int
-) -> float:
-    """The operator's own outcome path (store.engine.record_outcome: one statement that also
-    dispatches the released child). One writer per run, as the operator's concurrency comes
-    from many runs at once."""
-    success = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED)
-    dispatched = 0
+async def measure_outcomes(
+    pool: Pool, fence: Fence, *, writers: int, pairs_per_run: int, label: str
+) -> OutcomeRound:
+    """``writers`` runs, one writer each, record every root's success."""
+    runs = [
+        await _prepare_run(pool, fence, pairs=pairs_per_run, label=f"{label}-{index}")
+        for index in range(writers)
+    ]
+    latencies: list[float] = []
 
-    async def writer(run_id: int, run_uid: str) -> None:
-        nonlocal dispatched
+    async def writer(run: RunRecord) -> None:
         for n in range(pairs_per_run):
-            decision = await store_engine.record_outcome(
+            began = time.perf_counter()
+            decision = await record_outcome(
                 pool,
                 fence=fence,
-                run_id=run_id,
-                run_uid=run_uid,
-                task_key=f"root-{n}",
-                attempt=1,
-                outcome=success,
+                run_id=run.id,
+                run_uid=run.uid,
+                job=JobRef(task_key=f"root-{n}", attempt=1),
+                outcome=SUCCESS,
                 backoff=BackoffPolicy(),
             )
-            dispatched += len(decision.dispatched)
+            latencies.append(time.perf_counter() - began)
+            if [d.task_key for d in decision.create_jobs] != [f"child-{n}"]:
+                raise SystemExit(f"root-{n}: expected child-{n} dispatched, got {decision}")
 
     started = time.perf_counter()
-    await asyncio.gather(*(writer(run_id, uid) for run_id, uid in runs))
+    await asyncio.gather(*(writer(run) for run in runs))
     elapsed = time.perf_counter() - started
-    total = pairs_per_run * len(runs)
-    if dispatched != total:
-        raise SystemExit(f"expected {total} dispatches, saw {dispatched}")
-    return total / elapsed
+    return OutcomeRound(rate=len(latencies) / elapsed, p50_ms=statistics.median(latencies) * 1000)
 
 
-async def _measure(pool: Pool, fence: Fence, *, run_id: int, pairs: int, writers: int) -> float:
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for n in range(pairs):
-        queue.put_nowait(n)
-    released = 0
-
-    async def writer() -> None:
-        nonlocal released
-        while not queue.empty():
-            n = queue.get_nowait()
-            result = await record_outcome(
-                pool, fence=fence, run_id=run_id, task_key=f"root-{n}", attempt=1, succeeded=True
-            )
-            released += len(result.released)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(writer() for _ in range(writers)))
-    elapsed = time.perf_counter() - started
-    if released != pairs:
-        raise SystemExit(f"expected {pairs} releases, saw {released}")
-    return pairs / elapsed
+def _pgbench() -> str:
+    return str(localdev.find_binary("pgbench"))
 
 
-async def _bench(dsn: str, *, pairs: int, writer_counts: list[int]) -> dict[int, float]:
-    await migrate(dsn)
-    pool = await open_pool(dsn, min_size=max(writer_counts), max_size=max(writer_counts))
-    try:
-        lease = await acquire_lease(pool, holder=f"bench-{os.getpid()}", ttl=timedelta(hours=1))
-        if lease is None:
-            raise SystemExit("the operator lease is held by someone else")
-        label = uuid.uuid4().hex[:8]
-        rates: dict[int, float] = {}
-        for writers in writer_counts:
-            run_id, _ = await _prepare_run(
-                pool, lease.fence, pairs=pairs, label=f"bench-{label}-{writers}"
-            )
-            rate = await _measure(pool, lease.fence, run_id=run_id, pairs=pairs, writers=writers)
-            rates[writers] = rate
-            print(
-                f"writers={writers}: {rate:,.0f} outcome transactions/s "
-                f"({pairs} outcomes, each releasing one dependent)"
-            )
-            runs = [
-                await _prepare_run(
-                    pool,
-                    lease.fence,
-                    pairs=pairs // writers,
-                    label=f"bench-{label}-engine-{writers}-{index}",
-                )
-                for index in range(writers)
-            ]
-            engine_rate = await _measure_engine_path(
-                pool, lease.fence, runs=runs, pairs_per_run=pairs // writers
-            )
-            print(
-                f"writers={writers}: {engine_rate:,.0f} operator outcome transactions/s "
-                f"(store.engine path, {writers} run(s), one writer each)"
-            )
-    finally:
-        await pool.close()
-    return rates
-
-
-def pgbench_baseline(dsn: str, *, clients: int, seconds: int = 10) -> float:
-    """Transactions per second of pgbench's default script on the same server."""
-    pgbench = str(localdev.find_binary("pgbench"))
+def pgbench_initialize(dsn: str) -> None:
     subprocess.run(
-        [pgbench, "--initialize", "--quiet", "--scale=4", dsn],
+        [_pgbench(), "--initialize", "--quiet", "--scale=4", dsn],
         check=True,
         capture_output=True,
         text=True,
     )
+
+
+def pgbench_tps(dsn: str, *, clients: int, seconds: int) -> float:
+    """Transactions per second of pgbench's default script on the same server."""
     result = subprocess.run(
-        [pgbench, f"--client={clients}", f"--jobs={min(clients, 2)}", f"--time={seconds}", dsn],
+        [
+            _pgbench(),
+            f"--client={clients}",
+            f"--jobs={min(clients, 2)}",
+            f"--time={seconds}",
+            "--no-vacuum",
+            dsn,
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -191,30 +152,84 @@ def pgbench_baseline(dsn: str, *, clients: int, seconds: int = 10) -> float:
     return float(match.group(1))
 
 
-def _print_baselines(dsn: str, rates: dict[int, float]) -> None:
-    for writers, rate in rates.items():
-        baseline = pgbench_baseline(dsn, clients=writers)
-        print(
-            f"writers={writers}: pgbench baseline {baseline:,.0f} tps on the same server; "
-            f"outcome/pgbench ratio {rate / baseline:.2f}"
-        )
+async def _bench(
+    dsn: str, *, pairs: int, writer_counts: list[int], rounds: int, pgbench_seconds: int
+) -> None:
+    await migrate(dsn)
+    await asyncio.to_thread(pgbench_initialize, dsn)
+    pool = await open_pool(dsn, min_size=max(writer_counts), max_size=max(writer_counts))
+    try:
+        lease = await acquire_lease(pool, holder=f"bench-{os.getpid()}", ttl=timedelta(hours=1))
+        if lease is None:
+            raise SystemExit("the operator lease is held by someone else")
+        label = f"bench-{uuid.uuid4().hex[:8]}"
+        summary: list[str] = []
+        for writers in writer_counts:
+            outcome_rounds: list[OutcomeRound] = []
+            baselines: list[float] = []
+            for number in range(1, rounds + 1):
+                measured = await measure_outcomes(
+                    pool,
+                    lease.fence,
+                    writers=writers,
+                    pairs_per_run=max(1, pairs // writers),
+                    label=f"{label}-w{writers}-r{number}",
+                )
+                outcome_rounds.append(measured)
+                baseline = await asyncio.to_thread(
+                    pgbench_tps, dsn, clients=writers, seconds=pgbench_seconds
+                )
+                baselines.append(baseline)
+                print(
+                    f"writers={writers} round {number}: {measured.rate:,.0f} outcomes/s "
+                    f"(p50 {measured.p50_ms:.2f} ms), pgbench {baseline:,.0f} tps",
+                    flush=True,
+                )
+            rate = statistics.median(r.rate for r in outcome_rounds)
+            p50 = statistics.median(r.p50_ms for r in outcome_rounds)
+            baseline = statistics.median(baselines)
+            summary.append(
+                f"writers={writers}: live outcome path {rate:,.0f}/s (p50 {p50:.2f} ms), "
+                f"pgbench TPC-B {baseline:,.0f} tps, ratio {rate / baseline:.2f} "
+                f"(medians of {rounds} interleaved rounds)"
+            )
+        print("\n".join(summary))
+    finally:
+        await pool.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get("FLOWFORGE_BENCH_DSN"))
-    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument(
+        "--pairs", type=int, default=2000, help="outcomes per round, split across the writers"
+    )
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per writer count")
+    parser.add_argument(
+        "--pgbench-seconds", type=int, default=5, help="length of each pgbench round"
+    )
     args = parser.parse_args()
+
+    def bench(dsn: str) -> None:
+        asyncio.run(
+            _bench(
+                dsn,
+                pairs=args.pairs,
+                writer_counts=args.writers,
+                rounds=args.rounds,
+                pgbench_seconds=args.pgbench_seconds,
+            )
+        )
+
     if args.dsn:
-        asyncio.run(_bench(args.dsn, pairs=args.pairs, writer_counts=args.writers))
+        bench(args.dsn)
         return
     directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
     try:
         server = localdev.start(directory)
-        print(f"local PostgreSQL 15 in {directory}, default durability (fsync on)")
-        rates = asyncio.run(_bench(server.dsn, pairs=args.pairs, writer_counts=args.writers))
-        _print_baselines(server.dsn, rates)
+        print(f"local PostgreSQL 15 in {directory}, default durability (fsync on)", flush=True)
+        bench(server.dsn)
     finally:
         localdev.stop(directory)
         shutil.rmtree(directory, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowforge.cli.main import main
+from flowforge.store.migrate import newest_known_version
 
 pytestmark = pytest.mark.store
 
@@ -12,10 +13,15 @@ pytestmark = pytest.mark.store
 def test_migrate_then_migrate_again_says_up_to_date(
     empty_database_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    newest = newest_known_version()
+    versions = ", ".join(str(version) for version in range(1, newest + 1))
+
     assert main(["db", "migrate", "--dsn", empty_database_dsn]) == 0
-    assert "applied migrations 1" in capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == (
+        f"applied migrations {versions}; schema is at version {newest}"
+    )
     assert main(["db", "migrate", "--dsn", empty_database_dsn]) == 0
-    assert "up to date" in capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == f"schema is up to date at version {newest}"
 
 
 def test_prune_reads_the_dsn_from_the_environment_and_reports_counts(

@@ -1,4 +1,8 @@
-"""Each documented query is served by its index (EXPLAIN after ANALYZE).
+"""Each query the operator runs is served by its intended index (EXPLAIN after ANALYZE).
+
+The cases are the module-level query constants of ``flowforge.store`` (every statement of a
+move or a read that the store names); a test keeps the list complete, so a new query
+cannot be added without saying which index serves it.
 
 The tables here hold a few hundred rows, where a sequential scan is genuinely cheaper and
 the planner rightly picks it. ``enable_seqscan = off`` makes a sequential scan a last
@@ -9,173 +13,342 @@ to a sequential scan, and the assertion would fail.
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Callable, Iterator
+import os
+import pkgutil
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
+import flowforge.store
+from flowforge.domain.states import CompensationState, TaskRole
+from flowforge.store import (
+    cancel,
+    definitions,
+    dispatch,
+    events,
+    outcomes,
+    queries,
+    retention,
+    reuse,
+    runs,
+    settle,
+)
 from flowforge.store.connection import Pool
-from flowforge.store.definitions import LOAD_NEWEST_QUERY, LOAD_QUERY
-from flowforge.store.events import HISTORY_QUERY
-from flowforge.store.lease import Fence
-from flowforge.store.queries import (
-    DISPATCHABLE_QUERY,
-    GET_TASK_QUERY,
-    PROGRESS_QUERY,
-    RUNNING_QUERY,
-)
-from flowforge.store.retention import PRUNABLE_QUERY
-from flowforge.store.runs import ACTIVE_RUNS_QUERY, FIND_RUN_QUERY
-from flowforge.store.settle import UNRESOLVED_QUERY
-from flowforge.store.transitions import (
-    RECORD_SUCCESS_QUERY,
-    SKIP_DOWNSTREAM_QUERY,
-    mark_running,
-    record_outcome,
-)
-from tests.store.conftest import NAMESPACE, start_run
+from flowforge.store.dispatch import dispatch_due
+from flowforge.store.lease import Fence, acquire_lease
+from flowforge.store.pool import open_pool
+from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
+from tests.store.conftest import NAMESPACE, failure, record, roll_back, start_run
 
 pytestmark = pytest.mark.store
 
+RUN_PKEY = "flowforge_run_pkey"
+TASK_PKEY = "flowforge_task_pkey"
+LEASE_PKEY = "flowforge_lease_pkey"
+TASK_IDENTITY = "flowforge_task_identity"
+PROGRESS = "flowforge_task_progress_idx"
+EDGES = "flowforge_task_dependency_pkey"
+EVENTS = "flowforge_event_run_idx"
 
-def _index_names(plan: Any) -> Iterator[str]:
+
+def _plan_values(plan: Any, field: str) -> Iterator[str]:
+    """Every value of ``field`` ("Index Name", "Node Type") in an EXPLAIN (FORMAT JSON) plan."""
     if isinstance(plan, dict):
-        if "Index Name" in plan:
-            yield str(plan["Index Name"])
+        if field in plan:
+            yield str(plan[field])
         for value in plan.values():
-            yield from _index_names(value)
+            yield from _plan_values(value, field)
     elif isinstance(plan, list):
         for item in plan:
-            yield from _index_names(item)
+            yield from _plan_values(item, field)
 
 
-@pytest.fixture
-async def populated(store: Pool, fence: Fence) -> tuple[int, int]:
-    """Twelve runs of a 12-task graph, some of them finished; returns (run id, task id)."""
-    tasks: list[dict[str, Any]] = [{"key": "root"}]
-    tasks += [{"key": f"mid-{n}", "dependsOn": ["root"]} for n in range(10)]
-    tasks += [{"key": "sink", "dependsOn": [f"mid-{n}" for n in range(10)]}]
+@dataclass(frozen=True)
+class Populated:
+    dsn: str
+    pool: Pool
+    run_id: int  # a run rolling back: forward tasks resolved, a compensator running
+    task_id: int  # its root task
+    compensator_id: int  # its pending compensator
+
+
+TASKS: list[dict[str, Any]] = [
+    {"key": "root"},
+    *({"key": f"mid-{n}", "dependsOn": ["root"]} for n in range(10)),
+    {"key": "sink", "dependsOn": [f"mid-{n}" for n in range(10)]},
+    {"key": "undo-root", "compensateFor": "root"},
+    {"key": "undo-sink", "compensateFor": "sink"},
+    *({"key": f"undo-mid-{n}", "compensateFor": f"mid-{n}"} for n in range(10)),
+]
+
+
+@pytest.fixture(scope="module")
+async def populated(postgres_server_dsn: str, postgres_template: str) -> AsyncIterator[Populated]:
+    """One database for the module (the plans only EXPLAIN, nothing runs): twelve runs of a
+    24-task graph, finished ones (succeeded, failed and rolled back), ones running, and the
+    last one rolling back."""
+    name = f"flowforge_indexes_{os.getpid()}"
+    _create_database(postgres_server_dsn, name, template=postgres_template)
+    dsn = dsn_for_database(postgres_server_dsn, name)
+    store = await open_pool(dsn, min_size=1, max_size=2)
+    try:
+        lease = await acquire_lease(store, holder="test-operator", ttl=timedelta(minutes=5))
+        assert lease is not None
+        yield await _populate(store, lease.fence, dsn)
+    finally:
+        await store.close()
+        _drop_database(postgres_server_dsn, name)
+
+
+async def _populate(store: Pool, fence: Fence, dsn: str) -> Populated:
     run_id = 0
     for n in range(12):
-        run_id = (await start_run(store, fence, tasks, workflow=f"wf-{n}")).run.id
-        await mark_running(store, fence=fence, run_id=run_id, task_key="root", attempt=1)
-        await record_outcome(
-            store, fence=fence, run_id=run_id, task_key="root", attempt=1, succeeded=n % 2 == 0
-        )
+        run = (await start_run(store, fence, TASKS, workflow=f"wf-{n}")).run
+        run_id = run.id
+        await dispatch_due(store, fence=fence, run_id=run.id)
+        if n % 3 == 0:  # fails at once: Failed, nothing to undo
+            await record(store, fence, run, "root", failure())
+            continue
+        await record(store, fence, run, "root")
+        if n % 3 == 1 and n > 6:  # the mids run
+            continue
+        for m in range(9):
+            await record(store, fence, run, f"mid-{m}")
+        if n % 3 == 1:  # succeeds
+            await record(store, fence, run, "mid-9")
+            await record(store, fence, run, "sink")
+            continue
+        failed = await record(store, fence, run, "mid-9", failure())  # the rollback starts
+        if n != 11:
+            await roll_back(store, fence, run, failed)
     async with store.connection() as connection:
         await connection.execute("ANALYZE")
         cursor = await connection.execute(
-            "SELECT id FROM flowforge_task WHERE run_id = %s AND task_key = 'root'", (run_id,)
+            "SELECT (SELECT id FROM flowforge_task WHERE run_id = %(run)s AND task_key = 'root'),"
+            " (SELECT id FROM flowforge_task WHERE run_id = %(run)s AND state = %(pending)s "
+            "  ORDER BY id LIMIT 1)",
+            {"run": run_id, "pending": CompensationState.PENDING},
         )
         row = await cursor.fetchone()
-    assert row is not None
-    return run_id, int(row[0])
+    assert row is not None and row[1] is not None
+    return Populated(
+        dsn=dsn, pool=store, run_id=run_id, task_id=int(row[0]), compensator_id=int(row[1])
+    )
 
 
-async def _plan_indexes(
-    store: Pool, query: str, params: tuple[Any, ...] | dict[str, Any]
-) -> set[str]:
+async def _plan(store: Pool, query: str, params: tuple[Any, ...] | dict[str, Any]) -> Any:
     async with store.connection() as connection:
         await connection.execute("SET enable_seqscan = off")
         cursor = await connection.execute(("EXPLAIN (FORMAT JSON) " + query).encode(), params)
         row = await cursor.fetchone()
-        await connection.rollback()
+        await connection.execute("RESET enable_seqscan")
     assert row is not None
-    plan = row[0] if not isinstance(row[0], str) else json.loads(row[0])
-    return set(_index_names(plan))
+    return row[0] if not isinstance(row[0], str) else json.loads(row[0])
 
 
-Params = Callable[[int, int], tuple[Any, ...] | dict[str, Any]]
-CASES: dict[str, tuple[str, Params, str]] = {
-    "load_definition": (
-        LOAD_QUERY,
-        lambda r, t: (NAMESPACE, "wf-3", 1),
-        "flowforge_definition_identity",
+Params = Callable[[Populated], tuple[Any, ...] | dict[str, Any]]
+
+
+def _fenced(p: Populated, **more: Any) -> dict[str, Any]:
+    return {"lease": "operator", "epoch": 1, "run": p.run_id, **more}
+
+
+# each entry: one index of these the plan must use
+Needs = tuple[frozenset[str], ...]
+
+
+def needs(*indexes: str | frozenset[str]) -> Needs:
+    return tuple(frozenset({i}) if isinstance(i, str) else i for i in indexes)
+
+
+# a task row by (run, task key) or by (run, role, state): both are selective, the planner
+# may pick either; what must not happen is a scan of the run
+TASK_ROW = frozenset({TASK_IDENTITY, PROGRESS})
+# the run row by its primary key, or by the partial index of active runs (the statement
+# asks for an active run)
+ACTIVE_RUN = frozenset({RUN_PKEY, "flowforge_run_active_idx"})
+
+# query -> (its parameters, the indexes its plan must use)
+CASES: dict[str, tuple[str, Params, Needs]] = {
+    # moves
+    "outcomes.RECORD_SUCCESS_QUERY": (
+        outcomes.RECORD_SUCCESS_QUERY,
+        lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
+        needs(LEASE_PKEY, RUN_PKEY, TASK_ROW, EDGES, TASK_PKEY),
     ),
-    "newest_version": (
-        LOAD_NEWEST_QUERY,
-        lambda r, t: (NAMESPACE, "wf-3"),
-        "flowforge_definition_identity",
+    "outcomes.SKIP_DOWNSTREAM_QUERY": (
+        outcomes.SKIP_DOWNSTREAM_QUERY,
+        lambda p: {"task": p.task_id},
+        needs(EDGES, TASK_PKEY),
     ),
-    "find_run": (
-        FIND_RUN_QUERY,
-        lambda r, t: (NAMESPACE, "wf-3-run", "x"),
-        "flowforge_run_identity",
+    "outcomes.LOCK_ATTEMPT_QUERY": (
+        outcomes.LOCK_ATTEMPT_QUERY,
+        lambda p: (p.run_id, "root", TaskRole.FORWARD, 1),
+        needs(TASK_ROW),
     ),
-    "list_active_runs": (ACTIVE_RUNS_QUERY, lambda r, t: (0, 100), "flowforge_run_active_idx"),
-    "prune": (PRUNABLE_QUERY, lambda r, t: (timedelta(days=30), 100), "flowforge_run_prunable_idx"),
-    "run_progress": (PROGRESS_QUERY, lambda r, t: (r,), "flowforge_task_progress_idx"),
-    "settle_probe": (UNRESOLVED_QUERY, lambda r, t: {"run": r}, "flowforge_task_progress_idx"),
-    "get_task": (GET_TASK_QUERY, lambda r, t: (r, "sink"), "flowforge_task_identity"),
-    "dispatchable": (DISPATCHABLE_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
-    "running": (RUNNING_QUERY, lambda r, t: (100,), "flowforge_task_active_idx"),
-    "record_success_and_release": (
-        RECORD_SUCCESS_QUERY,
-        lambda r, t: {
-            "lease": "operator",
-            "epoch": 1,
-            "run": r,
-            "key": "root",
-            "attempt": 1,
-            "detail": "{}",
-            "dispatch": True,
-        },
-        "flowforge_task_dependency_pkey",
+    "dispatch.DISPATCH_DUE_QUERY": (
+        dispatch.DISPATCH_DUE_QUERY,
+        lambda p: {"run": p.run_id, "epoch": 1},
+        needs(ACTIVE_RUN, PROGRESS),
     ),
-    "skip_downstream": (
-        SKIP_DOWNSTREAM_QUERY,
-        lambda r, t: {"task": t},
-        "flowforge_task_dependency_pkey",
+    "dispatch.NEXT_DUE_QUERY": (
+        dispatch.NEXT_DUE_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
     ),
-    "run_history": (HISTORY_QUERY, lambda r, t: (r, 0), "flowforge_event_run_idx"),
+    "dispatch.JOB_CREATED_QUERY": (
+        dispatch.JOB_CREATED_QUERY,
+        lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
+        needs(LEASE_PKEY, TASK_IDENTITY),
+    ),
+    "cancel.CANCEL_TASKS_QUERY": (
+        cancel.CANCEL_TASKS_QUERY,
+        lambda p: {"run": p.run_id, "reason": "x"},
+        needs(PROGRESS, TASK_PKEY),
+    ),
+    "cancel.ABANDON_QUERY": (
+        cancel.ABANDON_QUERY,
+        lambda p: {"run": p.run_id, "reason": "x"},
+        needs(PROGRESS),
+    ),
+    "settle.UNRESOLVED_QUERY": (
+        settle.UNRESOLVED_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
+    "settle.TRIGGER_QUERY": (
+        settle.TRIGGER_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS, TASK_IDENTITY),
+    ),
+    "settle.HOLD_UNRESOLVED_QUERY": (
+        settle.HOLD_UNRESOLVED_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
+    "settle.NEXT_STEP_QUERY": (
+        settle.NEXT_STEP_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS, "flowforge_task_one_running_compensator_idx"),
+    ),
+    "settle.START_STEP_QUERY": (
+        settle.START_STEP_QUERY,
+        lambda p: (p.compensator_id,),
+        needs(TASK_PKEY),
+    ),
+    "runs.FIND_RUN_QUERY": (
+        runs.FIND_RUN_QUERY,
+        lambda p: (NAMESPACE, "wf-3-run", "x"),
+        needs("flowforge_run_identity"),
+    ),
+    "reuse.CANDIDATES_QUERY": (
+        reuse.CANDIDATES_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
+    # reads
+    "definitions.LOAD_QUERY": (
+        definitions.LOAD_QUERY,
+        lambda p: (NAMESPACE, "wf-3", 1),
+        needs("flowforge_definition_identity"),
+    ),
+    "definitions.LOAD_NEWEST_QUERY": (
+        definitions.LOAD_NEWEST_QUERY,
+        lambda p: (NAMESPACE, "wf-3"),
+        needs("flowforge_definition_identity"),
+    ),
+    "runs.ACTIVE_RUNS_QUERY": (
+        runs.ACTIVE_RUNS_QUERY,
+        lambda p: (0, 100),
+        needs("flowforge_run_active_idx"),
+    ),
+    "reuse.FIND_BY_NAME_QUERY": (
+        reuse.FIND_BY_NAME_QUERY,
+        lambda p: (NAMESPACE, "wf-3-run"),
+        needs("flowforge_run_identity", "flowforge_definition_pkey"),
+    ),
+    "reuse.LIST_QUERY": (
+        reuse.LIST_QUERY,
+        lambda p: (NAMESPACE, 100),
+        # newest first: a backward scan of the primary key that stops at the limit, or the
+        # namespace's entries of the identity index, sorted
+        needs(frozenset({RUN_PKEY, "flowforge_run_identity"}), "flowforge_definition_pkey"),
+    ),
+    "queries.PROGRESS_QUERY": (queries.PROGRESS_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
+    "queries.FORWARD_COUNTS_QUERY": (
+        queries.FORWARD_COUNTS_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "queries.ACTIVE_TASKS_QUERY": (
+        queries.ACTIVE_TASKS_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "queries.LATEST_OUTCOMES_QUERY": (
+        queries.LATEST_OUTCOMES_QUERY,
+        lambda p: (p.run_id, ["root", "sink"]),
+        needs(EVENTS),
+    ),
+    "queries.JOB_CREATED_ATTEMPTS_QUERY": (
+        queries.JOB_CREATED_ATTEMPTS_QUERY,
+        lambda p: (p.run_id,),
+        needs(EVENTS),
+    ),
+    "queries.ROLLBACK_STEPS_QUERY": (
+        queries.ROLLBACK_STEPS_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS, TASK_IDENTITY),
+    ),
+    "events.HISTORY_QUERY": (events.HISTORY_QUERY, lambda p: (p.run_id, 0), needs(EVENTS)),
+    "retention.PRUNABLE_QUERY": (
+        retention.PRUNABLE_QUERY,
+        lambda p: (timedelta(days=30), 100),
+        needs("flowforge_run_prunable_idx"),
+    ),
 }
 
 
-async def test_recording_a_success_finds_its_task_row_by_index(
-    store: Pool, populated: tuple[int, int]
-) -> None:
-    """The task row is found by (run_id, task_key) or by (run_id, role, state): the planner
-    may pick either, both are selective; what must not happen is a scan of the run."""
-    run_id, _ = populated
-    params = {
-        "lease": "operator",
-        "epoch": 1,
-        "run": run_id,
-        "key": "root",
-        "attempt": 1,
-        "detail": "{}",
-        "dispatch": True,
-    }
+def _store_query_constants() -> set[str]:
+    names = set()
+    for module_info in pkgutil.iter_modules(flowforge.store.__path__):
+        module = importlib.import_module(f"flowforge.store.{module_info.name}")
+        for name, value in vars(module).items():
+            if name.endswith("_QUERY") and isinstance(value, str):
+                names.add(f"{module_info.name}.{name}")
+    return names
 
-    used = await _plan_indexes(store, RECORD_SUCCESS_QUERY, params)
 
-    assert used & {"flowforge_task_identity", "flowforge_task_progress_idx"}
-    assert "flowforge_lease_pkey" in used
+def test_every_query_constant_of_the_store_has_an_index_case() -> None:
+    assert _store_query_constants() == set(CASES)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_the_query_uses_its_index(name: str, store: Pool, populated: tuple[int, int]) -> None:
-    query, params, index = CASES[name]
-    run_id, task_id = populated
+async def test_the_query_uses_its_index(name: str, populated: Populated) -> None:
+    query, params, indexes = CASES[name]
 
-    used = await _plan_indexes(store, query, params(run_id, task_id))
+    plan = await _plan(populated.pool, query, params(populated))
 
-    assert index in used, f"{name} should use {index}, plan uses {sorted(used)}"
+    used = set(_plan_values(plan, "Index Name"))
+    missing = [sorted(choice) for choice in indexes if not choice & used]
+    assert not missing, f"{name} should use one of each of {missing}, its plan uses {sorted(used)}"
+    assert "Seq Scan" not in set(_plan_values(plan, "Node Type")), f"{name} scans a table"
 
 
-async def test_progress_counts_are_an_index_only_scan(
-    store_dsn: str, populated: tuple[int, int]
-) -> None:
-    run_id, _ = populated
-    async with await psycopg.AsyncConnection.connect(store_dsn, autocommit=True) as connection:
+async def test_progress_counts_are_an_index_only_scan(populated: Populated) -> None:
+    async with await psycopg.AsyncConnection.connect(populated.dsn, autocommit=True) as connection:
         await connection.execute("VACUUM (ANALYZE) flowforge_task")  # sets the visibility map
         await connection.execute("SET enable_seqscan = off")
-        cursor = await connection.execute(
-            ("EXPLAIN (FORMAT JSON) " + PROGRESS_QUERY).encode(), (run_id,)
-        )
-        row = await cursor.fetchone()
-    assert row is not None
-    assert '"Index Only Scan"' in json.dumps(row[0])
+        for query in (queries.PROGRESS_QUERY, queries.FORWARD_COUNTS_QUERY):
+            cursor = await connection.execute(
+                ("EXPLAIN (FORMAT JSON) " + query).encode(), (populated.run_id,)
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            assert "Index Only Scan" in set(_plan_values(row[0], "Node Type")), query

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import psycopg
 import pytest
 
+from flowforge.domain.states import RunPhase
+from flowforge.store import migrate as migrate_module
 from flowforge.store.errors import SchemaNotMigratedError, SchemaTooNewError
-from flowforge.store.migrate import migrate, newest_known_version
+from flowforge.store.migrate import known_migrations, migrate, newest_known_version
 from flowforge.store.pool import open_pool
+from flowforge.store.runs import ACTIVE_RUNS_QUERY
 
 pytestmark = pytest.mark.store
 
@@ -54,3 +58,45 @@ async def test_a_schema_newer_than_known_is_refused_with_a_message(
 async def test_the_pool_refuses_an_unmigrated_database(empty_database_dsn: str) -> None:
     with pytest.raises(SchemaNotMigratedError, match="flowforge db migrate"):
         await open_pool(empty_database_dsn)
+
+
+async def test_schema_2_spells_the_phases_of_existing_runs_as_kubernetes_does(
+    empty_database_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = known_migrations()[:1]
+    monkeypatch.setattr(migrate_module, "known_migrations", lambda: first)
+    assert (await migrate(empty_database_dsn)).applied == (1,)
+    monkeypatch.undo()
+    # schema 1's spelling of each phase, and whether a run in it is finished
+    old_spelling = {
+        "pending": False,
+        "running": False,
+        "succeeded": True,
+        "failed": True,
+        "cancelled": True,
+    }
+    with psycopg.connect(empty_database_dsn) as connection:
+        definition = connection.execute(
+            "INSERT INTO flowforge_definition (namespace, workflow, version, fingerprint, "
+            "document) VALUES ('ns', 'wf', 1, %s, '{}') RETURNING id",
+            ("sha256:" + "0" * 64,),
+        ).fetchone()
+        assert definition is not None
+        for phase, finished in old_spelling.items():
+            connection.execute(
+                "INSERT INTO flowforge_run (namespace, name, uid, definition_id, phase, "
+                "finished_at) VALUES ('ns', %s, %s, %s, %s, CASE WHEN %s THEN now() END)",
+                (phase, phase, definition[0], phase, finished),
+            )
+
+    report = await migrate(empty_database_dsn)
+
+    assert report.applied == tuple(range(2, newest_known_version() + 1))
+    with psycopg.connect(empty_database_dsn) as connection:
+        rows = connection.execute("SELECT name, phase FROM flowforge_run").fetchall()
+        connection.execute("SET enable_seqscan = off")
+        plan = connection.execute(
+            ("EXPLAIN (FORMAT JSON) " + ACTIVE_RUNS_QUERY).encode(), (0, 10)
+        ).fetchone()
+    assert dict(rows) == {phase: RunPhase(phase.capitalize()) for phase in old_spelling}
+    assert plan is not None and "flowforge_run_active_idx" in json.dumps(plan[0])

@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.states import CompensationState, RunPhase
+from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks, run_progress
 from flowforge.store.retention import PruneReport, prune
 from flowforge.store.runs import get_run
-from flowforge.store.transitions import mark_running, record_outcome
-from tests.store.conftest import start_run
+from tests.store.conftest import failure, finish, start_run
 
 pytestmark = pytest.mark.store
 
@@ -26,13 +27,10 @@ TASKS: list[dict[str, Any]] = [
 
 
 async def _finished_run(store: Pool, fence: Fence, workflow: str) -> int:
-    run_id = (await start_run(store, fence, TASKS, workflow=workflow)).run.id
-    for key in ("a", "b"):
-        await mark_running(store, fence=fence, run_id=run_id, task_key=key, attempt=1)
-        await record_outcome(
-            store, fence=fence, run_id=run_id, task_key=key, attempt=1, succeeded=True
-        )
-    return run_id
+    run = (await start_run(store, fence, TASKS, workflow=workflow)).run
+    await finish(store, fence, run, "a")
+    assert (await finish(store, fence, run, "b")).phase is RunPhase.SUCCEEDED
+    return run.id
 
 
 async def _age(store: Pool, run_id: int, days: int) -> None:
@@ -69,3 +67,30 @@ async def test_prune_removes_only_finished_runs_older_than_the_cutoff(
     kept = await run_progress(store, old)
     assert (kept.forward.total, kept.forward.succeeded) == (2, 2)
     assert await prune(store, older_than=timedelta(days=30)) == PruneReport()
+
+
+async def test_failed_and_cancelled_runs_are_pruned_in_batches_a_rollback_is_not(
+    store: Pool, fence: Fence
+) -> None:
+    failed = (await start_run(store, fence, TASKS, workflow="failed")).run
+    await finish(store, fence, failed, "a", failure())
+    cancelled = (await start_run(store, fence, TASKS, workflow="cancelled")).run
+    await cancel_run(store, fence=fence, run_id=cancelled.id, reason="test")
+    rolling_back = (await start_run(store, fence, TASKS, workflow="rolling-back")).run
+    await finish(store, fence, rolling_back, "a")
+    assert (await finish(store, fence, rolling_back, "b", failure())).create_jobs  # undo-a runs
+    for run_id in (failed.id, cancelled.id, rolling_back.id):
+        await _age(store, run_id, 40)
+
+    report = await prune(store, older_than=timedelta(days=30), batch_size=1)
+
+    assert report.runs == 2 and report.tasks == 6
+    assert {(await get_run(store, r.id)).pruned_at is not None for r in (failed, cancelled)} == {
+        True
+    }
+    assert (await get_run(store, rolling_back.id)).pruned_at is None
+    assert len(await list_tasks(store, rolling_back.id)) == 3
+    kept = await run_progress(store, cancelled.id)
+    assert (kept.forward.total, kept.forward.cancelled) == (2, 2)
+    assert kept.compensation == {CompensationState.NOT_TRIGGERED: 1}
+    assert (await get_run(store, failed.id)).phase is RunPhase.FAILED

@@ -7,7 +7,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.domain.states import CompensationState, RunPhase, TaskState
+from flowforge.domain.states import (
+    TERMINAL_RUN_PHASES,
+    CompensationState,
+    RunPhase,
+    TaskRole,
+    TaskState,
+)
 from flowforge.store.connection import Pool
 from flowforge.store.lease import Fence
 from tests.store.conftest import start_run
@@ -48,7 +54,9 @@ async def test_a_compensation_state_on_a_forward_task_is_refused(
     await start_run(store, fence, TASKS)
 
     error = await _refused(
-        store_dsn, "UPDATE flowforge_task SET state = 'not_triggered' WHERE task_key = 'a'"
+        store_dsn,
+        f"UPDATE flowforge_task SET state = '{CompensationState.NOT_TRIGGERED}' "
+        "WHERE task_key = 'a'",
     )
 
     assert isinstance(error, psycopg.errors.CheckViolation)
@@ -60,7 +68,7 @@ async def test_a_waiting_task_cannot_be_made_ready_with_dependencies_pending(
     await start_run(store, fence, TASKS)
 
     error = await _refused(
-        store_dsn, "UPDATE flowforge_task SET state = 'ready' WHERE task_key = 'b'"
+        store_dsn, f"UPDATE flowforge_task SET state = '{TaskState.READY}' WHERE task_key = 'b'"
     )
 
     assert error.diag.constraint_name == (
@@ -73,11 +81,37 @@ async def test_a_finished_phase_without_a_finish_time_is_refused(
 ) -> None:
     await start_run(store, fence, TASKS)
 
-    error = await _refused(store_dsn, "UPDATE flowforge_run SET phase = 'succeeded'")
+    error = await _refused(store_dsn, f"UPDATE flowforge_run SET phase = '{RunPhase.SUCCEEDED}'")
 
     assert error.diag.constraint_name == "flowforge_run_finished_iff_terminal"
-    bogus = await _refused(store_dsn, "UPDATE flowforge_run SET phase = 'paused'")
-    assert isinstance(bogus, psycopg.errors.CheckViolation)
+    bogus = await _refused(store_dsn, "UPDATE flowforge_run SET phase = 'Paused'")
+    assert bogus.diag.constraint_name == "flowforge_run_phase_check"
+
+
+async def test_the_lowercase_phases_of_schema_1_are_refused(
+    store_dsn: str, store: Pool, fence: Fence
+) -> None:
+    await start_run(store, fence, TASKS)
+
+    for phase in RunPhase:
+        error = await _refused(
+            store_dsn, f"UPDATE flowforge_run SET phase = '{phase.value.lower()}'"
+        )
+        assert error.diag.constraint_name == "flowforge_run_phase_check", phase
+
+
+async def test_a_finished_run_cannot_be_compensating(
+    store_dsn: str, store: Pool, fence: Fence
+) -> None:
+    await start_run(store, fence, TASKS)
+
+    error = await _refused(
+        store_dsn,
+        f"UPDATE flowforge_run SET compensating = true, phase = '{RunPhase.FAILED}', "
+        "finished_at = now()",
+    )
+
+    assert error.diag.constraint_name == "flowforge_run_compensating_only_while_running"
 
 
 async def test_two_running_compensators_in_one_run_are_refused(
@@ -86,7 +120,9 @@ async def test_two_running_compensators_in_one_run_are_refused(
     await start_run(store, fence, TASKS)
 
     error = await _refused(
-        store_dsn, "UPDATE flowforge_task SET state = 'running' WHERE role = 'compensation'"
+        store_dsn,
+        f"UPDATE flowforge_task SET state = '{CompensationState.RUNNING}' "
+        f"WHERE role = '{TaskRole.COMPENSATION}'",
     )
 
     assert isinstance(error, psycopg.errors.UniqueViolation)
@@ -118,7 +154,7 @@ async def test_every_state_of_the_domain_is_accepted_by_the_checks(
                     "THEN now() END",
                     (
                         str(phase),
-                        phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED),
+                        phase in TERMINAL_RUN_PHASES,
                     ),
                 )
         cursor = await connection.execute("SELECT count(*) FROM flowforge_task")

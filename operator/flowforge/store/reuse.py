@@ -8,7 +8,8 @@ the transaction that creates the run, so no task is ever dispatched that a reuse
 have covered.
 
 A task of OLD is reusable when it succeeded, its work was not undone (it has no compensator,
-or its compensator was never triggered or was skipped because the rollback halted), and
+or its compensator was never triggered or was skipped before it ever started, because the
+rollback halted), and
 every one of its upstreams is reusable: a task that ran on top of work that was undone is
 run again after that work is redone. Reuse only applies when the new run uses the same
 definition (namespace, workflow, version) as OLD; otherwise everything runs.
@@ -53,7 +54,8 @@ ORDER BY run.id DESC LIMIT %s
 """
 
 # forward tasks that succeeded and whose work was not undone: their compensator (if any) was
-# never triggered, or skipped because the rollback halted before it
+# never triggered, or skipped before any attempt of it started (the rollback halted before
+# it); one skipped while it ran (the object was deleted mid-rollback) may have undone part
 CANDIDATES_QUERY = f"""
 SELECT forward.task_key FROM flowforge_task AS forward
 WHERE forward.run_id = %(run)s AND forward.role = 'forward'
@@ -62,8 +64,9 @@ WHERE forward.run_id = %(run)s AND forward.role = 'forward'
       SELECT 1 FROM flowforge_task AS compensator
       WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
         AND compensator.compensates_key = forward.task_key
-        AND compensator.state NOT IN
-            ('{CompensationState.NOT_TRIGGERED}', '{CompensationState.SKIPPED}'))
+        AND compensator.state <> '{CompensationState.NOT_TRIGGERED}'
+        AND NOT (compensator.state = '{CompensationState.SKIPPED}'
+                 AND compensator.started_at IS NULL))
 """
 
 

@@ -246,6 +246,7 @@ async def _insert_graph(
         kind=EventKind.TASK_REUSED,
         epoch=fence.epoch,
         task_keys=sorted(reused),
+        detail={"retryOf": retry_of},
     )
 
 

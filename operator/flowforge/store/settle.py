@@ -17,8 +17,14 @@ The success hot path does not lock the run row (that would serialise every outco
 run on its commit). Instead, after it commits, ``settle_run`` checks without a lock whether
 the run may be done and only then locks the run row and checks again. Of two last tasks
 finishing together, the one that commits second always sees the first, so the run is
-settled exactly once; the reconciler calls ``settle_run`` as the backstop for a process
-that died between the two transactions, and for a rollback to resume after a restart.
+settled exactly once. A move that decides under the run's lock before it commits (a final
+failure) could miss a success that commits and probes in between: its count sees that task
+still running, and the success's probe sees the failed task still running. So a settle that
+finds unresolved tasks locks one of them ``FOR SHARE`` before it concludes the run goes on:
+a success that already updated the row is waited for (and the row no longer counts), a
+later one waits for this commit and then settles. The reconciler calls ``settle_run`` as
+the backstop for a process that died between the two transactions, and for a rollback to
+resume after a restart.
 """
 
 from __future__ import annotations
@@ -68,6 +74,15 @@ WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
 RETURNING compensator.task_key, compensator.state, compensator.topological_index
 """
 
+# a settle that finds the run still running holds one of its unresolved tasks until it
+# commits: the outcome of that task (the hot path's UPDATE) waits for the commit, so the
+# settle after that outcome sees this transaction's changes (see the module)
+HOLD_UNRESOLVED_QUERY = f"""
+SELECT id FROM flowforge_task
+WHERE run_id = %(run)s AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)}
+LIMIT 1 FOR SHARE
+"""
+
 # the compensator whose turn it is: the smallest rollback position among the pending
 NEXT_STEP_QUERY = f"""
 SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(),
@@ -101,6 +116,11 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     if compensating:
         return await _next_step(connection, fence=fence, run_id=run_id, cancel=cancel_requested)
     counts = await forward_counts_locked(connection, run_id)
+    if counts.unresolved:
+        holding = await connection.execute(HOLD_UNRESOLVED_QUERY, {"run": run_id})
+        if await holding.fetchone() is None:
+            # each task counted unresolved was resolved by a commit while we counted
+            counts = await forward_counts_locked(connection, run_id)
     phase = settled_phase(counts=counts, cancel_requested=cancel_requested)
     if phase is RunPhase.RUNNING:
         return Decision.lost()

@@ -1,4 +1,5 @@
-"""Retrying a finished run: which tasks the new run reuses, and how it starts."""
+"""Reuse for a retried run (``store.reuse`` inside ``runs.create_run(retry_of=...)``): which
+tasks of the old run the new one reuses, and how it starts, in the transaction creating it."""
 
 from __future__ import annotations
 
@@ -11,26 +12,19 @@ from typing import Any
 import pytest
 
 from flowforge.cli.main import main
-from flowforge.domain.states import RunPhase
-from flowforge.store.compensation import (
-    finish_compensation,
-    next_compensation,
-    start_compensation,
-)
+from flowforge.domain.decision import Decision
+from flowforge.domain.execution import AttemptOutcome
+from flowforge.domain.history import EventKind
+from flowforge.domain.states import CompensationState, RunPhase, TaskState
+from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
-from flowforge.store.redrive import (
-    create_run_reusing,
-    find_run_by_name,
-    list_runs_by_namespace,
-    reusable_tasks,
-)
-from flowforge.store.runs import get_run
-from flowforge.store.transitions import mark_running, record_outcome
-from tests.store.conftest import NAMESPACE, definition
+from flowforge.store.reuse import find_run_by_name, list_runs_by_namespace, reusable_tasks
+from flowforge.store.runs import RunRecord, create_run, get_run
+from tests.store.conftest import NAMESPACE, SUCCESS, definition, failure, finish, roll_back
 
 pytestmark = pytest.mark.store
 
@@ -47,6 +41,13 @@ SAGA: list[dict[str, Any]] = [
     {"key": "report", "dependsOn": ["deploy"]},
     {"key": "verify", "dependsOn": ["report"]},
     {"key": "undeploy", "compensateFor": "deploy"},
+]
+HALT: list[dict[str, Any]] = [
+    {"key": "one"},
+    {"key": "two", "dependsOn": ["one"]},
+    {"key": "three", "dependsOn": ["two"]},
+    {"key": "undo-one", "compensateFor": "one"},
+    {"key": "undo-two", "compensateFor": "two"},
 ]
 
 
@@ -67,8 +68,8 @@ async def _create(
     *,
     retry_of: str | None = None,
     uid: str | None = None,
-) -> int:
-    created = await create_run_reusing(
+) -> RunRecord:
+    created = await create_run(
         store,
         fence=fence,
         namespace=NAMESPACE,
@@ -78,35 +79,23 @@ async def _create(
         parameters={"date": "2026-11-30"},
         retry_of=retry_of,
     )
-    return created.run.id
+    return created.run
 
 
-async def _finish(store: Pool, fence: Fence, run_id: int, key: str, *, ok: bool) -> None:
-    await mark_running(store, fence=fence, run_id=run_id, task_key=key, attempt=1)
-    await record_outcome(
-        store,
-        fence=fence,
-        run_id=run_id,
-        task_key=key,
-        attempt=1,
-        succeeded=ok,
-        error=None if ok else "exit code 3",
-    )
+async def _finish(store: Pool, fence: Fence, run: RunRecord, key: str, *, ok: bool) -> Decision:
+    outcome: AttemptOutcome = SUCCESS if ok else failure("exit code 3")
+    return await finish(store, fence, run, key, outcome)
 
 
-async def _rollback(store: Pool, fence: Fence, run_id: int, *, failing: str = "") -> None:
-    while (step := await next_compensation(store, run_id)) is not None:
-        await start_compensation(
-            store, fence=fence, run_id=run_id, task_key=step.task_key, attempt=step.attempt
-        )
-        await finish_compensation(
-            store,
-            fence=fence,
-            run_id=run_id,
-            task_key=step.task_key,
-            attempt=step.attempt,
-            succeeded=step.task_key != failing,
-        )
+async def _until_three_fails(
+    store: Pool, fence: Fence, workflow: str
+) -> tuple[RunRecord, Decision]:
+    """A run of HALT named ``<workflow>-1`` where one and two succeeded and three failed."""
+    stored = await _publish(store, HALT, workflow=workflow)
+    old = await _create(store, fence, stored, f"{workflow}-1")
+    await _finish(store, fence, old, "one", ok=True)
+    await _finish(store, fence, old, "two", ok=True)
+    return old, await _finish(store, fence, old, "three", ok=False)
 
 
 async def _states(store: Pool, run_id: int) -> dict[str, tuple[str, int]]:
@@ -124,26 +113,31 @@ async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
     await _finish(store, fence, old, "a", ok=True)
     await _finish(store, fence, old, "b", ok=True)
     await _finish(store, fence, old, "c", ok=False)
-    assert (await get_run(store, old)).phase is RunPhase.FAILED
+    assert (await get_run(store, old.id)).phase is RunPhase.FAILED
     assert await reusable_tasks(store, namespace=NAMESPACE, run_name="diamond-1") == {"a", "b"}
 
     new = await _create(store, fence, stored, "diamond-1-retry-1", retry_of="diamond-1")
-    assert await _states(store, new) == {
-        "a": ("succeeded", 0),
-        "b": ("succeeded", 0),
-        "c": ("ready", 0),
-        "d": ("waiting", 1),
-    }
-    history = await run_history(store, new)
-    reused = [
-        (event.task_key, dict(event.detail)) for event in history if event.kind == "task.reused"
-    ]
-    assert reused == [("a", {"retryOf": "diamond-1"}), ("b", {"retryOf": "diamond-1"})]
 
-    await _finish(store, fence, new, "c", ok=True)
-    assert (await _states(store, new))["d"] == ("ready", 0)
-    await _finish(store, fence, new, "d", ok=True)
-    assert (await get_run(store, new)).phase is RunPhase.SUCCEEDED
+    assert await _states(store, new.id) == {
+        "a": (TaskState.SUCCEEDED, 0),
+        "b": (TaskState.SUCCEEDED, 0),
+        "c": (TaskState.READY, 0),
+        "d": (TaskState.WAITING, 1),
+    }
+    history = await run_history(store, new.id)
+    assert [(e.kind, e.task_key) for e in history] == [
+        (EventKind.RUN_RETRY_OF, None),
+        (EventKind.RUN_CREATED, None),
+        (EventKind.TASK_REUSED, "a"),
+        (EventKind.TASK_REUSED, "b"),
+    ]
+    assert dict(history[0].detail) == {"retryOf": "diamond-1", "reused": ["a", "b"]}
+    assert [dict(e.detail) for e in history[2:]] == [{"retryOf": "diamond-1"}] * 2
+
+    released = await _finish(store, fence, new, "c", ok=True)
+    assert [d.task_key for d in released.create_jobs] == ["d"]
+    done = await _finish(store, fence, new, "d", ok=True)
+    assert done.phase is RunPhase.SUCCEEDED
 
 
 async def test_compensated_work_and_what_ran_on_top_of_it_run_again(
@@ -153,40 +147,50 @@ async def test_compensated_work_and_what_ran_on_top_of_it_run_again(
     old = await _create(store, fence, stored, "saga-1")
     for key in ("provision", "deploy", "report"):
         await _finish(store, fence, old, key, ok=True)
-    await _finish(store, fence, old, "verify", ok=False)
-    await _rollback(store, fence, old)
-    assert (await get_run(store, old)).phase is RunPhase.FAILED
-    assert (await _states(store, old))["undeploy"][0] == "succeeded"
+    failed = await _finish(store, fence, old, "verify", ok=False)
+    assert await roll_back(store, fence, old, failed) == ["undeploy"]
+    assert (await get_run(store, old.id)).phase is RunPhase.FAILED
+    assert (await _states(store, old.id))["undeploy"][0] == CompensationState.SUCCEEDED
 
     assert await reusable_tasks(store, namespace=NAMESPACE, run_name="saga-1") == {"provision"}
     new = await _create(store, fence, stored, "saga-1-retry-1", retry_of="saga-1")
-    states = await _states(store, new)
-    assert states["provision"] == ("succeeded", 0)
-    assert states["deploy"] == ("ready", 0)
-    assert states["report"] == ("waiting", 1)
-    assert states["undeploy"] == ("not_triggered", 0)
+    states = await _states(store, new.id)
+    assert states["provision"] == (TaskState.SUCCEEDED, 0)
+    assert states["deploy"] == (TaskState.READY, 0)
+    assert states["report"] == (TaskState.WAITING, 1)
+    assert states["undeploy"] == (CompensationState.NOT_TRIGGERED, 0)
 
 
 async def test_a_halted_rollback_leaves_the_untouched_work_reusable(
     store: Pool, fence: Fence
 ) -> None:
-    tasks: list[dict[str, Any]] = [
-        {"key": "one"},
-        {"key": "two", "dependsOn": ["one"]},
-        {"key": "three", "dependsOn": ["two"]},
-        {"key": "undo-one", "compensateFor": "one"},
-        {"key": "undo-two", "compensateFor": "two"},
-    ]
-    stored = await _publish(store, tasks, workflow="halt")
-    old = await _create(store, fence, stored, "halt-1")
-    await _finish(store, fence, old, "one", ok=True)
-    await _finish(store, fence, old, "two", ok=True)
-    await _finish(store, fence, old, "three", ok=False)
+    old, failed = await _until_three_fails(store, fence, "halt")
     # undo-two runs first and fails for good: undo-one is skipped, "one" still stands
-    await _rollback(store, fence, old, failing="undo-two")
-    states = await _states(store, old)
-    assert (states["undo-two"][0], states["undo-one"][0]) == ("failed", "skipped")
+    assert await roll_back(store, fence, old, failed, failing="undo-two") == ["undo-two"]
+    states = await _states(store, old.id)
+    assert (states["undo-two"][0], states["undo-one"][0]) == (
+        CompensationState.FAILED,
+        CompensationState.SKIPPED,
+    )
     assert await reusable_tasks(store, namespace=NAMESPACE, run_name="halt-1") == {"one"}
+
+
+async def test_work_whose_undo_was_cut_short_by_a_deletion_is_not_reused(
+    store: Pool, fence: Fence
+) -> None:
+    """The object was deleted while undo-two ran: its Job was removed half-way, so "two"
+    may be half undone; it (and what ran on it) runs again, "one" was never touched."""
+    old, failed = await _until_three_fails(store, fence, "cut")
+    assert [d.task_key for d in failed.create_jobs] == ["undo-two"]
+
+    await cancel_run(store, fence=fence, run_id=old.id, reason="deleted", rollback=False)
+
+    states = await _states(store, old.id)
+    assert (states["undo-two"][0], states["undo-one"][0]) == (
+        CompensationState.SKIPPED,
+        CompensationState.SKIPPED,
+    )
+    assert await reusable_tasks(store, namespace=NAMESPACE, run_name="cut-1") == {"one"}
 
 
 async def test_retrying_a_run_whose_every_task_is_reused_finishes_at_creation(
@@ -196,9 +200,13 @@ async def test_retrying_a_run_whose_every_task_is_reused_finishes_at_creation(
     old = await _create(store, fence, stored, "done-1")
     for key in ("a", "b", "c", "d"):
         await _finish(store, fence, old, key, ok=True)
-    new_id = await _create(store, fence, stored, "done-1-retry-1", retry_of="done-1")
-    run = await get_run(store, new_id)
+
+    new = await _create(store, fence, stored, "done-1-retry-1", retry_of="done-1")
+
+    run = await get_run(store, new.id)
     assert (run.phase, run.finished_at is not None) == (RunPhase.SUCCEEDED, True)
+    assert new.phase is RunPhase.SUCCEEDED  # create_run returns the finished run
+    assert (await run_history(store, new.id))[-1].kind == EventKind.RUN_SUCCEEDED
 
 
 async def test_nothing_is_reused_across_definition_versions_or_without_a_source(
@@ -212,12 +220,14 @@ async def test_nothing_is_reused_across_definition_versions_or_without_a_source(
     await _finish(store, fence, old, "c", ok=True)
 
     other_version = await _create(store, fence, v2, "versions-1-retry-1", retry_of="versions-1")
-    assert (await _states(store, other_version))["a"] == ("ready", 0)
-    kinds = [event.kind for event in await run_history(store, other_version)]
-    assert "run.retry_of" in kinds and "task.reused" not in kinds
+    assert (await _states(store, other_version.id))["a"] == (TaskState.READY, 0)
+    history = await run_history(store, other_version.id)
+    assert [e.kind for e in history] == [EventKind.RUN_RETRY_OF, EventKind.RUN_CREATED]
+    assert history[0].detail["reused"] == []
 
     unknown = await _create(store, fence, v1, "versions-x", retry_of="no-such-run")
-    assert (await _states(store, unknown))["a"] == ("ready", 0)
+    assert (await _states(store, unknown.id))["a"] == (TaskState.READY, 0)
+    assert [e.kind for e in await run_history(store, unknown.id)] == [EventKind.RUN_CREATED]
     assert await reusable_tasks(store, namespace=NAMESPACE, run_name="no-such-run") == set()
 
 
@@ -230,10 +240,12 @@ async def test_creating_the_retry_again_changes_nothing(store: Pool, fence: Fenc
     uid = str(uuid.uuid4())
     first = await _create(store, fence, stored, "again-2", retry_of="again-1", uid=uid)
     await _finish(store, fence, first, "b", ok=True)
+
     second = await _create(store, fence, stored, "again-2", retry_of="again-1", uid=uid)
-    assert second == first
-    assert (await _states(store, first))["b"] == ("succeeded", 0)
-    reused = [event for event in await run_history(store, first) if event.kind == "task.reused"]
+
+    assert second.id == first.id
+    assert (await _states(store, first.id))["b"] == (TaskState.SUCCEEDED, 0)
+    reused = [e for e in await run_history(store, first.id) if e.kind == EventKind.TASK_REUSED]
     assert sorted(event.task_key or "" for event in reused) == ["a", "c"]
 
 
@@ -243,48 +255,44 @@ async def test_runs_are_found_by_name_newest_first(store: Pool, fence: Fence) ->
     second = await _create(store, fence, stored, "same-name")  # the object was recreated
     other = await _create(store, fence, stored, "other-name")
     found = await find_run_by_name(store, namespace=NAMESPACE, name="same-name")
-    assert found is not None and found.id == second != first
+    assert found is not None and found.id == second.id != first.id
     assert (found.workflow, found.version, found.phase) == ("names", 1, RunPhase.RUNNING)
     assert await find_run_by_name(store, namespace=NAMESPACE, name="missing") is None
     listed = await list_runs_by_namespace(store, namespace=NAMESPACE)
-    assert [run.id for run in listed] == [other, second, first]
+    assert [run.id for run in listed] == [other.id, second.id, first.id]
     assert await list_runs_by_namespace(store, namespace="elsewhere") == []
 
 
 async def test_runs_show_lists_attempts_and_the_rollback_in_the_order_it_ran(
     store: Pool, store_dsn: str, fence: Fence, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tasks: list[dict[str, Any]] = [
-        {"key": "one"},
-        {"key": "two", "dependsOn": ["one"]},
-        {"key": "three", "dependsOn": ["two"]},
-        {"key": "undo-one", "compensateFor": "one"},
-        {"key": "undo-two", "compensateFor": "two"},
-        {"key": "undo-three", "compensateFor": "three"},
-    ]
+    tasks: list[dict[str, Any]] = [*HALT, {"key": "undo-three", "compensateFor": "three"}]
     stored = await _publish(store, tasks, workflow="show")
-    run_id = await _create(store, fence, stored, "show-1")
-    await _finish(store, fence, run_id, "one", ok=True)
-    await _finish(store, fence, run_id, "two", ok=True)
-    await _finish(store, fence, run_id, "three", ok=False)
-    await _rollback(store, fence, run_id)
+    run = await _create(store, fence, stored, "show-1")
+    await _finish(store, fence, run, "one", ok=True)
+    await _finish(store, fence, run, "two", ok=True)
+    failed = await _finish(store, fence, run, "three", ok=False)
+    await roll_back(store, fence, run, failed)
 
     capsys.readouterr()
     argv = ["runs", "show", "show-1", "--dsn", store_dsn, "-n", NAMESPACE, "-o", "json"]
     assert await asyncio.to_thread(main, argv) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["phase"] == "failed" and shown["progress"] == "2/3"
+    assert shown["phase"] == RunPhase.FAILED and shown["progress"] == "2/3"
     assert [
         (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]
-    ] == [("undo-two", "two", "succeeded"), ("undo-one", "one", "succeeded")]
+    ] == [
+        ("undo-two", "two", CompensationState.SUCCEEDED),
+        ("undo-one", "one", CompensationState.SUCCEEDED),
+    ]
     three = next(task for task in shown["tasks"] if task["key"] == "three")
-    assert three["state"] == "failed" and three["message"] == "exit code 3"
+    assert three["state"] == TaskState.FAILED and three["message"] == "exit code 3"
     assert [attempt["outcome"] for attempt in three["attempts"]] == ["failed"]
 
     assert await asyncio.to_thread(main, argv[:-2]) == 0
     text = capsys.readouterr().out
     steps = text.split("Compensation (in the order it runs, last task first):\n")[1]
     assert [line.split()[:4] for line in steps.splitlines()[1:]] == [
-        ["1", "undo-two", "two", "succeeded"],
-        ["2", "undo-one", "one", "succeeded"],
+        ["1", "undo-two", "two", CompensationState.SUCCEEDED],
+        ["2", "undo-one", "one", CompensationState.SUCCEEDED],
     ]

@@ -9,7 +9,9 @@ configurations, then times for each size, over --rounds rounds after one warm-up
   client-side apply's last-applied annotation, limited to 256 KiB);
 * the same create with `dryRun=All` from the Python client: apiserver plus webhook;
 * the same create with the webhook configurations removed: the apiserver alone;
-* the AdmissionReview POSTed straight to the webhook server: the webhook alone.
+* the AdmissionReview POSTed straight to the webhook server: the webhook alone;
+* hostile bodies POSTed straight to the server (megabytes of unterminated escapes, random
+  bytes, deep nesting), each followed by a real review that must still be admitted.
 
 Prints p50 and p99 (nearest rank) in milliseconds. No target is asserted.
 Run: ``.venv/bin/python bench/bench_admission.py [--rounds 20] [--cluster-dir DIR]``.
@@ -49,7 +51,11 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
-from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.operator.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_webhook_certificates,
+)
 from flowforge.store.migrate import migrate
 
 SIZES = (10, 1_000, 10_000)
@@ -101,19 +107,63 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def post_review(certs: WebhookCertificates, port: int, body: bytes) -> dict[str, Any]:
+def post_raw(
+    certs: WebhookCertificates, client: ClientCertificates, port: int, body: bytes
+) -> tuple[int, bytes]:
+    """POST as the apiserver does: trusting the serving CA, presenting its client certificate."""
     context = ssl.create_default_context(cafile=str(certs.ca_cert_path))
+    context.load_cert_chain(client.cert_path, client.key_path)
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
     try:
         connection.request("POST", f"/{VALIDATE_DEFINITION_HANDLER_ID}", body=body)
         response = connection.getresponse()
-        payload = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"webhook answered {response.status}: {payload[:300]!r}")
-        result: dict[str, Any] = json.loads(payload)["response"]
-        return result
+        return response.status, response.read()
     finally:
         connection.close()
+
+
+def post_review(
+    certs: WebhookCertificates, client: ClientCertificates, port: int, body: bytes
+) -> dict[str, Any]:
+    status, payload = post_raw(certs, client, port, body)
+    if status != 200:
+        raise RuntimeError(f"webhook answered {status}: {payload[:300]!r}")
+    result: dict[str, Any] = json.loads(payload)["response"]
+    return result
+
+
+# Just under the server's 8 MiB body limit, so that each is read and looked at.
+_HOSTILE_SIZE = 8 * 1024 * 1024 - 64
+HOSTILE_BODIES: dict[str, Callable[[], bytes]] = {
+    "64 KiB unterminated escapes": lambda: b'{"request":{"uid":"' + b'\\"' * (32 * 1024),
+    "8 MiB unterminated escapes": lambda: b'{"request":{"uid":"' + b'\\"' * (_HOSTILE_SIZE // 2),
+    "8 MiB random bytes": lambda: random.Random(5).randbytes(_HOSTILE_SIZE),
+    "8 MiB of '['": lambda: b"[" * _HOSTILE_SIZE,
+    "8 MiB of '{\"a\":'": lambda: b'{"a":' * (_HOSTILE_SIZE // 5),
+    "200,000 levels in a task config": lambda: admission_review(definition(1)).replace(
+        b'{"index": 0}', b'{"n":[' * 100_000 + b"1" + b"]}" * 100_000
+    ),
+}
+
+
+def time_hostile_bodies(
+    rounds: int, *, certs: WebhookCertificates, client: ClientCertificates, port: int
+) -> list[tuple[str, int, list[float]]]:
+    """Each body answered (a 400 or a denial), then a real review still admitted."""
+    results = []
+    valid = admission_review(definition(10))
+    for label, make in HOSTILE_BODIES.items():
+        body = make()
+
+        def hostile(body: bytes = body, label: str = label) -> None:
+            status, payload = post_raw(certs, client, port, body)
+            if status == 200 and json.loads(payload)["response"]["allowed"]:
+                raise RuntimeError(f"{label}: admitted")
+
+        results.append((label, len(body), timed(rounds, hostile)))
+        if not post_review(certs, client, port, valid)["allowed"]:
+            raise RuntimeError(f"after {label}: a valid definition was denied")
+    return results
 
 
 def admission_review(obj: dict[str, Any]) -> bytes:
@@ -181,6 +231,7 @@ def webhook_server(
                 "-m",
                 "flowforge.operator.webhook_server",
                 *("--port", str(port), "--certs", str(scratch / "certs")),
+                *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
                 *("--dsn", dsn, "--kubeconfig", str(cluster.kubeconfig)),
             ],
             stdout=log,
@@ -192,7 +243,7 @@ def webhook_server(
             if process.poll() is not None:
                 raise RuntimeError(f"webhook server exited:\n{log_path.read_text()[-3000:]}")
             try:
-                post_review(certs, port, b"probe")
+                post_review(certs, cluster.webhook_client, port, b"probe")
             except RuntimeError:
                 break  # a 400 for the probe: it serves
             except OSError:
@@ -223,16 +274,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--cluster-dir", type=Path, help="reuse a running local control plane")
+    parser.add_argument(
+        "--hostile-only", action="store_true", help="only the hostile bodies, not the sizes"
+    )
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="flowforge-bench-admission-"))
     results: list[tuple[str, int, list[float]]] = []
+    hostile: list[tuple[str, int, list[float]]] = []
     try:
         with (
             local_cluster(args.cluster_dir, scratch) as cluster,
             local_store() as dsn,
             webhook_server(cluster, dsn, scratch) as (certs, port),
         ):
+            hostile = time_hostile_bodies(
+                args.rounds, certs=certs, client=cluster.webhook_client, port=port
+            )
+            if args.hostile_only:
+                return
             manifests: dict[int, Path] = {}
             for size in SIZES:
                 manifests[size] = scratch / f"definition-{size}.json"
@@ -274,7 +334,7 @@ def main() -> None:
                     review = admission_review(definition(size))
 
                     def direct(review: bytes = review) -> None:
-                        if not post_review(certs, port, review)["allowed"]:
+                        if not post_review(certs, cluster.webhook_client, port, review)["allowed"]:
                             raise RuntimeError("a valid definition was denied")
 
                     def through_kubectl(path: Path = manifests[size]) -> None:
@@ -301,8 +361,26 @@ def main() -> None:
                 delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        report(args.rounds, results=results, hostile=hostile)
 
-    print(f"admission latency, {args.rounds} rounds after one warm-up (milliseconds)")
+
+def report(
+    rounds: int,
+    *,
+    results: list[tuple[str, int, list[float]]],
+    hostile: list[tuple[str, int, list[float]]],
+) -> None:
+    if hostile:
+        print(f"hostile bodies posted to the webhook, {rounds} rounds after one warm-up (ms)")
+        print(f"{'body':<36} {'bytes':>9} {'p50':>9} {'p99':>9}")
+        for label, size, samples in hostile:
+            print(
+                f"{label:<36} {size:>9} {percentile(samples, 0.50):>9.1f} "
+                f"{percentile(samples, 0.99):>9.1f}"
+            )
+    if not results:
+        return
+    print(f"admission latency, {rounds} rounds after one warm-up (milliseconds)")
     print(f"{'path':<50} {'tasks':>6} {'p50':>9} {'p99':>9}")
     for label, size, samples in results:
         print(

@@ -198,10 +198,14 @@ def test_definition_verdicts_match_the_validator_and_never_crash(
     if validate_spec(obj.get("spec")):
         assert_denied_with_message(response)
     elif not response["allowed"]:
-        # Valid content is only refused when it clashes with an already published version
-        # or nests deeper than the server's guard.
+        # Valid content is only refused when it clashes with an already published version,
+        # is not the next version, or nests deeper than the server's guard.
         status = response["status"]
-        assert status["code"] == 409 or "levels deep" in status["message"], response
+        assert (
+            status["code"] == 409
+            or "a new version must be the next integer" in status["message"]
+            or "levels deep" in status["message"]
+        ), response
 
 
 run_specs = st.one_of(
@@ -278,7 +282,9 @@ def test_deeply_nested_documents_are_denied(
             "tasks": [task],
         }
     )
-    review = admission_review(wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE))
+    review = admission_review(
+        wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE), namespace=FUZZ_RUN_NAMESPACE
+    )
     response = post_review(
         webhook_https,
         VALIDATE_DEFINITION_HANDLER_ID,
@@ -302,7 +308,10 @@ def test_a_document_larger_than_aiohttps_default_limit_gets_a_verdict(
     response = post_review(
         webhook_https,
         VALIDATE_DEFINITION_HANDLER_ID,
-        admission_review(wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE)),
+        admission_review(
+            wrap("WorkflowDefinition", spec, namespace=FUZZ_RUN_NAMESPACE),
+            namespace=FUZZ_RUN_NAMESPACE,
+        ),
     )
     assert_denied_with_message(response)
     assert "spec.description" in response["status"]["message"]

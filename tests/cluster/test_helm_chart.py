@@ -15,7 +15,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,10 +33,14 @@ from flowforge.kube.webhook_config import (
 )
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
-from flowforge.operator.certs import generate_webhook_certificates
 from flowforge.store.connection import Pool
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
-from tests.plugins.webhooks import WebhookHttps, WebhookServer, _free_port, _wait_until_serving
+from tests.plugins.webhooks import (
+    WebhookHttps,
+    WebhookServer,
+    spawn_webhook_server,
+    stop_webhook_server,
+)
 
 CHART = repo_root() / "charts" / "flowforge"
 KUBE_VERSION = "1.34.4"
@@ -177,6 +180,8 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
             "at '/containerSecurityContext/allowPrivilegeEscalation'",
         ),
         ("metrics.port=80", "at '/metrics/port': minimum"),
+        ("webhook.clientAuth.caFile=x", "additional properties 'caFile' not allowed"),
+        ("webhook.networkPolicy.enabled=maybe", "at '/webhook/networkPolicy/enabled'"),
         ("image.digest=sha256:abc", "at '/image/digest'"),
         ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
     ],
@@ -244,7 +249,16 @@ def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -
 def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm) -> None:
     manifests = helm.template(OPTIONS["namespaced"])
     roles = [m for m in manifests if m["kind"] == "Role"]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    operator_roles = [r for r in roles if r["metadata"]["name"].endswith("-operator")]
+    assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
+    webhook_roles = [r for r in roles if r["metadata"]["name"].endswith("-webhook-read")]
+    assert sorted(r["metadata"]["namespace"] for r in webhook_roles) == ["team-a", "team-b"]
+    # the webhook reads definitions (runs applied with theirs) and writes nothing
+    for role in webhook_roles:
+        assert role["rules"] == [
+            {"apiGroups": ["flowforge.io"], "resources": ["workflowdefinitions"], "verbs": ["list"]}
+        ]
+    assert len(roles) == len(operator_roles) + len(webhook_roles)
     cluster_roles = [m for m in manifests if m["kind"] == "ClusterRole"]
     # the only cluster-wide right left is kopf's read-only CRD watch
     assert [r["rules"] for r in cluster_roles] == [
@@ -812,7 +826,7 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
     helm.run("install", release, str(CHART), "-n", release_namespace, kubeconfig=cluster.kubeconfig)
-    process: subprocess.Popen[bytes] | None = None
+    server: WebhookServer | None = None
     try:
         kubeconfig = _token_kubeconfig(
             cluster,
@@ -821,32 +835,10 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
             path=tmp_path / "webhook-sa.kubeconfig",
         )
         # served on 127.0.0.1 with local certificates; the apiserver is not pointed at it
-        certs = generate_webhook_certificates(tmp_path / "certs")
-        port = _free_port()
-        log_path = tmp_path / "webhook.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "flowforge.operator.webhook_server",
-                    "--port",
-                    str(port),
-                    "--certs",
-                    str(tmp_path / "certs"),
-                    "--dsn",
-                    store_dsn,
-                    "--kubeconfig",
-                    str(kubeconfig),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        server = WebhookServer(
-            port=port, certs=certs, dsn=store_dsn, process=process, log_path=log_path
+        server = spawn_webhook_server(
+            cluster, directory=tmp_path, dsn=store_dsn, kubeconfig=kubeconfig
         )
-        _wait_until_serving(server)
-        https = WebhookHttps(server)
+        https = WebhookHttps(server, client=server.client)
         good = {
             "workflow": "etl",
             "version": 1,
@@ -872,14 +864,13 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
         server.assert_alive()
         refusals = [
             line
-            for line in log_path.read_text(errors="replace").splitlines()
+            for line in server.log_path.read_text(errors="replace").splitlines()
             if "Forbidden" in line or " 403" in line
         ]
         assert refusals == [], "\n".join(refusals)
     finally:
-        if process is not None:
-            process.terminate()
-            process.wait(timeout=15)
+        if server is not None:
+            stop_webhook_server(server)
         helm.run(
             "uninstall", release, "-n", release_namespace, "--wait", kubeconfig=cluster.kubeconfig
         )

@@ -6,7 +6,11 @@
 - ``admission_webhooks`` (module): the Validating/MutatingWebhookConfigurations pointing the
   apiserver at that server, removed again after the module, so that cluster tests of other
   modules do not meet the webhooks unless they ask for them.
-- ``webhook_https``: POST raw AdmissionReview JSON to the server (for fuzzing).
+- ``webhook_https``: POST raw AdmissionReview JSON to the server (for fuzzing), presenting
+  the apiserver's client certificate, as the apiserver does.
+
+The server trusts only the CA of the cluster's webhook client certificate
+(``Cluster.webhook_client``), so a client without that certificate fails the TLS handshake.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ from flowforge.kube.webhook_config import (
     local_endpoint,
 )
 from flowforge.localdev.controlplane import Cluster, kubectl
-from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.operator.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_webhook_certificates,
+)
 from flowforge.store.connection import Pool
 from flowforge.store.pool import open_pool
 from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
@@ -46,6 +54,7 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 class WebhookServer:
     port: int
     certs: WebhookCertificates
+    client: ClientCertificates
     dsn: str
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -69,11 +78,14 @@ class HttpsResult:
 
 
 class WebhookHttps:
-    """A client trusting only the test CA, like the apiserver."""
+    """A client trusting only the test CA, like the apiserver; with ``client`` it presents that
+    certificate (the apiserver's), without it none."""
 
-    def __init__(self, server: WebhookServer) -> None:
+    def __init__(self, server: WebhookServer, *, client: ClientCertificates | None) -> None:
         self._server = server
         self._context = ssl.create_default_context(cafile=str(server.certs.ca_cert_path))
+        if client is not None:
+            self._context.load_cert_chain(client.cert_path, client.key_path)
 
     def post(
         self, handler_id: str, body: bytes, *, timeout: float = REQUEST_TIMEOUT_SECONDS
@@ -98,7 +110,7 @@ def _free_port() -> int:
 
 
 def _wait_until_serving(server: WebhookServer) -> None:
-    https = WebhookHttps(server)
+    https = WebhookHttps(server, client=server.client)
     deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
     while True:
         server.assert_alive()
@@ -167,14 +179,11 @@ def webhook_store_dsn(postgres_server_dsn: str, postgres_template: str) -> Itera
         _drop_database(postgres_server_dsn, name)
 
 
-@pytest.fixture(scope="session")
-def webhook_server(
-    cluster: Cluster,
-    flowforge_crds: list[str],
-    webhook_store_dsn: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WebhookServer]:
-    directory = tmp_path_factory.mktemp("webhooks")
+def spawn_webhook_server(
+    cluster: Cluster, *, directory: Path, dsn: str, kubeconfig: Path | None = None
+) -> WebhookServer:
+    """`python -m flowforge.operator.webhook_server` on a free port with new serving
+    certificates in ``directory``, trusting the cluster's webhook client CA, until it serves."""
     certs = generate_webhook_certificates(directory / "certs")
     port = _free_port()
     log_path = directory / "webhook-server.log"
@@ -184,31 +193,51 @@ def webhook_server(
                 sys.executable,
                 "-m",
                 "flowforge.operator.webhook_server",
-                "--port",
-                str(port),
-                "--certs",
-                str(directory / "certs"),
-                "--dsn",
-                webhook_store_dsn,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
+                *("--port", str(port), "--certs", str(directory / "certs")),
+                *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
+                *("--dsn", dsn, "--kubeconfig", str(kubeconfig or cluster.kubeconfig)),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     server = WebhookServer(
-        port=port, certs=certs, dsn=webhook_store_dsn, process=process, log_path=log_path
+        port=port,
+        certs=certs,
+        client=cluster.webhook_client,
+        dsn=dsn,
+        process=process,
+        log_path=log_path,
     )
     try:
         _wait_until_serving(server)
+    except BaseException:
+        stop_webhook_server(server)
+        raise
+    return server
+
+
+def stop_webhook_server(server: WebhookServer) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def webhook_server(
+    cluster: Cluster,
+    flowforge_crds: list[str],
+    webhook_store_dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WebhookServer]:
+    directory = tmp_path_factory.mktemp("webhooks")
+    server = spawn_webhook_server(cluster, directory=directory, dsn=webhook_store_dsn)
+    try:
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop_webhook_server(server)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +253,13 @@ def admission_webhooks(cluster: Cluster, webhook_server: WebhookServer) -> Itera
 
 @pytest.fixture
 def webhook_https(webhook_server: WebhookServer) -> WebhookHttps:
-    return WebhookHttps(webhook_server)
+    return WebhookHttps(webhook_server, client=webhook_server.client)
+
+
+@pytest.fixture
+def anonymous_https(webhook_server: WebhookServer) -> WebhookHttps:
+    """A client that trusts the server but presents no certificate (any pod)."""
+    return WebhookHttps(webhook_server, client=None)
 
 
 @pytest.fixture

@@ -1,20 +1,19 @@
 """Admission decisions, without kopf or HTTP, against an in-memory definition registry.
 
-The registry here is a plain dictionary that keeps the store's contract (publish is
-idempotent by content, conflicting content raises DefinitionConflictError); the real
-PostgreSQL-backed path is exercised through the apiserver in tests/cluster/test_webhooks.py.
+The registry here is read-only for admission, as the real one is: published definitions (what
+the operator published) and persisted objects (what the apiserver holds) are set up by the
+tests themselves. The real path (PostgreSQL and the apiserver) is exercised through the
+apiserver in tests/cluster/test_webhooks.py.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from flowforge.domain.errors import DefinitionConflictError, DefinitionSchemaError
-from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.errors import DefinitionSchemaError
 from flowforge.operator.admission import (
     CODE_CONFLICT,
     CODE_FORBIDDEN,
@@ -28,68 +27,14 @@ from flowforge.operator.admission import (
     decide_run_mutation,
     describe_errors,
 )
-
-NAMESPACE = "team-a"
-
-
-class InMemoryRegistry:
-    def __init__(self) -> None:
-        self.published: dict[tuple[str, str, int], str] = {}
-        self.publish_calls = 0
-
-    async def published_fingerprint(
-        self, *, namespace: str, workflow: str, version: int
-    ) -> str | None:
-        return self.published.get((namespace, workflow, version))
-
-    async def published_versions(self, *, namespace: str, workflow: str) -> Sequence[int]:
-        return [v for (ns, wf, v) in self.published if (ns, wf) == (namespace, workflow)]
-
-    async def publish(self, *, namespace: str, definition: DefinitionSpec) -> None:
-        self.publish_calls += 1
-        identity = (namespace, definition.workflow, definition.version)
-        existing = self.published.setdefault(identity, definition.fingerprint)
-        if existing != definition.fingerprint:
-            raise DefinitionConflictError(
-                namespace=namespace,
-                workflow=definition.workflow,
-                version=definition.version,
-                existing_fingerprint=existing,
-                new_fingerprint=definition.fingerprint,
-            )
-
-
-def definition_spec(*, version: int = 1, image: str = "python:3.12-slim") -> dict[str, Any]:
-    return {
-        "workflow": "etl",
-        "version": version,
-        "taskTypes": {"py": {"image": image}},
-        "tasks": [
-            {"key": "extract", "type": "py"},
-            {"key": "load", "type": "py", "dependsOn": ["extract"]},
-        ],
-    }
-
-
-def wrap(kind: str, spec: Any, **metadata: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "flowforge.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": "x", "namespace": NAMESPACE, **metadata},
-        "spec": spec,
-    }
-
-
-def create(obj: Mapping[str, Any], *, dry_run: bool = False) -> AdmissionRequest:
-    return AdmissionRequest(
-        operation="CREATE", namespace=NAMESPACE, new_object=obj, old_object=None, dry_run=dry_run
-    )
-
-
-def update(old: Mapping[str, Any], new: Mapping[str, Any]) -> AdmissionRequest:
-    return AdmissionRequest(
-        operation="UPDATE", namespace=NAMESPACE, new_object=new, old_object=old, dry_run=False
-    )
+from tests.unit.admission_fakes import (
+    NAMESPACE,
+    InMemoryRegistry,
+    create,
+    definition_spec,
+    update,
+    wrap,
+)
 
 
 @pytest.fixture
@@ -100,12 +45,14 @@ def registry() -> InMemoryRegistry:
 # --- WorkflowDefinition CREATE ------------------------------------------------------------------
 
 
-async def test_valid_definition_is_admitted_and_published(registry: InMemoryRegistry) -> None:
+async def test_valid_definition_is_admitted_and_nothing_is_written(
+    registry: InMemoryRegistry,
+) -> None:
     verdict = await decide_definition(
         create(wrap("WorkflowDefinition", definition_spec())), registry
     )
     assert verdict.allowed
-    assert list(registry.published) == [(NAMESPACE, "etl", 1)]
+    assert registry.published == {}
 
 
 async def test_dry_run_admits_without_publishing(registry: InMemoryRegistry) -> None:
@@ -113,7 +60,6 @@ async def test_dry_run_admits_without_publishing(registry: InMemoryRegistry) -> 
     verdict = await decide_definition(create(obj, dry_run=True), registry)
     assert verdict.allowed
     assert registry.published == {}
-    assert registry.publish_calls == 0
 
 
 INVALID_SPECS: list[tuple[str, Any, str]] = [
@@ -198,6 +144,7 @@ async def test_a_flood_of_errors_is_capped(registry: InMemoryRegistry) -> None:
 
 async def test_identical_content_is_admitted_again(registry: InMemoryRegistry) -> None:
     obj = wrap("WorkflowDefinition", definition_spec())
+    registry.publish(obj["spec"])
     assert (await decide_definition(create(obj), registry)).allowed
     reordered = copy.deepcopy(obj)
     reordered["spec"]["tasks"].reverse()
@@ -210,7 +157,7 @@ async def test_identical_content_is_admitted_again(registry: InMemoryRegistry) -
 async def test_changed_content_under_a_published_version_is_denied(
     registry: InMemoryRegistry,
 ) -> None:
-    await decide_definition(create(wrap("WorkflowDefinition", definition_spec())), registry)
+    registry.publish(definition_spec())
     changed = wrap("WorkflowDefinition", definition_spec(image="python:3.13-slim"))
     for dry_run in (False, True):
         verdict = await decide_definition(create(changed, dry_run=dry_run), registry)
@@ -218,16 +165,14 @@ async def test_changed_content_under_a_published_version_is_denied(
         assert verdict.code == CODE_CONFLICT
         assert "version 1" in verdict.message
         assert "publish a new version" in verdict.message
-        assert "spec.version: 2" in verdict.message
     new_version = wrap("WorkflowDefinition", definition_spec(version=2, image="python:3.13-slim"))
     assert (await decide_definition(create(new_version), registry)).allowed
-    assert sorted(registry.published) == [(NAMESPACE, "etl", 1), (NAMESPACE, "etl", 2)]
 
 
 async def test_same_version_in_another_namespace_is_independent(
     registry: InMemoryRegistry,
 ) -> None:
-    await decide_definition(create(wrap("WorkflowDefinition", definition_spec())), registry)
+    registry.publish(definition_spec())
     other = AdmissionRequest(
         operation="CREATE",
         namespace="team-b",
@@ -288,8 +233,7 @@ async def test_delete_is_allowed(registry: InMemoryRegistry) -> None:
 
 async def publish_versions(registry: InMemoryRegistry, *versions: int) -> None:
     for version in versions:
-        obj = wrap("WorkflowDefinition", definition_spec(version=version))
-        assert (await decide_definition(create(obj), registry)).allowed
+        registry.publish(definition_spec(version=version))
 
 
 async def test_run_without_version_gets_the_newest_pinned(registry: InMemoryRegistry) -> None:

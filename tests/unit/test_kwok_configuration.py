@@ -1,10 +1,19 @@
-"""The kwokctl configuration of a local cluster: loopback, our ports, optional KCM limits."""
+"""The kwokctl configuration of a local cluster: loopback, our ports, optional KCM limits, and
+the apiserver's client certificate for webhooks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flowforge.localdev.kwokconfig import ClusterPorts, kwokctl_configuration
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from flowforge.localdev.kwokconfig import (
+    ClusterPorts,
+    kwokctl_configuration,
+    write_admission_configuration,
+)
 
 PORTS = ClusterPorts(
     apiserver=1, etcd=2, etcd_peer=3, controller_manager=4, scheduler=5, kwok_controller=6
@@ -43,3 +52,36 @@ def test_a_controller_manager_qps_lifts_its_rate_and_burst() -> None:
         "kube-api-qps": "200",
         "kube-api-burst": "400",
     }
+
+
+def test_the_apiserver_presents_a_client_certificate_to_every_webhook(tmp_path: Path) -> None:
+    admission, client = write_admission_configuration(tmp_path / "admission")
+    configuration = kwokctl_configuration(
+        bin_dir=Path("/bin"),
+        ports=PORTS,
+        kube_version="v1.34.4",
+        kwok_version="v0.8.0",
+        admission_configuration=admission,
+    )
+
+    assert _patches(configuration)["kube-apiserver"] == {
+        "admission-control-config-file": str(admission)
+    }
+    plugins = yaml.safe_load(admission.read_text())["plugins"]
+    assert {plugin["name"] for plugin in plugins} == {
+        "ValidatingAdmissionWebhook",
+        "MutatingAdmissionWebhook",
+    }
+    kubeconfig = yaml.safe_load(Path(plugins[0]["configuration"]["kubeConfigFile"]).read_text())
+    (user,) = kubeconfig["users"]
+    assert user["name"] == "*"
+    assert user["user"] == {
+        "client-certificate": str(client.cert_path),
+        "client-key": str(client.key_path),
+    }
+    certificate = x509.load_pem_x509_certificate(client.cert_path.read_bytes())
+    authority = x509.load_pem_x509_certificate(client.ca_cert_path.read_bytes())
+    certificate.verify_directly_issued_by(authority)
+    usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert client.key_path.stat().st_mode & 0o077 == 0

@@ -122,3 +122,13 @@ namespaceSelector:
       values:
         {{- toYaml .Values.watchNamespaces | nindent 8 }}
 {{- end -}}
+
+{{/* The ConfigMap holding the CA of the apiserver's webhook client certificate; empty when
+client certificates are not checked. */}}
+{{- define "flowforge.webhookClientCAConfigMap" -}}
+{{- if .Values.webhook.clientAuth.existingConfigMap -}}
+{{- .Values.webhook.clientAuth.existingConfigMap -}}
+{{- else if .Values.webhook.clientAuth.caCert -}}
+{{- include "flowforge.fullname" . }}-webhook-client-ca
+{{- end -}}
+{{- end -}}

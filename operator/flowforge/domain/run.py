@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from flowforge.domain.caps import (
+    MAX_PARAMETER_VALUE_LENGTH,
+    MAX_PARAMETERS,
+    MAX_PARAMETERS_TOTAL_LENGTH,
+)
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
 
 MAX_TASK_SUMMARIES = 100
@@ -46,9 +51,13 @@ class RunSpec(_WireModel):
         description="Version of the workflow definition to run. When omitted at creation, the "
         "latest published version is filled in. Cannot change once set.",
     )
-    parameters: dict[str, str] = Field(
+    parameters: dict[str, Annotated[str, Field(max_length=MAX_PARAMETER_VALUE_LENGTH)]] = Field(
         default_factory=dict,
-        description="Run parameters handed to every task, as string keys and string values.",
+        max_length=MAX_PARAMETERS,
+        description="Run parameters handed to every task, as string keys and string values "
+        f"(at most {MAX_PARAMETERS}, {MAX_PARAMETER_VALUE_LENGTH} characters each and "
+        f"{MAX_PARAMETERS_TOTAL_LENGTH} in total; no two names may map to the same "
+        "FLOWFORGE_PARAM_<NAME> variable, as `a-b` and `a_b` would).",
     )
     cancel: bool = Field(
         default=False,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from flowforge.domain.caps import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_TASKS
+
 DNS1123_LABEL_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN_PATTERN: Final = (
     "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 TASK_KEY_MAX_LENGTH: Final = 50
-MAX_TASKS: Final = 10_000
 MAX_TASK_TYPES: Final = 256
 MAX_RETRIES: Final = 100
 MAX_TIMEOUT_SECONDS: Final = 30 * 24 * 3600
@@ -210,7 +211,10 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
         },
         "config": {
             "type": "object",
-            "description": "Free-form JSON object handed to the task's container.",
+            "description": (
+                "Free-form JSON object handed to the task's container (FLOWFORGE_CONFIG): at "
+                f"most {MAX_CONFIG_BYTES} bytes as JSON and {MAX_CONFIG_DEPTH} levels deep."
+            ),
             "maxProperties": 1024,
             "x-kubernetes-preserve-unknown-fields": True,
         },

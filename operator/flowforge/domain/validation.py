@@ -1,5 +1,7 @@
 """The two validators of a WorkflowDefinition, in the order that matters.
 
+0. Caps (``caps.py``): a config nested too deeply or too large, or too many edges, is
+   reported alone and first: nothing else (least of all anything recursive) reads it.
 1. Shape (JSON Schema): when the spec has any shape error, only shape errors are reported,
    because fixing the shape is the cheaper fix and the graph of a malformed spec is noise.
 2. Graph: duplicate keys, unknown task types, unknown dependencies, compensation rules and
@@ -16,6 +18,7 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
+from flowforge.domain.caps import definition_cap_errors
 from flowforge.domain.errors import (
     CompensationError,
     CyclicDependencyError,
@@ -68,6 +71,9 @@ def _check(spec: object) -> tuple[list[DefinitionError], DefinitionSpec | None]:
 
 
 def _check_unpaused(spec: object) -> tuple[list[DefinitionError], DefinitionSpec | None]:
+    capped = definition_cap_errors(spec)
+    if capped:
+        return [DefinitionSchemaError(message, path=path) for path, message in capped], None
     shape = shape_errors(spec)
     if shape:
         return list(shape), None

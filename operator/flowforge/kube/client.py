@@ -251,17 +251,21 @@ class KubeClient:
         return _json(response)
 
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
+        return await self._list(RUN_PLURAL, namespace=namespace)
+
+    async def list_definitions(self, *, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's WorkflowDefinition objects, read from the apiserver (a quorum read,
+        so an object created a moment ago is listed)."""
+        return await self._list(DEFINITION_PLURAL, namespace=namespace)
+
+    async def _list(self, plural: str, *, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
             response = await self._call(
-                self._custom.list_cluster_custom_object, GROUP, VERSION, RUN_PLURAL
+                self._custom.list_cluster_custom_object, GROUP, VERSION, plural
             )
         else:
             response = await self._call(
-                self._custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                RUN_PLURAL,
+                self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
             )
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items

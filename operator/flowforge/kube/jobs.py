@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowforge.domain.api import API_VERSION, PREFIX, RUN_KIND
+from flowforge.domain.caps import config_text
+from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
 
@@ -30,7 +32,6 @@ CONTAINER_NAME = "task"
 MAX_LABEL_VALUE = 63
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
-_PARAM_INVALID = re.compile(r"[^A-Z0-9_]+")
 
 
 def label_value(text: str) -> str:
@@ -40,10 +41,6 @@ def label_value(text: str) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     return f"{cleaned[: MAX_LABEL_VALUE - 11].rstrip('-._')}-{digest}"
-
-
-def parameter_env_name(name: str) -> str:
-    return "FLOWFORGE_PARAM_" + _PARAM_INVALID.sub("_", name.upper()).strip("_")
 
 
 def _env_text(value: Any) -> str:
@@ -95,7 +92,7 @@ def _environment(request: JobRequest) -> list[dict[str, Any]]:
         "FLOWFORGE_TASK": request.task_key,
         "FLOWFORGE_ATTEMPT": str(request.attempt),
         "FLOWFORGE_ROLE": request.role.value,
-        "FLOWFORGE_CONFIG": json.dumps(dict(request.config), sort_keys=True),
+        "FLOWFORGE_CONFIG": config_text(request.config),
         "FLOWFORGE_PARAMETERS": json.dumps(dict(request.parameters), sort_keys=True),
     }
     for name in sorted(request.parameters):

@@ -6,8 +6,8 @@ Each webhook calls exactly one kopf handler: the handler id is the last URL path
 
 Rules cover only our two resources, so a broken webhook server can never block anything
 else in the cluster; `failurePolicy: Fail` because an unchecked definition is worse than a
-refused one; `sideEffects: NoneOnDryRun` because admission publishes definitions to the
-store, but never on dry run.
+refused one; `sideEffects: None` because admission only reads (the operator publishes
+definitions from its watch of stored objects).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _webhook(handler: AdmissionHandlerSpec, endpoint: WebhookEndpoint) -> dict[s
         ],
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",
-        "sideEffects": "NoneOnDryRun",
+        "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
         "admissionReviewVersions": ["v1"],
     }

@@ -22,13 +22,23 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flowforge.localdev.apiclient import JsonObject, LocalApiClient
 from flowforge.localdev.binaries import find_bin_dir, read_versions
-from flowforge.localdev.kwokconfig import LOOPBACK, ClusterPorts, pick_free_ports, write_config
+from flowforge.localdev.cluster import CLUSTER_NAME, cluster_workdir, kwok_workdir
+from flowforge.localdev.cluster import Cluster as Cluster
+from flowforge.localdev.cluster import KubectlError as KubectlError
+from flowforge.localdev.cluster import kubectl as kubectl
+from flowforge.localdev.cluster import kubectl_json as kubectl_json
+from flowforge.localdev.kwokconfig import (
+    ADMISSION_DIR,
+    LOOPBACK,
+    ClusterPorts,
+    pick_free_ports,
+    write_admission_configuration,
+    write_config,
+)
 
-CLUSTER_NAME = "flowforge"
 NODE_NAME = "flowforge-node"
 STATE_FILE = "cluster.json"
 DEFAULT_STATE_DIR = Path.home() / ".cache" / "flowforge" / "clusters" / "default"
@@ -46,105 +56,8 @@ class ClusterError(RuntimeError):
     """The local cluster could not be started, found or stopped."""
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """A running local cluster; everything a client needs to reach it."""
-
-    state_dir: Path
-    kubeconfig: Path
-    server: str
-    bin_dir: Path
-    ports: ClusterPorts
-    node_name: str
-    kube_version: str
-    startup_seconds: float
-
-    @property
-    def kubectl_binary(self) -> Path:
-        return self.bin_dir / "kubectl"
-
-    @property
-    def logs_dir(self) -> Path:
-        return _cluster_workdir(self.state_dir) / "logs"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state_dir": str(self.state_dir),
-            "kubeconfig": str(self.kubeconfig),
-            "server": self.server,
-            "bin_dir": str(self.bin_dir),
-            "ports": self.ports.as_dict(),
-            "node_name": self.node_name,
-            "kube_version": self.kube_version,
-            "startup_seconds": self.startup_seconds,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Cluster:
-        return cls(
-            state_dir=Path(data["state_dir"]),
-            kubeconfig=Path(data["kubeconfig"]),
-            server=data["server"],
-            bin_dir=Path(data["bin_dir"]),
-            ports=ClusterPorts(**data["ports"]),
-            node_name=data["node_name"],
-            kube_version=data["kube_version"],
-            startup_seconds=float(data["startup_seconds"]),
-        )
-
-
-class KubectlError(RuntimeError):
-    def __init__(self, args: Sequence[str], completed: subprocess.CompletedProcess[str]) -> None:
-        super().__init__(
-            f"kubectl {' '.join(args)} exited {completed.returncode}: {completed.stderr.strip()}"
-        )
-        self.returncode = completed.returncode
-        self.stdout = completed.stdout
-        self.stderr = completed.stderr
-
-
-def kubectl(
-    cluster: Cluster,
-    *args: str,
-    stdin: str | None = None,
-    check: bool = True,
-    timeout: float = 60.0,
-) -> subprocess.CompletedProcess[str]:
-    """Run the kubectl built with the server (same version) against the cluster."""
-    options = [
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--cache-dir",
-        str(cluster.state_dir / "kubectl-cache"),
-    ]
-    completed = subprocess.run(
-        [str(cluster.kubectl_binary), *options, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if check and completed.returncode != 0:
-        raise KubectlError(args, completed)
-    return completed
-
-
-def kubectl_json(cluster: Cluster, *args: str) -> JsonObject:
-    result: JsonObject = json.loads(kubectl(cluster, *args, "-o", "json").stdout)
-    return result
-
-
-def _kwok_workdir(state_dir: Path) -> Path:
-    return state_dir / "kwok"
-
-
-def _cluster_workdir(state_dir: Path) -> Path:
-    return _kwok_workdir(state_dir) / "clusters" / CLUSTER_NAME
-
-
 def _kwokctl(bin_dir: Path, state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KWOK_WORKDIR": str(_kwok_workdir(state_dir))}
+    env = {**os.environ, "KWOK_WORKDIR": str(kwok_workdir(state_dir))}
     return subprocess.run(
         [
             str(bin_dir / "kwokctl"),
@@ -238,12 +151,14 @@ def _create(
     controller_manager_qps: int | None,
 ) -> None:
     config = state_dir / "kwokctl.yaml"
+    admission_configuration, _ = write_admission_configuration(state_dir / ADMISSION_DIR)
     write_config(
         config,
         bin_dir=bin_dir,
         ports=ports,
         kube_version=versions["KUBE_VERSION"],
         kwok_version=versions["KWOK_VERSION"],
+        admission_configuration=admission_configuration,
         controller_manager_qps=controller_manager_qps,
     )
     completed = _kwokctl(bin_dir, state_dir, "--config", str(config), "create", "cluster")
@@ -324,7 +239,7 @@ def _check_deadline(state_dir: Path, deadline: float, waiting_for: str) -> None:
 def _log_tails(state_dir: Path, lines: int = 15) -> str:
     parts = []
     for component in COMPONENTS:
-        log = _cluster_workdir(state_dir) / "logs" / f"{component}.log"
+        log = cluster_workdir(state_dir) / "logs" / f"{component}.log"
         if log.exists():
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {log}\n" + "\n".join(tail))
@@ -332,7 +247,7 @@ def _log_tails(state_dir: Path, lines: int = 15) -> str:
 
 
 def _logs_mention(state_dir: Path, text: str) -> bool:
-    logs = _cluster_workdir(state_dir) / "logs"
+    logs = cluster_workdir(state_dir) / "logs"
     return logs.exists() and any(
         text in log.read_text(errors="replace") for log in logs.glob("*.log")
     )
@@ -340,7 +255,7 @@ def _logs_mention(state_dir: Path, text: str) -> bool:
 
 def _component_pids(state_dir: Path) -> dict[str, int]:
     pids: dict[str, int] = {}
-    for pid_file in (_cluster_workdir(state_dir) / "pids").glob("*.pid"):
+    for pid_file in (cluster_workdir(state_dir) / "pids").glob("*.pid"):
         content = pid_file.read_text().strip()
         if content.isdigit():
             pids[pid_file.stem] = int(content)
@@ -361,7 +276,7 @@ def stop_cluster(state_dir: Path, *, grace_seconds: float = 10.0) -> None:
     state_dir = state_dir.resolve()
     pids = _component_pids(state_dir)
     kwokctl_dir = _recorded_or_found_bin_dir(state_dir)
-    if kwokctl_dir is not None and _cluster_workdir(state_dir).exists():
+    if kwokctl_dir is not None and cluster_workdir(state_dir).exists():
         _kwokctl(kwokctl_dir, state_dir, "delete", "cluster")
     # kwokctl signals the components; make sure they are gone before reusing ports.
     deadline = time.monotonic() + grace_seconds
@@ -370,10 +285,11 @@ def stop_cluster(state_dir: Path, *, grace_seconds: float = 10.0) -> None:
             time.sleep(0.1)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(_kwok_workdir(state_dir), ignore_errors=True)
+    shutil.rmtree(kwok_workdir(state_dir), ignore_errors=True)
     shutil.rmtree(state_dir / "kubectl-cache", ignore_errors=True)
     for leftover in (STATE_FILE, "kubeconfig", "kwokctl.yaml"):
         (state_dir / leftover).unlink(missing_ok=True)
+    shutil.rmtree(state_dir / ADMISSION_DIR, ignore_errors=True)
 
 
 def _recorded_or_found_bin_dir(state_dir: Path) -> Path | None:

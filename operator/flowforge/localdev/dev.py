@@ -202,6 +202,8 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                 str(port),
                 "--certs",
                 str(state_dir / "certs"),
+                "--client-ca",
+                str(cluster.webhook_client.ca_cert_path),
                 "--dsn",
                 server.dsn,
                 "--kubeconfig",

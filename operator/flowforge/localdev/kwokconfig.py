@@ -1,5 +1,7 @@
 """The kwokctl configuration of a local cluster: binary runtime, loopback only,
-ports chosen by us, and FlowForge's kwok stages (deploy/local/kwok-stages.yaml)."""
+ports chosen by us, FlowForge's kwok stages (deploy/local/kwok-stages.yaml), and an
+AdmissionConfiguration under which kube-apiserver presents a client certificate to every
+admission webhook (so a webhook can tell the apiserver from anyone else)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import yaml
 
 from flowforge.localdev.binaries import deploy_local_dir
+from flowforge.operator.certs import ClientCertificates, generate_client_certificates
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,6 +51,56 @@ def pick_free_ports() -> ClusterPorts:
     return ClusterPorts(*ports)
 
 
+ADMISSION_DIR = "admission"
+_WEBHOOK_PLUGINS = ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+
+
+def write_admission_configuration(directory: Path) -> tuple[Path, ClientCertificates]:
+    """A client CA and certificate, a kubeconfig presenting it to any webhook (user "*"), and
+    the AdmissionConfiguration naming that kubeconfig for both webhook plugins."""
+    certs = ClientCertificates.in_directory(directory)
+    if not (certs.cert_path.exists() and certs.key_path.exists()):
+        certs = generate_client_certificates(directory)
+    kubeconfig = directory / "webhook-client.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "users": [
+                    {
+                        "name": "*",
+                        "user": {
+                            "client-certificate": str(certs.cert_path),
+                            "client-key": str(certs.key_path),
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    configuration = directory / "admission-configuration.yaml"
+    plugin_configuration = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    configuration.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AdmissionConfiguration",
+                "plugins": [
+                    {"name": name, "configuration": plugin_configuration}
+                    for name in _WEBHOOK_PLUGINS
+                ],
+            },
+            sort_keys=False,
+        )
+    )
+    return configuration, certs
+
+
 def stages_file() -> Path:
     return deploy_local_dir() / "kwok-stages.yaml"
 
@@ -58,6 +111,7 @@ def kwokctl_configuration(
     ports: ClusterPorts,
     kube_version: str,
     kwok_version: str,
+    admission_configuration: Path | None = None,
     controller_manager_qps: int | None = None,
 ) -> dict[str, Any]:
     """``controller_manager_qps`` lifts kube-controller-manager's client limit (20 requests/s,
@@ -66,6 +120,15 @@ def kwokctl_configuration(
     patches: list[dict[str, Any]] = [
         {"name": "kwok-controller", "extraArgs": [{"key": "node-ip", "value": LOOPBACK}]},
     ]
+    if admission_configuration is not None:
+        patches.append(
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "admission-control-config-file", "value": str(admission_configuration)}
+                ],
+            }
+        )
     if controller_manager_qps is not None:
         patches.append(
             {
@@ -108,6 +171,7 @@ def write_config(
     ports: ClusterPorts,
     kube_version: str,
     kwok_version: str,
+    admission_configuration: Path | None = None,
     controller_manager_qps: int | None = None,
 ) -> None:
     """One multi-document file: the kwokctl configuration followed by our Stages."""
@@ -116,6 +180,7 @@ def write_config(
         ports=ports,
         kube_version=kube_version,
         kwok_version=kwok_version,
+        admission_configuration=admission_configuration,
         controller_manager_qps=controller_manager_qps,
     )
     header = yaml.safe_dump(configuration, sort_keys=False)

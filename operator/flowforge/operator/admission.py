@@ -1,11 +1,15 @@
 """Admission decisions for WorkflowDefinition and WorkflowRun, free of kopf and HTTP.
 
 Each decision takes what an AdmissionReview carries (operation, object, old object, dry run,
-namespace) plus a `DefinitionRegistry` (the published-definitions side of the store) and
-returns a `Verdict`. The kopf handlers in `webhooks.py` only translate.
+namespace) plus a `DefinitionRegistry` and returns a `Verdict`. The kopf handlers in
+`webhooks.py` only translate.
 
-The registry is the system of record, not the cluster: a definition deleted and re-created
-with other content under the same (namespace, workflow, version) is still refused.
+Admission decides and never writes: definitions are published by the operator from its watch
+of persisted WorkflowDefinition objects. So every decision looks at both what the store has
+published (the system of record: a definition deleted and re-created with other content under
+the same version is still refused) and what the apiserver holds but the operator may not have
+published yet (a run applied in the same `kubectl apply` as its definition must find it, and
+two different contents for one version must not both be admitted).
 """
 
 from __future__ import annotations
@@ -16,11 +20,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from flowforge.domain.errors import (
-    DefinitionConflictError,
-    DefinitionError,
-    InvalidDefinitionError,
-)
+from flowforge.domain.caps import parameter_errors
+from flowforge.domain.errors import DefinitionError, InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.run import RunSpec
 from flowforge.domain.validation import parse_definition
@@ -34,8 +35,18 @@ CODE_NOT_FOUND = 404
 CODE_FORBIDDEN = 403
 
 
+@dataclass(frozen=True)
+class PersistedDefinition:
+    """A WorkflowDefinition object the apiserver holds, published or not."""
+
+    name: str
+    version: int
+    spec: Mapping[str, Any]
+
+
 class DefinitionRegistry(Protocol):
-    """What admission needs from the store's definition registry."""
+    """What admission reads (never writes): the store's published definitions and the
+    WorkflowDefinition objects of the namespace."""
 
     async def published_fingerprint(
         self, *, namespace: str, workflow: str, version: int
@@ -47,11 +58,9 @@ class DefinitionRegistry(Protocol):
         """Every published version of the workflow in the namespace (any order)."""
         ...
 
-    async def publish(self, *, namespace: str, definition: DefinitionSpec) -> None:
-        """Publish a parsed definition; idempotent by content (publishing twice is fine).
-
-        Raises DefinitionConflictError when other content holds that version.
-        """
+    async def persisted(self, *, namespace: str, workflow: str) -> Sequence[PersistedDefinition]:
+        """The workflow's WorkflowDefinition objects in the namespace, read from the apiserver
+        (not a cache: an object created a moment ago must be there)."""
         ...
 
 
@@ -125,28 +134,58 @@ async def _decide_definition_create(
         definition = parse_definition(_spec_of(request.new_object))
     except InvalidDefinitionError as error:
         return Verdict.deny(describe_errors(error.errors), code=CODE_INVALID)
+    namespace, workflow = request.namespace, definition.workflow
+    published = await registry.published_fingerprint(
+        namespace=namespace, workflow=workflow, version=definition.version
+    )
+    if published is not None:
+        if published == definition.fingerprint:
+            return Verdict.allow()  # re-created with the published content: a no-op
+        return _conflict(definition, held_by="is already published", fingerprint=published)
+    persisted = await registry.persisted(namespace=namespace, workflow=workflow)
+    for other in persisted:
+        if other.version != definition.version:
+            continue
+        fingerprint = _fingerprint_or_none(other.spec)
+        if fingerprint != definition.fingerprint:
+            return _conflict(
+                definition,
+                held_by=f"is already held by WorkflowDefinition {other.name!r}",
+                fingerprint=fingerprint or "(invalid)",
+            )
+        return Verdict.allow()
+    versions = await registry.published_versions(namespace=namespace, workflow=workflow)
+    newest = max([*versions, *(other.version for other in persisted)], default=0)
+    if definition.version == newest + 1:
+        return Verdict.allow()
+    return Verdict.deny(_version_gap(definition, newest=newest), code=CODE_INVALID)
 
-    if request.dry_run:
-        published = await registry.published_fingerprint(
-            namespace=request.namespace, workflow=definition.workflow, version=definition.version
-        )
-        if published is None or published == definition.fingerprint:
-            return Verdict.allow()
-        return _conflict(definition, published=published)
-    try:
-        await registry.publish(namespace=request.namespace, definition=definition)
-    except DefinitionConflictError as error:
-        return _conflict(definition, published=error.existing_fingerprint)
-    return Verdict.allow()
+
+def _version_gap(definition: DefinitionSpec, *, newest: int) -> str:
+    version, expected = definition.version, newest + 1
+    if newest == 0:
+        situation = f"workflow {definition.workflow!r} has no version yet"
+    elif version > newest:
+        situation = f"version {version} skips versions: the newest is {newest}"
+    else:
+        situation = f"version {version} was never published and the newest is {newest}"
+    return (
+        f"spec.version: {situation}; a new version must be the next integer after the "
+        f"newest: publish version {expected} (spec.version: {expected})"
+    )
 
 
-def _conflict(definition: DefinitionSpec, *, published: str) -> Verdict:
+def _fingerprint_or_none(spec: Any) -> str | None:
+    parsed = _parsed_or_none(spec)
+    return None if parsed is None else parsed.fingerprint
+
+
+def _conflict(definition: DefinitionSpec, *, held_by: str, fingerprint: str) -> Verdict:
     version = definition.version
     return Verdict.deny(
-        f"workflow {definition.workflow!r} version {version} is already published with different "
-        f"content (published fingerprint {published[:12]}, this one "
-        f"{definition.fingerprint[:12]}); a published version is immutable: publish a new "
-        f"version (e.g. spec.version: {version + 1})",
+        f"workflow {definition.workflow!r} version {version} {held_by} with different "
+        f"content (fingerprint {fingerprint[:19]}, this one {definition.fingerprint[:19]}); a "
+        "published version is immutable: publish a new version (the next after the newest)",
         code=CODE_CONFLICT,
     )
 
@@ -198,17 +237,27 @@ def _run_shape_errors(spec: Any) -> list[str]:
     if not isinstance(spec, Mapping):
         return ["spec: must be an object with at least spec.workflow"]
     try:
-        RunSpec.model_validate(spec, strict=True)
+        parsed = RunSpec.model_validate(spec, strict=True)
     except ValidationError as error:
         return [
             f"{_field_path(detail['loc'])}: {detail['msg']}"
             for detail in error.errors(include_url=False)
         ]
-    return []
+    return [f"{path}: {message}" for path, message in parameter_errors(parsed.parameters)]
+
+
+async def runnable_versions(
+    registry: DefinitionRegistry, *, namespace: str, workflow: str
+) -> list[int]:
+    """Published versions and those whose object is persisted but maybe not yet published:
+    the operator publishes such a definition before it starts the run."""
+    published = await registry.published_versions(namespace=namespace, workflow=workflow)
+    persisted = await registry.persisted(namespace=namespace, workflow=workflow)
+    return sorted({*published, *(other.version for other in persisted)})
 
 
 async def decide_run_mutation(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
-    """On CREATE, pin the newest published version when the run names none.
+    """On CREATE, pin the newest version (published or persisted) when the run names none.
 
     Anything malformed is left untouched for the validating webhook to deny with a full message.
     """
@@ -220,7 +269,7 @@ async def decide_run_mutation(request: AdmissionRequest, registry: DefinitionReg
     workflow = spec.get("workflow")
     if not isinstance(workflow, str) or not workflow:
         return Verdict.allow()
-    versions = await registry.published_versions(namespace=request.namespace, workflow=workflow)
+    versions = await runnable_versions(registry, namespace=request.namespace, workflow=workflow)
     if not versions:
         return Verdict.allow()
     return Verdict.allow(JsonPatchOperation(op="add", path="/spec/version", value=max(versions)))
@@ -242,7 +291,7 @@ async def _decide_run_create(request: AdmissionRequest, registry: DefinitionRegi
     assert isinstance(spec, Mapping)
     workflow: str = spec["workflow"]
     version: int | None = spec.get("version")
-    versions = await registry.published_versions(namespace=request.namespace, workflow=workflow)
+    versions = await runnable_versions(registry, namespace=request.namespace, workflow=workflow)
     if not versions:
         return Verdict.deny(
             f"spec.workflow: workflow {workflow!r} has no published version in namespace "

@@ -17,18 +17,16 @@ from typing import Any
 import kopf
 
 from flowforge.domain.api import DEFINITION_PLURAL, FINALIZER, GROUP, PREFIX, RUN_PLURAL, VERSION
-from flowforge.domain.errors import FlowForgeError
-from flowforge.domain.validation import parse_definition
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.leadership import Leadership
+from flowforge.operator.publishing import PendingPublisher, publish_object
 from flowforge.operator.reconciler import Reconciler
 from flowforge.operator.runs import RunRefusedError
 from flowforge.operator.settings import OperatorSettings
-from flowforge.store.definitions import publish_definition
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool
@@ -67,6 +65,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         pool, identity=config.identity, ttl=config.lease_ttl, renew_every=config.lease_renew_seconds
     )
     engine = Engine(pool=pool, kube=kube, settings=config, leadership=leadership)
+    # a run may be seen before its definition's watch event: publish from the stored object
+    engine.runs.publish_pending = PendingPublisher(pool=pool, kube=kube)
     reconciler = Reconciler(engine, interval=config.reconcile_interval_seconds)
 
     async def gained(fence: Fence) -> None:
@@ -146,25 +146,14 @@ async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, DEFINITION_PLURAL)
 async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    """Publish a definition the admission webhook did not (idempotent, by content), and show
-    its task count and fingerprint (or why it is unusable) in its status."""
+    """Publish the stored definition (idempotent, by content: admission never publishes), and
+    show its task count and fingerprint (or why it is unusable) in its status."""
     engine = _engine(memo)
     if event.get("type") == "DELETED" or engine is None:
         return
     body = event["object"]
     metadata = body["metadata"]
-    status: dict[str, Any] = {"observedGeneration": metadata.get("generation")}
-    try:
-        definition = parse_definition(body.get("spec") or {})
-        await publish_definition(
-            engine.pool, namespace=metadata["namespace"], definition=definition
-        )
-        status.update(
-            taskCount=len(definition.tasks), fingerprint=definition.fingerprint, message="published"
-        )
-    except FlowForgeError as error:
-        logger.warning("WorkflowDefinition %s not published: %s", metadata.get("name"), error)
-        status["message"] = f"not published: {error}"[:4000]
+    status = (await publish_object(engine.pool, body)).status(metadata.get("generation"))
     current = body.get("status") or {}
     if any(current.get(field) != value for field, value in status.items()):
         await _guarded(

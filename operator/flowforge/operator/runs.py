@@ -7,9 +7,9 @@ the life of the process; the store stays the system of record for everything tha
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.errors import UserError
@@ -17,7 +17,7 @@ from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
-from flowforge.store.errors import StoredDefinitionInvalidError
+from flowforge.store.errors import DefinitionNotFoundError, StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
 from flowforge.store.queries import find_run_id_by_uid
 from flowforge.store.runs import create_run, get_run
@@ -44,9 +44,15 @@ class RunRefusedError(Exception):
     """The run cannot start: its definition is missing or no longer validates."""
 
 
+class PublishPending(Protocol):
+    def __call__(self, *, namespace: str, workflow: str) -> Awaitable[bool]: ...
+
+
 class RunCache:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        # publishes a workflow's stored but unpublished definitions (set by the operator)
+        self.publish_pending: PublishPending | None = None
         self._by_uid: dict[str, RunContext] = {}
         self._by_id: dict[int, RunContext] = {}
         self._definitions: dict[int, StoredDefinition] = {}
@@ -77,12 +83,7 @@ class RunCache:
             return await self.by_id(existing), False
         spec = body.get("spec") or {}
         try:
-            definition = await load_definition(
-                self._pool,
-                namespace=namespace,
-                workflow=str(spec.get("workflow")),
-                version=spec.get("version"),
-            )
+            definition = await self._load_definition(namespace, spec)
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
         parameters = dict(spec.get("parameters") or {})
@@ -106,6 +107,22 @@ class RunCache:
             definition=definition,
         )
         return self._remember(context), created.created
+
+    async def _load_definition(self, namespace: str, spec: Mapping[str, Any]) -> StoredDefinition:
+        workflow, version = str(spec.get("workflow")), spec.get("version")
+        try:
+            return await load_definition(
+                self._pool, namespace=namespace, workflow=workflow, version=version
+            )
+        except DefinitionNotFoundError:
+            # admitted because its object is stored: its watch event may just not be handled yet
+            if self.publish_pending is None or not await self.publish_pending(
+                namespace=namespace, workflow=workflow
+            ):
+                raise
+        return await load_definition(
+            self._pool, namespace=namespace, workflow=workflow, version=version
+        )
 
     async def by_id(self, run_id: int) -> RunContext:
         known = self._by_id.get(run_id)

@@ -1,13 +1,17 @@
 """Run only FlowForge's admission webhooks under kopf, on an explicit address and port.
 
     python -m flowforge.operator.webhook_server --port 9443 --certs DIR --dsn DSN \\
-        [--kubeconfig FILE] [--addr 127.0.0.1]
+        --client-ca FILE [--kubeconfig FILE] [--addr 127.0.0.1]
 
 kopf serves admission only from inside `kopf.operator()`, so this runs an operator whose
 registry holds nothing but the admission handlers (plus kopf's default login). It needs the
 Kubernetes API for resource discovery. The webhook configurations are not managed by kopf:
 apply them with `flowforge.kube.webhook_config.apply_webhook_configurations`.
 If DIR holds no certificate, a CA and a serving certificate for 127.0.0.1 are generated there.
+With --client-ca only clients presenting a certificate signed by that CA (the apiserver) get
+past the TLS handshake; `--client-ca none` serves anyone, for a cluster that cannot present one.
+Admission reads the store (published definitions) and the apiserver (WorkflowDefinition
+objects), and writes neither.
 """
 
 from __future__ import annotations
@@ -15,72 +19,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 from collections.abc import Sequence
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
 import kopf
 
 from flowforge.domain.api import FINALIZER, PREFIX
+from flowforge.kube.client import KubeClient
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
+from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
-
-# The apiserver accepts request bodies up to 3 MiB and a review of an UPDATE carries both the
-# object and the old object; aiohttp's default limit of 1 MiB would turn a large definition
-# into a webhook failure instead of a verdict.
-MAX_REVIEW_BYTES = 8 * 1024 * 1024
-# kopf deep-copies every reviewed object recursively (and json.loads recurses): a document
-# nested a few hundred levels deep would end in a RecursionError and an HTTP 500. Nothing
-# legitimate comes close to this limit (a task config nested 80 levels deep still passes).
-MAX_REVIEW_DEPTH = 100
-
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_A_BRACKET = re.compile(r"[^\[\]{}]")
-_REQUEST_UID = re.compile(r'"uid"\s*:\s*"([^"\\]*)"')
-
-
-def json_nesting_depth(text: str) -> int:
-    """How deeply the JSON text nests arrays and objects, without parsing (or recursing)."""
-    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(accumulate(1 if char in "[{" else -1 for char in brackets), default=0)
-
-
-def _too_deep_review(text: str, depth: int) -> dict[str, Any]:
-    # The request's uid is the first "uid" of an AdmissionReview as the apiserver writes it.
-    uid = _REQUEST_UID.search(text)
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {
-            "uid": uid.group(1) if uid else "",
-            "allowed": False,
-            "status": {
-                "code": 422,
-                "message": f"the document nests {depth} levels deep; FlowForge accepts at most "
-                f"{MAX_REVIEW_DEPTH} (counting from the AdmissionReview, task configs included)",
-            },
-        },
-    }
-
-
-class AdmissionWebhookServer(kopf.WebhookServer):
-    """kopf's WebhookServer with a body limit that fits the apiserver's and a depth guard."""
-
-    @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        request._client_max_size = MAX_REVIEW_BYTES
-        text = await request.text()  # aiohttp keeps the body: kopf's read below is served from it
-        depth = json_nesting_depth(text)
-        if depth > MAX_REVIEW_DEPTH:
-            return aiohttp.web.json_response(_too_deep_review(text, depth))
-        response: aiohttp.web.Response = await kopf.WebhookServer._serve(fn, request)
-        return response
 
 
 def configure_admission_settings(
@@ -88,16 +40,12 @@ def configure_admission_settings(
     *,
     port: int,
     certs: WebhookCertificates,
+    client_ca: Path | None,
     addr: str = "127.0.0.1",
 ) -> None:
     """Serve admission on addr:port with our certificates; keep kopf's marks under our prefix."""
-    settings.admission.server = AdmissionWebhookServer(
-        addr=addr,
-        port=port,
-        host=addr,
-        certfile=str(certs.cert_path),
-        pkeyfile=str(certs.key_path),
-        cafile=str(certs.ca_cert_path),
+    settings.admission.server = GuardedWebhookServer(
+        addr=addr, port=port, certs=certs, client_ca=client_ca
     )
     settings.admission.managed = None
     settings.persistence.finalizer = FINALIZER
@@ -129,6 +77,7 @@ async def serve_webhooks(
     *,
     port: int,
     certs: WebhookCertificates,
+    client_ca: Path | None,
     dsn: str,
     addr: str = "127.0.0.1",
     stop_flag: asyncio.Event | None = None,
@@ -136,13 +85,18 @@ async def serve_webhooks(
 ) -> None:
     """Serve the admission webhooks until stopped (signal or `stop_flag`)."""
     pool = await open_pool(dsn, min_size=1, max_size=8, name="flowforge-webhooks")
+    kube = KubeClient.connect(kubeconfig=os.environ.get("KUBECONFIG") or None, threads=8)
     try:
-        definitions = StoreDefinitionRegistry(pool)
+        definitions = StoreDefinitionRegistry(
+            pool, list_definitions=lambda namespace: kube.list_definitions(namespace=namespace)
+        )
         registry = kopf.OperatorRegistry()
         register_login(registry)
         register_admission_handlers(registry, definitions=lambda: definitions)
         settings = kopf.OperatorSettings()
-        configure_admission_settings(settings, port=port, certs=certs, addr=addr)
+        configure_admission_settings(
+            settings, port=port, certs=certs, client_ca=client_ca, addr=addr
+        )
         await kopf.operator(
             registry=registry,
             settings=settings,
@@ -152,6 +106,7 @@ async def serve_webhooks(
             ready_flag=ready_flag,
         )
     finally:
+        kube.close()
         await pool.close()
 
 
@@ -165,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("FLOWFORGE_DSN"),
         help="PostgreSQL DSN of the store (default: $FLOWFORGE_DSN, which keeps it out of ps)",
     )
+    parser.add_argument(
+        "--client-ca",
+        required=True,
+        help="CA file that signs the apiserver's client certificate, or 'none' (not verified)",
+    )
     parser.add_argument("--kubeconfig", type=Path, help="defaults to $KUBECONFIG")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -174,7 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
     kopf.configure(verbose=args.verbose)
     certs = ensure_certificates(args.certs)
-    asyncio.run(serve_webhooks(port=args.port, certs=certs, dsn=args.dsn, addr=args.addr))
+    client_ca = None if args.client_ca == "none" else Path(args.client_ca)
+    asyncio.run(
+        serve_webhooks(
+            port=args.port, certs=certs, client_ca=client_ca, dsn=args.dsn, addr=args.addr
+        )
+    )
     return 0
 
 

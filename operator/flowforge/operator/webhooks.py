@@ -36,6 +36,8 @@ def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _namespace_of(body: Mapping[str, Any] | None) -> str:
+    # The review's request.namespace: the server (review_guard) has denied any object naming
+    # another one and written the review's into any object naming none.
     metadata = body.get("metadata") if body is not None else None
     namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
     return namespace if isinstance(namespace, str) else ""
@@ -86,7 +88,7 @@ def register_admission_handlers(
         DEFINITION_PLURAL,
         id=VALIDATE_DEFINITION_HANDLER_ID,
         operations=["CREATE", "UPDATE"],
-        side_effects=True,
+        side_effects=False,
         registry=registry,
     )
     async def validate_workflow_definition(**kwargs: Any) -> None:

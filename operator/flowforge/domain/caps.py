@@ -1,0 +1,160 @@
+"""The size caps of every user input, in one place.
+
+Parameters and config are copied into every Job of a run (``FLOWFORGE_PARAMETERS``,
+``FLOWFORGE_PARAM_<NAME>`` and ``FLOWFORGE_CONFIG``): Linux refuses to exec a process with one
+environment string over 128 KiB (MAX_ARG_STRLEN), and etcd refuses an object over ~1.5 MiB,
+so the caps keep the largest Job well inside both (a parameter value JSON-escaped can grow
+six-fold: 16 KiB of parameters stay under 128 KiB once encoded). Configs nest at most
+``MAX_CONFIG_DEPTH`` levels, so nothing recursive (JSON encoders, the fingerprint, kopf's
+copies) ever meets a document deep enough to exhaust the stack; the check that enforces it
+is iterative. A namespace policy may later lower (never raise) these within the same hard
+limits; until then these values are the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+MAX_TASKS: Final = 10_000
+# dependsOn entries over all tasks: the graph, its Jobs' labels and the run's rows grow with it
+MAX_EDGES: Final = 50_000
+MAX_PARAMETERS: Final = 64
+MAX_PARAMETER_NAME_LENGTH: Final = 128
+MAX_PARAMETER_VALUE_LENGTH: Final = 4_096
+MAX_PARAMETERS_TOTAL_LENGTH: Final = 16_384
+# bytes of a task's config as its container receives it (FLOWFORGE_CONFIG, JSON, ASCII)
+MAX_CONFIG_BYTES: Final = 65_536
+# levels of nesting inside a config; the config object itself is level 1
+MAX_CONFIG_DEPTH: Final = 32
+
+PARAMETER_ENV_PREFIX: Final = "FLOWFORGE_PARAM_"
+_ENV_INVALID = re.compile(r"[^A-Z0-9_]+")
+
+
+def parameter_env_name(name: str) -> str:
+    """The environment variable that carries parameter ``name`` into a task's container."""
+    return PARAMETER_ENV_PREFIX + _ENV_INVALID.sub("_", name.upper()).strip("_")
+
+
+def config_text(config: Mapping[str, Any]) -> str:
+    """A task's config exactly as ``FLOWFORGE_CONFIG`` carries it."""
+    return json.dumps(dict(config), sort_keys=True)
+
+
+def nesting_depth(value: Any, *, limit: int) -> int:
+    """How many levels of lists and objects ``value`` nests, counted iteratively.
+
+    Stops counting once ``limit`` is exceeded (returns ``limit + 1``), so a hostile document
+    costs no more than the part of it that is read.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterator[Any] = iter(item.values())
+        elif isinstance(item, list | tuple):
+            children = iter(item)
+        else:
+            continue
+        if depth > limit:
+            return limit + 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parameter_errors(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field path, message) for every cap a run's parameters break; empty when they fit."""
+    errors: list[tuple[str, str]] = []
+    if len(parameters) > MAX_PARAMETERS:
+        errors.append(
+            (
+                "spec.parameters",
+                f"has {len(parameters)} parameters; at most {MAX_PARAMETERS} are allowed",
+            )
+        )
+    total = 0
+    seen: dict[str, str] = {}
+    for name in sorted(parameters):
+        value = parameters[name]
+        path = f"spec.parameters[{name[:MAX_PARAMETER_NAME_LENGTH]}]"
+        length = len(value) if isinstance(value, str) else 0
+        total += len(name) + length
+        if len(name) > MAX_PARAMETER_NAME_LENGTH:
+            errors.append((path, f"the name must be at most {MAX_PARAMETER_NAME_LENGTH} long"))
+        if length > MAX_PARAMETER_VALUE_LENGTH:
+            errors.append(
+                (path, f"must be at most {MAX_PARAMETER_VALUE_LENGTH} characters (has {length})")
+            )
+        env_name = parameter_env_name(name)
+        if env_name == PARAMETER_ENV_PREFIX:
+            errors.append((path, "the name needs at least one letter or digit"))
+        elif env_name in seen:
+            errors.append(
+                (
+                    path,
+                    f"parameters {seen[env_name]!r} and {name!r} would both be the "
+                    f"environment variable {env_name}; rename one",
+                )
+            )
+        else:
+            seen[env_name] = name
+    if total > MAX_PARAMETERS_TOTAL_LENGTH:
+        errors.append(
+            (
+                "spec.parameters",
+                f"names and values total {total} characters; at most "
+                f"{MAX_PARAMETERS_TOTAL_LENGTH} are allowed",
+            )
+        )
+    return errors
+
+
+def config_errors(config: Any, *, path: str) -> list[tuple[str, str]]:
+    """(field path, message) when a task's config nests too deeply or is too large."""
+    if not isinstance(config, Mapping):
+        return []
+    depth = nesting_depth(config, limit=MAX_CONFIG_DEPTH)
+    if depth > MAX_CONFIG_DEPTH:
+        return [(path, f"nests more than {MAX_CONFIG_DEPTH} levels deep; flatten it")]
+    try:
+        size = len(config_text(config))
+    except (TypeError, ValueError):
+        return []  # not JSON: the shape check names the value
+    if size > MAX_CONFIG_BYTES:
+        return [
+            (
+                path,
+                f"is {size} bytes as JSON; at most {MAX_CONFIG_BYTES} are allowed (keep large "
+                "data in your own store and pass a reference)",
+            )
+        ]
+    return []
+
+
+def definition_cap_errors(spec: Any) -> list[tuple[str, str]]:
+    """(field path, message) for the caps of a definition spec the JSON Schema cannot state."""
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("tasks"), list):
+        return []
+    errors: list[tuple[str, str]] = []
+    edges = 0
+    for index, task in enumerate(spec["tasks"]):
+        if not isinstance(task, Mapping):
+            continue
+        depends_on = task.get("dependsOn")
+        if isinstance(depends_on, list):
+            edges += len(depends_on)
+        errors.extend(config_errors(task.get("config"), path=f"spec.tasks[{index}].config"))
+    if edges > MAX_EDGES:
+        errors.append(
+            (
+                "spec.tasks",
+                f"declare {edges} dependencies (dependsOn entries) in total; at most "
+                f"{MAX_EDGES} are allowed",
+            )
+        )
+    return errors

@@ -1,0 +1,188 @@
+"""The webhook's HTTPS server bounds every request: handshake and body read time out, open
+connections are limited, bodies are capped, and a client without the CA's certificate never
+gets past the handshake.
+
+The server runs in-process with small limits; in place of kopf's admission function it gets
+one that answers every review it is handed (these tests are about what reaches it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowforge.operator.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_client_certificates,
+    generate_webhook_certificates,
+)
+from flowforge.operator.webhook_http import GuardedWebhookServer, ServerLimits
+
+LIMITS = ServerLimits(
+    max_body_bytes=64 * 1024,
+    read_timeout_seconds=0.5,
+    handshake_timeout_seconds=0.5,
+    keepalive_timeout_seconds=5,
+    max_connections=2,
+    reload_interval_seconds=0.2,
+)
+REVIEW = b'{"request": {"uid": "u-1", "namespace": "a", "object": {}}}'
+
+
+@dataclass
+class Served:
+    directory: Path
+    port: int
+    certs: WebhookCertificates
+    client: ClientCertificates
+    reviews: list[dict[str, Any]]
+
+    def context(self, *, with_certificate: bool = True) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.certs.ca_cert_path))
+        if with_certificate:
+            context.load_cert_chain(self.client.cert_path, self.client.key_path)
+        return context
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    certs = generate_webhook_certificates(tmp_path / "serving")
+    client = generate_client_certificates(tmp_path / "client")
+    reviews: list[dict[str, Any]] = []
+
+    async def answer(review: dict[str, Any], **_: Any) -> dict[str, Any]:
+        reviews.append(review)
+        return {"response": {"uid": review["request"]["uid"], "allowed": True}}
+
+    port = _free_port()
+    server = GuardedWebhookServer(
+        addr="127.0.0.1", port=port, certs=certs, client_ca=client.ca_cert_path, limits=LIMITS
+    )
+    configs = server(answer)  # type: ignore[arg-type]
+    await anext(configs)
+    serving = asyncio.ensure_future(anext(configs))
+    try:
+        yield Served(directory=tmp_path, port=port, certs=certs, client=client, reviews=reviews)
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+            await serving
+        await configs.aclose()
+
+
+async def _connect(
+    served: Served, *, with_certificate: bool = True
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(
+        "127.0.0.1", served.port, ssl=served.context(with_certificate=with_certificate)
+    )
+
+
+def _request(body: bytes, *, length: int | None = None) -> bytes:
+    return (
+        b"POST /validate-workflowdefinition HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n"
+        + f"Content-Length: {len(body) if length is None else length}\r\n\r\n".encode()
+        + body
+    )
+
+
+async def _status(reader: asyncio.StreamReader) -> int:
+    line = await asyncio.wait_for(reader.readline(), timeout=5)
+    if not line:
+        raise ConnectionResetError("the server closed the connection without an answer")
+    return int(line.split()[1])
+
+
+async def test_a_review_from_the_apiserver_is_answered(served: Served) -> None:
+    reader, writer = await _connect(served)
+    writer.write(_request(REVIEW))
+    assert await _status(reader) == 200
+    writer.close()
+    assert served.reviews[0]["request"]["uid"] == "u-1"
+
+
+async def test_without_a_certificate_nothing_gets_through(served: Served) -> None:
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        reader, writer = await _connect(served, with_certificate=False)
+        writer.write(_request(REVIEW))
+        await _status(reader)
+    assert served.reviews == []
+
+
+async def test_a_body_sent_too_slowly_times_out(served: Served) -> None:
+    reader, writer = await _connect(served)
+    started = time.monotonic()
+    writer.write(_request(REVIEW[:10], length=len(REVIEW)))
+    assert await _status(reader) == 408
+    assert time.monotonic() - started < LIMITS.read_timeout_seconds + 2
+    writer.close()
+    assert served.reviews == []
+
+
+async def test_a_body_over_the_limit_is_refused(served: Served) -> None:
+    reader, writer = await _connect(served)
+    writer.write(_request(b" " * (LIMITS.max_body_bytes + 1)))
+    assert await _status(reader) == 413
+    writer.close()
+    assert served.reviews == []
+
+
+async def test_a_silent_connection_is_dropped_after_the_handshake_timeout(
+    served: Served,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)  # no TLS at all
+    started = time.monotonic()
+    assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+    assert time.monotonic() - started < LIMITS.handshake_timeout_seconds + 2
+    writer.close()
+
+
+async def test_connections_over_the_limit_are_closed_at_once(served: Served) -> None:
+    held = [await _connect(served) for _ in range(LIMITS.max_connections)]
+    for _, writer in held:  # a request makes each connection count as established
+        writer.write(_request(REVIEW))
+    for reader, _ in held:
+        assert await _status(reader) == 200
+        await reader.readuntil(b"}}")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        reader, writer = await _connect(served)
+        writer.write(_request(REVIEW))
+        await _status(reader)
+    for _, writer in held:
+        writer.close()
+        await writer.wait_closed()
+    await asyncio.sleep(0.2)
+    reader, writer = await _connect(served)
+    writer.write(_request(REVIEW))
+    assert await _status(reader) == 200
+    writer.close()
+
+
+async def test_renewed_certificate_files_are_served_without_a_restart(served: Served) -> None:
+    old = served.context()
+    await asyncio.sleep(0.05)  # a later modification time than the first files
+    served.certs = generate_webhook_certificates(served.directory / "serving")
+    await asyncio.sleep(LIMITS.reload_interval_seconds * 4)
+    reader, writer = await _connect(served)  # trusts only the new CA
+    writer.write(_request(REVIEW))
+    assert await _status(reader) == 200
+    writer.close()
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await asyncio.open_connection("127.0.0.1", served.port, ssl=old)

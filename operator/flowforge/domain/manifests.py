@@ -276,45 +276,65 @@ _NO_KEY: Any = object()
 _MERGE: Any = object()
 
 
+def _scalar_value(event: ScalarEvent, *, key_position: bool) -> Any:
+    tag = event.tag
+    if tag is not None and tag != "!":
+        return _tagged_scalar(tag, event)
+    text = event.value
+    if not event.implicit[0]:
+        return text
+    if text == _MERGE_KEY and key_position:
+        return _MERGE
+    return _json_value(resolve_plain_scalar(text), event)
+
+
+# a plain scalar starting otherwise, and not a word of _RESOLVE_MAP, is its own text
+_RESOLVED_STARTS = frozenset("+-.0123456789<")
+
+
 def _values(parser: Any) -> list[tuple[int, Any]]:
     """The first line and the value of every document of the stream, from its events."""
     get_event = parser.get_event
     documents: list[tuple[int, Any]] = []
     stack: list[_OpenCollection] = []
+    top: _OpenCollection | None = None  # stack[-1], kept apart: this loop is the hot path
     anchors: dict[str, Any] = {}
     open_anchors: set[str] = set()
     while True:
         event = get_event()
         kind = type(event)
         if kind is ScalarEvent:
-            tag = event.tag
-            if tag is None or tag == "!":
-                text = event.value
-                if not event.implicit[0]:
-                    value = text
-                elif text == _MERGE_KEY and stack and stack[-1].key is _NO_KEY:
-                    value = _MERGE
-                else:
-                    value = _json_value(resolve_plain_scalar(text), event)
+            text = event.value
+            if (
+                event.tag is None
+                and event.implicit[0]
+                and text
+                and text[0] not in _RESOLVED_STARTS
+                and text not in _RESOLVE_MAP
+            ):
+                value = text
             else:
-                value = _tagged_scalar(tag, event)
+                value = _scalar_value(
+                    event, key_position=top is not None and top.mapping and top.key is _NO_KEY
+                )
             if event.anchor is not None:
                 anchors[event.anchor] = value
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
             if len(stack) >= _MAX_NESTING:
                 raise _DecodeError("exceeded maximum nesting depth", event)
-            container = _OpenCollection({} if kind is MappingStartEvent else [], event)
+            top = _OpenCollection({} if kind is MappingStartEvent else [], event)
             if event.anchor is not None:
-                anchors[event.anchor] = container.value
+                anchors[event.anchor] = top.value
                 open_anchors.add(event.anchor)
-            stack.append(container)
+            stack.append(top)
             continue
         elif kind is MappingEndEvent or kind is SequenceEndEvent:
-            container = stack.pop()
-            value = container.close()
-            event = container.start
-            if container.anchor is not None:
-                open_anchors.discard(container.anchor)
+            closed = stack.pop()
+            top = stack[-1] if stack else None
+            value = closed.close()
+            event = closed.start
+            if closed.anchor is not None:
+                open_anchors.discard(closed.anchor)
         elif kind is AliasEvent:
             anchor = event.anchor
             if anchor in open_anchors:
@@ -329,14 +349,12 @@ def _values(parser: Any) -> list[tuple[int, Any]]:
             return documents
         else:  # the stream's start, a document's end
             continue
-        if not stack:
+        if top is None:
             documents.append((event.start_mark.line + 1, value))
-            continue
-        top = stack[-1]
-        if not top.mapping:
+        elif not top.mapping:
             top.value.append(value)  # type: ignore[union-attr]
         elif top.key is _NO_KEY:
-            top.key = value if value is _MERGE else _key_string(value, event)
+            top.key = value if type(value) is str or value is _MERGE else _key_string(value, event)
             top.key_event = event
         else:
             key, top.key = top.key, _NO_KEY

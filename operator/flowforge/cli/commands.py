@@ -213,7 +213,9 @@ def _register_definition_files(subparsers: Subcommands) -> None:
     )
     graph.add_argument("--name", help="metadata.name or spec.workflow of the definition to draw")
     _add_store_and_kube(graph)
-    graph.set_defaults(graph_source_loader=LazyFunction("flowforge.cli.runs:load_graph_source"))
+    graph.set_defaults(
+        graph_source_loader=LazyFunction("flowforge.cli.authoring:load_graph_source")
+    )
 
     render = _command(
         subparsers,

@@ -11,7 +11,6 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
@@ -105,20 +104,9 @@ def describe_run(args: argparse.Namespace) -> int:
 # graph RUN
 
 
-def _is_file(source: str) -> bool:
-    return (
-        source == "-"
-        or Path(source).exists()
-        or Path(source).suffix in (".yaml", ".yml", ".json")
-        or "/" in source
-    )
-
-
-def load_graph_source(args: argparse.Namespace) -> authoring.GraphSource:
-    """``graph``'s loader: a file as ``authoring`` reads it, else a run from the store, with
-    the state of each of its tasks."""
-    if _is_file(args.source):
-        return authoring.load_definition_file(args)
+def load_run_graph(args: argparse.Namespace) -> authoring.GraphSource:
+    """The definition of the run ``args.source`` from the store, with the state of each of
+    its tasks."""
     if not has_store(args):
         raise CommandError(
             f"{args.source}: no such file; to draw the run of that name, pass --dsn or set "

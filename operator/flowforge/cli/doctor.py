@@ -31,6 +31,7 @@ from kubernetes import client as k8s
 from flowforge.cli.connections import kube_client, store_dsn
 from flowforge.cli.output import EXIT_FAILED, EXIT_OK, CommandError, emit, first_line
 from flowforge.domain.errors import FlowForgeError
+from flowforge.domain.states import RunPhase
 from flowforge.kube.crdgen import workflow_definition_crd, workflow_run_crd
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.store.connection import Pool
@@ -46,7 +47,7 @@ FROM flowforge_run AS run
 LEFT JOIN LATERAL (
     SELECT recorded_at FROM flowforge_event WHERE run_id = run.id ORDER BY id DESC LIMIT 1
 ) AS last ON true
-WHERE run.phase IN ('pending', 'running')
+WHERE run.phase = ANY(%s)
   AND coalesce(last.recorded_at, run.created_at) < now() - %s
 ORDER BY last_seen
 """
@@ -408,7 +409,8 @@ async def _lease_finding(pool: Pool, name: str) -> Finding:
 
 async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
     async with pool.connection() as connection:
-        cursor = await connection.execute(SILENT_RUNS_QUERY, (after,))
+        unfinished = [str(RunPhase.PENDING), str(RunPhase.RUNNING)]
+        cursor = await connection.execute(SILENT_RUNS_QUERY, (unfinished, after))
         rows = await cursor.fetchall()
     if not rows:
         return Finding("runs", True, f"no running run has been silent for over {_human(after)}")
@@ -422,7 +424,7 @@ async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
         "runs",
         False,
         f"{len(rows)} running runs have recorded nothing for over {_human(after)}: {listed}{more}",
-        "check the operator's logs and `flowforge runs show RUN`; a run waiting on a "
+        "check the operator's logs and `flowforge describe run RUN`; a run waiting on a "
         "long task is fine (raise --stuck-after)",
     )
 

@@ -1,5 +1,6 @@
-"""What ``flowforge get runs`` and ``describe run`` print: a run's rows in the store and the outcomes its
-event history recorded (attempts, exit codes, reasons, durations, the rollback's steps)."""
+"""What ``flowforge get runs`` and ``describe run`` print: a run's rows in the store and the
+outcomes its event history recorded (attempts, exit codes, reasons, durations, the rollback's
+steps)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flowforge.cli import commands
-from flowforge.cli.commands import LazyHandler
+from flowforge.cli.lazy import LazyHandler
 from flowforge.cli.main import build_parser, main
 from flowforge.domain import rendering
 from flowforge.kube import webhook_config

@@ -26,15 +26,20 @@ controlplane:
 
 test: $(STAMP) $(NODE_STAMP) controlplane
 	$(PY) -m ruff check operator tests bench
+	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest tests
 
 test-unit: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest tests/unit
 
+# Layers (import-linter contracts in pyproject.toml): domain <- store | kube | sdk <- operator | cli.
 lint: $(STAMP)
 	$(PY) -m ruff check operator tests bench
+	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 dev: $(STAMP) controlplane
 	bash deploy/local/dev.sh

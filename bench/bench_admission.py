@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 from kubernetes import client, config
 
+from flowforge.domain.api import DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.kube.webhook_config import (
     VALIDATE_DEFINITION_HANDLER_ID,
     apply_webhook_configurations,
@@ -116,14 +117,14 @@ def post_review(certs: WebhookCertificates, port: int, body: bytes) -> dict[str,
 
 
 def admission_review(obj: dict[str, Any]) -> bytes:
-    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": "workflowdefinitions"}
+    resource = {"group": GROUP, "version": VERSION, "resource": DEFINITION_PLURAL}
     return json.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {
                 "uid": str(uuid.uuid4()),
-                "kind": {"group": "flowforge.io", "version": "v1alpha1", "kind": obj["kind"]},
+                "kind": {"group": GROUP, "version": VERSION, "kind": obj["kind"]},
                 "resource": resource,
                 "namespace": NAMESPACE,
                 "operation": "CREATE",
@@ -246,10 +247,10 @@ def main() -> None:
 
                 def create() -> None:
                     custom.create_namespaced_custom_object(
-                        "flowforge.io",
-                        "v1alpha1",
+                        GROUP,
+                        VERSION,
                         NAMESPACE,
-                        "workflowdefinitions",
+                        DEFINITION_PLURAL,
                         body,
                         dry_run="All",
                     )

@@ -16,6 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flowforge.domain.api import (
+    DEFINITION_KIND,
+    DEFINITION_PLURAL,
+    GROUP,
+    RUN_KIND,
+    RUN_PLURAL,
+    VERSION,
+)
 from flowforge.domain.run import RunSpec
 from flowforge.domain.validation import validate_spec
 from flowforge.kube.webhook_config import (
@@ -36,7 +44,7 @@ FUZZ_SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
-_PLURALS = {"WorkflowDefinition": "workflowdefinitions", "WorkflowRun": "workflowruns"}
+_PLURALS = {DEFINITION_KIND: DEFINITION_PLURAL, RUN_KIND: RUN_PLURAL}
 
 
 def admission_review(
@@ -48,8 +56,8 @@ def admission_review(
     dry_run: bool = True,
     namespace: str = FUZZ_NAMESPACE,
 ) -> bytes:
-    group_version_kind = {"group": "flowforge.io", "version": "v1alpha1", "kind": kind}
-    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": _PLURALS[kind]}
+    group_version_kind = {"group": GROUP, "version": VERSION, "kind": kind}
+    resource = {"group": GROUP, "version": VERSION, "resource": _PLURALS[kind]}
     return json.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",

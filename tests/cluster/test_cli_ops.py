@@ -19,10 +19,10 @@ import yaml
 
 from flowforge.cli.main import main
 from flowforge.cli.output import EXIT_UNAVAILABLE
+from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
-from flowforge.store.redrive import RETRY_OF_ANNOTATION
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.plugins.webhooks import WebhookServer
 from tests.tools.mermaid_parser import parse_mermaid
@@ -185,7 +185,7 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
 async def test_retry_runs_only_what_did_not_succeed(
     operator: OperatorProcess, driver: RunDriver, cli: CliRunner, store_dsn: str
 ) -> None:
-    """Needs the operator to create a retry's rows with ``store.redrive.create_run_reusing``."""
+    """Needs the operator to create a retry's rows with ``store.reuse.create_run_reusing``."""
     dsn = ["--dsn", store_dsn]
     await driver.publish(FAILING_DIAMOND)
     driver.create_run("d1", workflow="diamond")

@@ -86,7 +86,7 @@ def test_get_prints_the_run_columns(cluster: Cluster, namespace: str) -> None:
     _apply(cluster, namespace, RUN)
     status = {
         "status": {
-            "phase": "running",
+            "phase": "Running",
             "progress": "3/4",
             "counts": {"total": 4, "succeeded": 3, "running": 1},
         }
@@ -105,7 +105,7 @@ def test_get_prints_the_run_columns(cluster: Cluster, namespace: str) -> None:
     )
     lines = kubectl(cluster, "get", "wfr", "-n", namespace).stdout.splitlines()
     assert lines[0].split() == ["NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE"]
-    assert lines[1].split()[:5] == ["nightly-etl-run", "nightly-etl", "1", "running", "3/4"]
+    assert lines[1].split()[:5] == ["nightly-etl-run", "nightly-etl", "1", "Running", "3/4"]
 
 
 def test_get_flowforge_lists_both_kinds_with_columns(cluster: Cluster, namespace: str) -> None:

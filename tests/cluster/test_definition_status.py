@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.api import API_VERSION, DEFINITION_KIND, DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.domain.validation import parse_definition
 from flowforge.store.definitions import list_versions
 from tests.plugins.operator import OperatorProcess, RunDriver
@@ -30,10 +31,10 @@ async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, An
     for _ in range(150):
         body = await asyncio.to_thread(
             driver.custom.get_namespaced_custom_object,
-            "flowforge.io",
-            "v1alpha1",
+            GROUP,
+            VERSION,
             driver.namespace,
-            "workflowdefinitions",
+            DEFINITION_PLURAL,
             name,
         )
         status: dict[str, Any] = body.get("status") or {}
@@ -45,13 +46,13 @@ async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, An
 
 def _create(driver: RunDriver, name: str, spec: dict[str, Any]) -> None:
     driver.custom.create_namespaced_custom_object(
-        "flowforge.io",
-        "v1alpha1",
+        GROUP,
+        VERSION,
         driver.namespace,
-        "workflowdefinitions",
+        DEFINITION_PLURAL,
         {
-            "apiVersion": "flowforge.io/v1alpha1",
-            "kind": "WorkflowDefinition",
+            "apiVersion": API_VERSION,
+            "kind": DEFINITION_KIND,
             "metadata": {"name": name},
             "spec": spec,
         },

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT
-from flowforge.store import engine as store_engine
+from flowforge.store import queries as store_queries
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
@@ -62,12 +62,12 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     await wait_for_leader(driver.pool, operator.identity, process=operator)
     await driver.publish(diamond())
     driver.create_run("d1", workflow="diamond", parameters={"date": "2026-11-30"})
-    body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=operator)
+    body = await driver.wait_phase("d1", {"Succeeded", "Failed"}, operator=operator)
     status = body["status"]
-    assert status["phase"] == "succeeded", status
+    assert status["phase"] == "Succeeded", status
     assert status["progress"] == "4/4"
     assert driver.printer_row("d1")["Progress"] == "4/4"
-    assert driver.printer_row("d1")["Phase"] == "succeeded"
+    assert driver.printer_row("d1")["Phase"] == "Succeeded"
 
     jobs = {job.metadata.labels["flowforge.io/task"]: job for job in driver.jobs("d1")}
     assert set(jobs) == {"extract", "left", "right", "load"}
@@ -136,8 +136,8 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     }
     await driver.publish(spec)
     driver.create_run("f1", workflow="fan")
-    body = await driver.wait_phase("f1", {"succeeded", "failed"}, timeout=180, operator=operator)
-    assert body["status"]["phase"] == "succeeded", body["status"]
+    body = await driver.wait_phase("f1", {"Succeeded", "Failed"}, timeout=180, operator=operator)
+    assert body["status"]["phase"] == "Succeeded", body["status"]
     assert body["status"]["progress"] == f"{width + 2}/{width + 2}"
     joins = [job for job in driver.jobs("f1") if job.metadata.labels["flowforge.io/task"] == "join"]
     assert len(joins) == 1
@@ -150,7 +150,7 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     # 52 tasks: above the summary limit, so the status lists none and says so
     assert width + 2 > STATUS_TASK_SUMMARY_LIMIT
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
-    created = await store_engine.job_created_attempts(driver.pool, run.id)
+    created = await store_queries.job_created_attempts(driver.pool, run.id)
     assert len(created) == width + 2
 
 
@@ -187,12 +187,12 @@ async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(
         driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
     )
     deadline = time.monotonic() + 30
-    while run.phase.value == "running" and time.monotonic() < deadline:
+    while run.phase.value == "Running" and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
         run = await find_run(
             driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
         )
-    assert run.phase.value == "cancelled"
+    assert run.phase.value == "Cancelled"
     kinds = [event.kind for event in await run_history(driver.pool, run.id)]
     assert kinds[0] == "run.created" and "task.dispatched" in kinds
     assert "run.cancel_requested" in kinds

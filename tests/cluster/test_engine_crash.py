@@ -46,7 +46,7 @@ async def wait_all(driver: RunDriver, names: list[str], *, timeout: float) -> di
     phases: dict[str, str] = {}
     while time.monotonic() < deadline:
         phases = {name: (driver.run(name).get("status") or {}).get("phase", "") for name in names}
-        if all(phase in ("succeeded", "failed", "cancelled") for phase in phases.values()):
+        if all(phase in ("Succeeded", "Failed", "Cancelled") for phase in phases.values()):
             return phases
         await asyncio.sleep(0.5)
     raise AssertionError(f"runs not finished after {timeout} s: {phases}")
@@ -90,7 +90,7 @@ async def test_sigkill_at_random_moments_during_twenty_runs(
             operator.kill()
             operator.start()
         phases = await wait_all(driver, names, timeout=240)
-        assert set(phases.values()) == {"succeeded"}, phases
+        assert set(phases.values()) == {"Succeeded"}, phases
         await asyncio.sleep(1.0)  # let the watch catch up with the last creations
     finally:
         log.close()
@@ -140,9 +140,9 @@ async def test_postgres_stopped_for_twenty_seconds_pauses_runs(
         localdev.start(directory, settings={"fsync": "off", "port": str(port)})
         pool = await open_pool(dsn, min_size=1, max_size=4)
         outage_driver.pool = pool
-        assert "failed" not in paused.values(), paused
+        assert "Failed" not in paused.values(), paused
         phases = await wait_all(outage_driver, names, timeout=120)
-        assert set(phases.values()) == {"succeeded"}, (phases, operator.log_tail())
+        assert set(phases.values()) == {"Succeeded"}, (phases, operator.log_tail())
         await asyncio.sleep(1.0)
         log.close()
         assert operator.running, "the operator must ride out the outage, not die"

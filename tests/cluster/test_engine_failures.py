@@ -48,9 +48,9 @@ async def test_failure_skips_downstream_and_independent_branch_finishes(
         }
     )
     driver.create_run("b1", workflow="branches")
-    body = await driver.wait_phase("b1", {"succeeded", "failed", "cancelled"}, operator=operator)
+    body = await driver.wait_phase("b1", {"Succeeded", "Failed", "Cancelled"}, operator=operator)
     status = body["status"]
-    assert status["phase"] == "failed", status
+    assert status["phase"] == "Failed", status
     by_name = tasks(body)
     assert by_name["bad"]["state"] == "failed"
     assert by_name["bad"]["exitCode"] == 3
@@ -83,8 +83,8 @@ async def test_retries_then_fails_with_every_attempt_a_new_job(
         }
     )
     driver.create_run("r1", workflow="flaky")
-    body = await driver.wait_phase("r1", {"succeeded", "failed"}, operator=operator)
-    assert body["status"]["phase"] == "failed"
+    body = await driver.wait_phase("r1", {"Succeeded", "Failed"}, operator=operator)
+    assert body["status"]["phase"] == "Failed"
     assert tasks(body)["flaky"]["attempt"] == 3
     jobs = sorted(driver.jobs("r1"), key=lambda job: job.metadata.labels["flowforge.io/attempt"])
     assert [job.metadata.labels["flowforge.io/attempt"] for job in jobs] == ["1", "2", "3"]
@@ -111,8 +111,8 @@ async def test_timeout_is_a_failed_attempt(operator: OperatorProcess, driver: Ru
         }
     )
     driver.create_run("t1", workflow="slow")
-    body = await driver.wait_phase("t1", {"succeeded", "failed"}, timeout=120, operator=operator)
-    assert body["status"]["phase"] == "failed"
+    body = await driver.wait_phase("t1", {"Succeeded", "Failed"}, timeout=120, operator=operator)
+    assert body["status"]["phase"] == "Failed"
     [job] = driver.jobs("t1")
     assert job.spec.active_deadline_seconds == 2
     events = await history(driver, "t1", body)
@@ -141,9 +141,9 @@ async def test_cancel_stops_running_jobs_and_skips_the_rest(
         await asyncio.sleep(0.2)
     assert len(driver.jobs("c1")) == 2
     driver.cancel("c1")
-    body = await driver.wait_phase("c1", {"succeeded", "failed", "cancelled"}, operator=operator)
+    body = await driver.wait_phase("c1", {"Succeeded", "Failed", "Cancelled"}, operator=operator)
     status = body["status"]
-    assert status["phase"] == "cancelled"
+    assert status["phase"] == "Cancelled"
     assert {t["state"] for t in status["tasks"]} == {"cancelled"}
     assert status["counts"]["cancelled"] == 3
     cancelled = next(c for c in status["conditions"] if c["type"] == "Cancelled")
@@ -180,8 +180,8 @@ async def test_vanished_job_is_a_lost_attempt_and_is_retried(
     driver.batch.delete_namespaced_job(
         first.metadata.name, driver.namespace, propagation_policy="Background"
     )
-    body = await driver.wait_phase("v1", {"succeeded", "failed"}, operator=operator)
-    assert body["status"]["phase"] == "succeeded", body["status"]
+    body = await driver.wait_phase("v1", {"Succeeded", "Failed"}, operator=operator)
+    assert body["status"]["phase"] == "Succeeded", body["status"]
     assert tasks(body)["v"]["attempt"] == 2
     events = await history(driver, "v1", body)
     [lost] = [e for e in events if e.kind == "task.attempt_failed"]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from flowforge.store import engine as store_engine
+from flowforge.store import dispatch as store_dispatch
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence, current_lease
@@ -46,8 +46,8 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     await driver.publish(SPEC)
 
     driver.create_run("before", workflow="chain")
-    body = await driver.wait_phase("before", {"succeeded", "failed"}, operator=first)
-    assert body["status"]["phase"] == "succeeded"
+    body = await driver.wait_phase("before", {"Succeeded", "Failed"}, operator=first)
+    assert body["status"]["phase"] == "Succeeded"
     assert await epochs_of(driver, "before") == {first_epoch}, "the standby acted"
     lease = await current_lease(driver.pool)
     assert lease is not None and lease.holder == "first"
@@ -63,8 +63,8 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     print(f"handover after SIGKILL took {handover:.1f} s")
 
     driver.create_run("after", workflow="chain")
-    body = await driver.wait_phase("after", {"succeeded", "failed"}, operator=second)
-    assert body["status"]["phase"] == "succeeded"
+    body = await driver.wait_phase("after", {"Succeeded", "Failed"}, operator=second)
+    assert body["status"]["phase"] == "Succeeded"
     assert await epochs_of(driver, "after") == {second_epoch}
 
     # a write carrying the deposed operator's epoch is refused by the store
@@ -72,7 +72,7 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
         driver.pool, namespace=driver.namespace, name="after", uid=body["metadata"]["uid"]
     )
     with pytest.raises(StaleEpochError):
-        await store_engine.record_job_created(
+        await store_dispatch.record_job_created(
             driver.pool,
             fence=Fence(lease="operator", epoch=first_epoch),
             run_id=run.id,
@@ -98,8 +98,8 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
             driver.pool, "second", process=second, timeout=HANDOVER_BOUND_SECONDS
         )
         driver.create_run("during", workflow="chain")
-        body = await driver.wait_phase("during", {"succeeded", "failed"}, operator=second)
-        assert body["status"]["phase"] == "succeeded"
+        body = await driver.wait_phase("during", {"Succeeded", "Failed"}, operator=second)
+        assert body["status"]["phase"] == "Succeeded"
     finally:
         first.process.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + 15
@@ -107,8 +107,8 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
         time.sleep(0.2)
     assert "no longer acting" in first.log_tail(200), first.log_tail()
     driver.create_run("later", workflow="chain")
-    body = await driver.wait_phase("later", {"succeeded", "failed"}, operator=second)
-    assert body["status"]["phase"] == "succeeded"
+    body = await driver.wait_phase("later", {"Succeeded", "Failed"}, operator=second)
+    assert body["status"]["phase"] == "Succeeded"
     assert first_epoch not in await epochs_of(driver, "during")
     assert await epochs_of(driver, "later") == {second_epoch}
     lease = await current_lease(driver.pool)

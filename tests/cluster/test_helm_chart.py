@@ -26,6 +26,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from flowforge.domain.api import DEFINITION_KIND, DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.kube.webhook_config import (
     build_mutating_configuration,
     build_validating_configuration,
@@ -691,8 +692,8 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
                 }
             )
             driver.create_run("d1", workflow="diamond")
-            body = await driver.wait_phase("d1", {"succeeded", "failed"}, operator=process)
-            assert body["status"]["phase"] == "succeeded", body["status"]
+            body = await driver.wait_phase("d1", {"Succeeded", "Failed"}, operator=process)
+            assert body["status"]["phase"] == "Succeeded", body["status"]
             assert body["status"]["progress"] == "4/4"
             assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
             # finished Jobs are deleted after their TTL: the delete verb works as granted
@@ -717,8 +718,8 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
 
 
 def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
-    kind = {"group": "flowforge.io", "version": "v1alpha1", "kind": "WorkflowDefinition"}
-    resource = {"group": "flowforge.io", "version": "v1alpha1", "resource": "workflowdefinitions"}
+    kind = {"group": GROUP, "version": VERSION, "kind": DEFINITION_KIND}
+    resource = {"group": GROUP, "version": VERSION, "resource": DEFINITION_PLURAL}
     return json.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",
@@ -791,8 +792,8 @@ async def test_operator_compensates_with_only_the_namespaced_chart_rbac(
                 }
             )
             driver.create_run("s1", workflow="saga")
-            body = await driver.wait_phase("s1", {"succeeded", "failed"}, operator=process)
-            assert body["status"]["phase"] == "failed", body["status"]
+            body = await driver.wait_phase("s1", {"Succeeded", "Failed"}, operator=process)
+            assert body["status"]["phase"] == "Failed", body["status"]
             compensations = [
                 job
                 for job in driver.jobs("s1")

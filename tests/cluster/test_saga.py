@@ -21,7 +21,7 @@ from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, w
 
 pytestmark = pytest.mark.cluster
 
-FINISHED = {"succeeded", "failed", "cancelled"}
+FINISHED = {"Succeeded", "Failed", "Cancelled"}
 QUICK = {"image": "busybox:1.36"}
 OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
 UNDO = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "2s"}}
@@ -121,13 +121,13 @@ async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
         what="the rollback to show in kubectl get wfr",
         operator=operator,
     )
-    assert rolling["Phase"] == "running", rolling
+    assert rolling["Phase"] == "Running", rolling
     during = driver.run("o1")["status"]
     assert during["compensation"]["active"] is True
     assert condition({"status": during}, "Compensating")["status"] == "True"
 
     body = await driver.wait_phase("o1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "failed", body["status"]
+    assert body["status"]["phase"] == "Failed", body["status"]
     assert steps(body) == [("refund", "charge", "succeeded"), ("release", "reserve", "succeeded")]
     assert body["status"]["compensation"]["active"] is False
     assert "compensating" not in body["status"]["progress"]
@@ -211,7 +211,7 @@ async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
     for name in ("w1", "w2"):
         driver.create_run(name, workflow="wide")
         body = await driver.wait_phase(name, FINISHED, operator=operator, timeout=120)
-        assert body["status"]["phase"] == "failed", body["status"]
+        assert body["status"]["phase"] == "Failed", body["status"]
         assert [step[0] for step in steps(body)] == expected
         assert {step[2] for step in steps(body)} == {"succeeded"}
         order = started_order(await history(driver, name))
@@ -254,7 +254,7 @@ async def test_a_failing_compensator_halts_the_rollback_and_the_condition_names_
     )
     driver.create_run("h1", workflow="halt")
     body = await driver.wait_phase("h1", FINISHED, operator=operator, timeout=120)
-    assert body["status"]["phase"] == "failed", body["status"]
+    assert body["status"]["phase"] == "Failed", body["status"]
     assert steps(body) == [
         ("undo-c", "c", "succeeded"),
         ("undo-b", "b", "failed"),
@@ -300,7 +300,7 @@ async def test_a_succeeded_run_is_never_compensated_and_cancel_rolls_back(
     )
     driver.create_run("ok1", workflow="fine")
     body = await driver.wait_phase("ok1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "succeeded"
+    assert body["status"]["phase"] == "Succeeded"
     assert compensation_jobs(driver, "ok1") == []
     assert "compensation" not in body["status"]
     assert set((await compensator_states(driver.pool, driver, "ok1")).values()) == {"not_triggered"}
@@ -330,7 +330,7 @@ async def test_a_succeeded_run_is_never_compensated_and_cancel_rolls_back(
     assert compensation_jobs(driver, "c1") == []  # never while the run goes forward
     driver.cancel("c1")
     body = await driver.wait_phase("c1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "cancelled", body["status"]
+    assert body["status"]["phase"] == "Cancelled", body["status"]
     assert steps(body) == [("undo-a", "a", "succeeded")]
     assert [
         job.metadata.labels["flowforge.io/task"] for job in compensation_jobs(driver, "c1")
@@ -379,7 +379,7 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
         body = await driver.wait_phase("k1", FINISHED, operator=operator, timeout=120)
     finally:
         log.close()
-    assert body["status"]["phase"] == "failed", body["status"]
+    assert body["status"]["phase"] == "Failed", body["status"]
     expected = ["undo-three", "undo-two", "undo-one"]
     assert steps(body) == [
         ("undo-three", "three", "succeeded"),
@@ -443,7 +443,7 @@ async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store
             break
         assert time.monotonic() < deadline + 60, operator.log_tail()
         await asyncio.sleep(0.2)
-    assert str(run.phase) == "cancelled"
+    assert str(run.phase) == "Cancelled"
     tasks = {task.task_key: str(task.state) for task in await list_tasks(engine_store, run.id)}
     assert (tasks["undo-b"], tasks["undo-a"]) == ("skipped", "skipped")
 
@@ -481,13 +481,14 @@ async def test_a_vanished_compensation_job_is_a_lost_attempt_and_retried(
         first.metadata.name, driver.namespace, propagation_policy="Background"
     )
     body = await driver.wait_phase("v1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "failed", body["status"]
+    assert body["status"]["phase"] == "Failed", body["status"]
     step = body["status"]["compensation"]["steps"][0]
     assert (step["name"], step["state"], step["attempt"]) == ("undo-a", "succeeded", 2)
     retried = [
         event
         for event in await history(driver, "v1")
-        if event.kind == "compensation.retry_scheduled"
+        if event.kind == "compensation.attempt_failed"
     ]
     assert [event.attempt for event in retried] == [1]
-    assert "vanished" in str(retried[0].detail.get("error"))
+    assert retried[0].detail["reason"] == "JobVanished"
+    assert "vanished" in retried[0].detail["message"]

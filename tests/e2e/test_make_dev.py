@@ -59,9 +59,9 @@ def test_make_dev_runs_the_examples_and_dev_down_stops_everything(dev_dir: Path)
         for line in listing.splitlines()
         if line.startswith("default ")
     }
-    assert rows["etl-2026-11-30"][4] == "succeeded", listing
+    assert rows["etl-2026-11-30"][4] == "Succeeded", listing
     assert rows["etl-2026-11-30"][5] == "4/4", listing
-    assert rows["order-1001"][4] == "failed", listing
+    assert rows["order-1001"][4] == "Failed", listing
 
     again = _dev("up", dev_dir, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from flowforge.domain.api import GROUP
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
 
@@ -60,7 +61,7 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
         "--timeout=60s",
         *[f"crd/{name}" for name in names],
     )
-    _refresh_discovery(cluster, group="flowforge.io", expected=len(names))
+    _refresh_discovery(cluster, group=GROUP, expected=len(names))
     return names
 
 

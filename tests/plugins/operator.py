@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from flowforge.domain.api import API_VERSION, GROUP, RUN_KIND, RUN_PLURAL, VERSION
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster
 from flowforge.store.connection import Pool
@@ -285,13 +286,13 @@ class RunDriver:
         parameters: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            "flowforge.io",
-            "v1alpha1",
+            GROUP,
+            VERSION,
             self.namespace,
-            "workflowruns",
+            RUN_PLURAL,
             {
-                "apiVersion": "flowforge.io/v1alpha1",
-                "kind": "WorkflowRun",
+                "apiVersion": API_VERSION,
+                "kind": RUN_KIND,
                 "metadata": {"name": name},
                 "spec": {"workflow": workflow, "version": version, "parameters": parameters or {}},
             },
@@ -300,23 +301,23 @@ class RunDriver:
 
     def run(self, name: str) -> dict[str, Any]:
         body: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name
+            GROUP, VERSION, self.namespace, RUN_PLURAL, name
         )
         return body
 
     def cancel(self, name: str) -> None:
         self.custom.patch_namespaced_custom_object(
-            "flowforge.io",
-            "v1alpha1",
+            GROUP,
+            VERSION,
             self.namespace,
-            "workflowruns",
+            RUN_PLURAL,
             name,
             {"spec": {"cancel": True}},
         )
 
     def delete_run(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(
-            "flowforge.io", "v1alpha1", self.namespace, "workflowruns", name
+            GROUP, VERSION, self.namespace, RUN_PLURAL, name
         )
 
     def jobs(self, run: str | None = None) -> list[Any]:
@@ -338,7 +339,7 @@ class RunDriver:
         """The row ``kubectl get wfr NAME`` prints (the apiserver's Table rendering)."""
         method, url, headers, body, _ = self.api.param_serialize(
             "GET",
-            f"/apis/flowforge.io/v1alpha1/namespaces/{self.namespace}/workflowruns/{name}",
+            f"/apis/{API_VERSION}/namespaces/{self.namespace}/{RUN_PLURAL}/{name}",
             header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
             auth_settings=["BearerToken"],
         )

@@ -45,10 +45,10 @@ def test_direct_and_transitive_neighbours() -> None:
     graph = DependencyGraph(DIAMOND)
     assert graph.dependencies_of("load") == {"clean", "enrich"}
     assert graph.dependents_of("extract") == {"clean", "enrich"}
-    assert graph.transitive_dependencies_of("load") == {"clean", "enrich", "extract"}
-    assert graph.transitive_dependents_of("extract") == {"clean", "enrich", "load"}
-    assert graph.transitive_dependencies_of("extract") == frozenset()
-    assert graph.transitive_dependents_of("load") == frozenset()
+    assert graph.downstream_of({"extract"}) == {"clean", "enrich", "load"}
+    assert graph.downstream_of({"clean", "enrich"}) == {"load"}
+    assert graph.downstream_of({"load"}) == frozenset()
+    assert graph.downstream_of(()) == frozenset()
     with pytest.raises(KeyError):
         graph.dependencies_of("ghost")
 

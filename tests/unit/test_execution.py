@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -203,7 +204,7 @@ def _status(task_count: int) -> StatusInput:
 
 def test_status_projection_of_a_small_run_lists_tasks() -> None:
     body = project_status(_status(4))
-    assert body["phase"] == "succeeded"
+    assert body["phase"] == "Succeeded"
     assert body["progress"] == "4/4"
     assert body["counts"]["succeeded"] == 4
     assert body["startedAt"] == "2026-11-30T12:00:00Z"
@@ -276,39 +277,56 @@ def test_label_values_fit() -> None:
     assert parameter_env_name("batch-size") == "FLOWFORGE_PARAM_BATCH_SIZE"
 
 
-def test_conditions_keep_their_transition_time_while_unchanged() -> None:
-    later = NOW + timedelta(minutes=5)
-    first = project_status(_status(2))
-    again = project_status(
+def _projected(phase: RunPhase, *, now: datetime, **times: Any) -> dict[str, Any]:
+    return project_status(
         StatusInput(
-            phase=RunPhase.SUCCEEDED,
-            counts=TaskCounts(total=2, succeeded=2),
+            phase=phase,
+            counts=TaskCounts(total=2, succeeded=1, failed=1)
+            if phase is RunPhase.FAILED
+            else TaskCounts(total=2, succeeded=2),
             fingerprint="sha256:" + "0" * 64,
             started_at=NOW,
-            finished_at=NOW,
-            now=later,
-            previous_conditions=first["conditions"],
+            finished_at=times.get("finished_at"),
+            now=now,
+            failure_message="task b failed" if phase is RunPhase.FAILED else None,
+            rollback_started_at=times.get("rollback_started_at"),
+            rollback_halted_at=times.get("rollback_halted_at"),
         )
     )
-    ready_before = next(c for c in first["conditions"] if c["type"] == "Ready")
-    ready_after = next(c for c in again["conditions"] if c["type"] == "Ready")
-    assert ready_after["lastTransitionTime"] == ready_before["lastTransitionTime"]
-    failed = project_status(
-        StatusInput(
-            phase=RunPhase.FAILED,
-            counts=TaskCounts(total=2, succeeded=1, failed=1),
-            fingerprint="sha256:" + "0" * 64,
-            started_at=NOW,
-            finished_at=NOW,
-            now=later,
-            failure_message="task b failed",
-            previous_conditions=first["conditions"],
-        )
+
+
+def _condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in body["conditions"] if c["type"] == kind)
+
+
+def test_condition_times_come_from_the_runs_own_times_not_from_when_it_was_projected() -> None:
+    finished = NOW + timedelta(minutes=5)
+    once = _projected(RunPhase.SUCCEEDED, now=finished, finished_at=finished)
+    # projected again an hour later (an operator restart): the same transition times
+    again = _projected(RunPhase.SUCCEEDED, now=finished + timedelta(hours=1), finished_at=finished)
+
+    assert once["conditions"] == again["conditions"]
+    assert _condition(once, "Ready")["lastTransitionTime"] == "2026-11-30T12:05:00Z"
+    assert _condition(once, "Failed")["lastTransitionTime"] == "2026-11-30T12:00:00Z"
+    running = _projected(RunPhase.RUNNING, now=finished)
+    assert _condition(running, "Progressing")["lastTransitionTime"] == "2026-11-30T12:00:00Z"
+
+
+def test_a_halted_rollback_dates_its_conditions_from_the_rollback() -> None:
+    rollback, halted = NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
+    finished = NOW + timedelta(minutes=3)
+    body = _projected(
+        RunPhase.FAILED,
+        now=finished + timedelta(hours=1),
+        finished_at=finished,
+        rollback_started_at=rollback,
+        rollback_halted_at=halted,
     )
-    ready_failed = next(c for c in failed["conditions"] if c["type"] == "Ready")
-    assert ready_failed["status"] == "False" and ready_failed["reason"] == "Failed"
-    assert ready_failed["lastTransitionTime"] == "2026-11-30T12:05:00Z"
-    assert failed["message"] == "task b failed"
+
+    ready = _condition(body, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "Failed"
+    assert _condition(body, "Failed")["lastTransitionTime"] == "2026-11-30T12:03:00Z"
+    assert body["message"] == "task b failed"
 
 
 def test_a_jobs_identity_is_read_back_from_its_manifest() -> None:

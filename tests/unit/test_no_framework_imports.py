@@ -1,8 +1,13 @@
-"""flowforge.domain imports no framework: checked statically and by a real import."""
+"""flowforge.domain imports with no framework installed: checked by a real import.
+
+The static rule (no ``import kopf`` / ``kubernetes`` / ``psycopg`` in the domain, directly or
+through another flowforge module) is an import-linter contract in pyproject.toml, run by
+``make lint``. What it cannot see, and this test does: an import made at run time
+(``importlib.import_module``), or one made inside a third-party package the domain uses.
+"""
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -10,42 +15,6 @@ from pathlib import Path
 
 FORBIDDEN = ("kopf", "kubernetes", "psycopg", "psycopg_pool")
 OPERATOR = Path(__file__).parents[2] / "operator"
-DOMAIN = OPERATOR / "flowforge" / "domain"
-
-
-def _forbidden(module: str) -> bool:
-    return module.split(".")[0] in FORBIDDEN
-
-
-def test_no_domain_module_imports_a_framework() -> None:
-    offences: list[str] = []
-    files = sorted(DOMAIN.rglob("*.py"))
-    assert files, f"no Python files found under {DOMAIN}"
-    for path in files:
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute | ast.Name)
-                and getattr(node.func, "attr", getattr(node.func, "id", ""))
-                in ("import_module", "__import__")
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
-                modules = [node.args[0].value]
-            else:
-                continue
-            offences.extend(
-                f"{path.relative_to(OPERATOR)}:{node.lineno} imports {module}"
-                for module in modules
-                if _forbidden(module)
-            )
-    assert offences == []
 
 
 BLOCKER = """

@@ -6,6 +6,8 @@ from flowforge.domain.states import (
     COMPENSATION_TRANSITIONS,
     RUN_TRANSITIONS,
     TASK_TRANSITIONS,
+    TERMINAL_COMPENSATION_STATES,
+    TERMINAL_TASK_STATES,
     UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
@@ -13,9 +15,8 @@ from flowforge.domain.states import (
     can_move_compensation,
     can_move_run,
     can_move_task,
-    is_terminal_compensation_state,
     is_terminal_run_phase,
-    is_terminal_task_state,
+    sql_list,
 )
 
 
@@ -31,27 +32,33 @@ def test_terminal_states_are_exactly_those_without_a_way_out() -> None:
         RunPhase.FAILED,
         RunPhase.CANCELLED,
     }
-    assert {s for s in TaskState if is_terminal_task_state(s)} == {
+    assert {
         TaskState.SUCCEEDED,
         TaskState.FAILED,
         TaskState.SKIPPED,
         TaskState.CANCELLED,
-    }
-    assert {s for s in CompensationState if is_terminal_compensation_state(s)} == {
+    } == TERMINAL_TASK_STATES
+    assert {
         CompensationState.SUCCEEDED,
         CompensationState.FAILED,
         CompensationState.SKIPPED,
-    }
+    } == TERMINAL_COMPENSATION_STATES
 
 
 def test_unresolved_task_states_hold_the_run_open() -> None:
     assert {TaskState.WAITING, TaskState.READY, TaskState.RUNNING} == UNRESOLVED_TASK_STATES
 
 
-def test_a_waiting_task_cannot_start_before_it_is_released() -> None:
-    assert not can_move_task(TaskState.WAITING, TaskState.RUNNING)
+def test_a_released_task_starts_at_once_or_waits_until_dispatched() -> None:
+    # the success hot path releases and dispatches in one statement: waiting -> running
+    assert can_move_task(TaskState.WAITING, TaskState.RUNNING)
     assert can_move_task(TaskState.WAITING, TaskState.READY)
     assert can_move_task(TaskState.READY, TaskState.RUNNING)
+
+
+def test_only_a_task_that_has_not_run_can_be_reused() -> None:
+    reusable_from = {s for s in TaskState if can_move_task(s, TaskState.SUCCEEDED)}
+    assert reusable_from == {TaskState.WAITING, TaskState.READY, TaskState.RUNNING}
 
 
 def test_a_retry_goes_from_running_back_to_ready() -> None:
@@ -74,12 +81,10 @@ def test_a_compensator_runs_only_once_triggered() -> None:
     assert can_move_compensation(CompensationState.NOT_TRIGGERED, CompensationState.PENDING)
 
 
-def test_state_values_are_the_lower_case_strings_stored_in_postgresql() -> None:
-    assert [str(p) for p in RunPhase] == [
-        "pending",
-        "running",
-        "succeeded",
-        "failed",
-        "cancelled",
-    ]
+def test_run_phases_are_spelled_as_kubernetes_spells_them() -> None:
+    assert [str(p) for p in RunPhase] == ["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
     assert str(CompensationState.NOT_TRIGGERED) == "not_triggered"
+
+
+def test_sql_lists_are_sorted_and_quoted() -> None:
+    assert sql_list({TaskState.RUNNING, TaskState.READY}) == "('ready', 'running')"

@@ -29,7 +29,7 @@ GRAPH_FORMATS = ("mermaid", "dot")  # flowforge.domain.rendering.GRAPH_FORMATS
 DIRECTIONS = ("TD", "LR")  # flowforge.domain.rendering.DIRECTIONS
 WEBHOOK_CONFIGURATION = "flowforge-admission"  # flowforge.kube.webhook_config
 OPERATOR_LEASE = "operator"  # flowforge.store.lease.DEFAULT_LEASE
-RETRY_OF_ANNOTATION = "flowforge.io/retry-of"  # flowforge.store.redrive
+RETRY_OF_ANNOTATION = "flowforge.io/retry-of"  # flowforge.domain.api
 RUN_TYPES = ("runs", "run", "workflowruns", "workflowrun", "wfr")
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")

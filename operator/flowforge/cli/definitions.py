@@ -21,6 +21,7 @@ from flowforge.cli.output import (
     emit,
     table,
 )
+from flowforge.domain.api import DEFINITION_KIND, GROUP
 from flowforge.domain.errors import (
     DefinitionError,
     DefinitionSchemaError,
@@ -31,8 +32,6 @@ from flowforge.domain.manifests import ManifestDocument, read_documents
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.planning import Plan, plan
 from flowforge.domain.validation import parse_definition
-
-DEFINITION_KIND = "WorkflowDefinition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,7 @@ class _Verdict:
 
     @property
     def resource_name(self) -> str:
-        return f"workflowdefinition.flowforge.io/{self.name or ''}"
+        return f"{DEFINITION_KIND.lower()}.{GROUP}/{self.name or ''}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

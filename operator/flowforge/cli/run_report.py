@@ -15,7 +15,7 @@ from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
 from flowforge.store.queries import TaskRecord, list_tasks, run_progress
-from flowforge.store.redrive import NamedRun
+from flowforge.store.reuse import NamedRun
 
 # what a run report holds: the store's rows and the outcomes its event history recorded
 

@@ -25,15 +25,21 @@ from flowforge.cli.connections import (
 )
 from flowforge.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, emit
 from flowforge.cli.run_report import RunReport, load_report, report_text, runs_table
+from flowforge.domain.api import (
+    API_VERSION,
+    GROUP,
+    RETRY_OF_ANNOTATION,
+    RUN_KIND,
+    RUN_PLURAL,
+    VERSION,
+)
 from flowforge.domain.states import RunPhase
-from flowforge.kube.client import RUN_GROUP, RUN_PLURAL, RUN_VERSION
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME, LABEL_ATTEMPT, LABEL_RUN, LABEL_TASK, label_value
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition_by_id
 from flowforge.store.queries import list_tasks
-from flowforge.store.redrive import (
-    RETRY_OF_ANNOTATION,
+from flowforge.store.reuse import (
     NamedRun,
     find_run_by_name,
     list_runs_by_namespace,
@@ -46,7 +52,7 @@ MAX_RETRY_NAMES = 50
 
 def resource_name(run: str) -> str:
     """``kind.group/name``, as ``kubectl -o name`` prints a custom resource."""
-    return f"workflowrun.{RUN_GROUP}/{run}"
+    return f"{RUN_KIND.lower()}.{GROUP}/{run}"
 
 
 async def _named(pool: Pool, *, namespace: str, name: str) -> NamedRun:
@@ -150,8 +156,8 @@ def cancel_run(args: argparse.Namespace) -> int:
         try:
             with kubernetes_errors():
                 patched: Any = custom.patch_namespaced_custom_object(
-                    RUN_GROUP,
-                    RUN_VERSION,
+                    GROUP,
+                    VERSION,
                     namespace,
                     RUN_PLURAL,
                     args.run,
@@ -187,8 +193,8 @@ def retry_run(args: argparse.Namespace) -> int:
     if old.phase == RunPhase.SUCCEEDED:
         raise CommandError(f"run {old.name} succeeded: there is nothing to retry")
     body: dict[str, Any] = {
-        "apiVersion": f"{RUN_GROUP}/{RUN_VERSION}",
-        "kind": "WorkflowRun",
+        "apiVersion": API_VERSION,
+        "kind": RUN_KIND,
         "metadata": {"annotations": {RETRY_OF_ANNOTATION: old.name}},
         "spec": {
             "workflow": old.workflow,
@@ -203,7 +209,7 @@ def retry_run(args: argparse.Namespace) -> int:
             try:
                 with kubernetes_errors():
                     created: Any = custom.create_namespaced_custom_object(
-                        RUN_GROUP, RUN_VERSION, namespace, RUN_PLURAL, body
+                        GROUP, VERSION, namespace, RUN_PLURAL, body
                     )
             except KubernetesError as error:
                 if error.conflict:

@@ -24,7 +24,15 @@ from typing import ClassVar
 
 
 class FlowForgeError(Exception):
-    """Base of every error FlowForge raises on purpose."""
+    """Base of every error FlowForge raises on purpose.
+
+    Two separate questions, answered by two separate things: *whose fault* is the class
+    (``UserError``: the input; ``InfrastructureError``: the system), and *whether trying
+    again may help* is ``retryable`` (an outage may pass; a deposed operator or a schema
+    too new will not). Callers decide to retry from ``retryable`` alone.
+    """
+
+    retryable: bool = False
 
 
 class UserError(FlowForgeError):
@@ -32,7 +40,7 @@ class UserError(FlowForgeError):
 
 
 class InfrastructureError(FlowForgeError):
-    """A part FlowForge depends on failed; the operation may succeed if retried."""
+    """A part FlowForge depends on failed, or is not in the state this code needs."""
 
 
 class DefinitionError(UserError):

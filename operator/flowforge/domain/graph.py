@@ -125,23 +125,15 @@ class DependencyGraph:
             )
         )
 
-    def transitive_dependencies_of(self, key: str) -> frozenset[str]:
-        """Everything ``key`` waits on, directly or not."""
-        return self._reach(key, self._dependencies)
-
-    def transitive_dependents_of(self, key: str) -> frozenset[str]:
-        """Everything that waits on ``key``, directly or not."""
-        return self._reach(key, self._dependents)
-
-    @staticmethod
-    def _reach(start: str, edges: Mapping[str, Collection[str]]) -> frozenset[str]:
+    def downstream_of(self, keys: Collection[str]) -> frozenset[str]:
+        """Everything that waits, directly or not, on any of ``keys`` (not ``keys``)."""
         seen: set[str] = set()
-        stack = list(edges[start])
+        stack = [dependent for key in keys for dependent in self._dependents[key]]
         while stack:
             key = stack.pop()
             if key not in seen:
                 seen.add(key)
-                stack.extend(edges[key])
+                stack.extend(self._dependents[key])
         return frozenset(seen)
 
     def compensation_order(

@@ -8,12 +8,11 @@ steps are capped, and messages are truncated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from flowforge.domain.execution import parse_timestamp
 from flowforge.domain.run import (
     MAX_COMPENSATION_STEPS,
     CompensationStep,
@@ -90,18 +89,39 @@ class StatusInput:
     # the rollback's steps in the order it runs them (empty until one is triggered)
     compensation: Sequence[CompensationStep] = field(default_factory=tuple)
     observed_generation: int | None = None
-    previous_conditions: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    # when the rollback was triggered, and when a compensator failed and halted it
+    rollback_started_at: datetime | None = None
+    rollback_halted_at: datetime | None = None
+
+
+def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime:
+    """When a condition took its current value, from the store's own times (so it is the
+    same after an operator restart): a run's conditions change only when it starts, when
+    its rollback starts or halts, and when it finishes."""
+    started, finished = status.started_at, status.finished_at
+    rollback, halted = status.rollback_started_at, status.rollback_halted_at
+    since = {
+        ("Ready", True): finished,
+        ("Ready", False): started,
+        ("Progressing", True): started,
+        ("Progressing", False): finished,
+        ("Failed", True): finished,
+        ("Failed", False): started,
+        ("Cancelled", True): finished,
+        ("Cancelled", False): started,
+        ("Compensating", True): rollback,
+        ("Compensating", False): finished,
+        ("CompensationFailed", True): halted,
+        ("CompensationFailed", False): rollback,
+    }.get((kind, holds))
+    return since or status.now
 
 
 def _condition(
     status: StatusInput, *, kind: str, holds: bool, reason: str, message: str
 ) -> Condition:
-    """A condition keeps its lastTransitionTime while its status does not change."""
     value = ConditionStatus.TRUE if holds else ConditionStatus.FALSE
-    since = status.now
-    for previous in status.previous_conditions:
-        if previous.get("type") == kind and previous.get("status") == value.value:
-            since = parse_timestamp(previous.get("lastTransitionTime")) or status.now
+    since = _transition_time(status, kind=kind, holds=holds)
     return Condition(
         type=kind,
         status=value,
@@ -191,7 +211,7 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             status,
             kind="Ready",
             holds=phase is RunPhase.SUCCEEDED,
-            reason="Succeeded" if phase is RunPhase.SUCCEEDED else phase.value.capitalize(),
+            reason=phase.value,
             message=f"{counts.succeeded} of {counts.total} tasks succeeded",
         ),
         _condition(

@@ -1,26 +1,31 @@
-"""The states of runs, forward tasks and compensators, and which moves between them are legal.
+"""The states of runs, forward tasks and compensators, and every move the store makes.
 
-Pure data: the PostgreSQL store mirrors these values in CHECK constraints (a store test
-keeps both in sync) and performs every move as a compare-and-set on the expected state.
+This module is the specification the PostgreSQL store is held to: its CHECK constraints and
+every state list in its SQL are rendered from the sets here, and the model test
+(``tests/store/test_run_model.py``) drives random runs through the store and checks that
+each move it observes is one of the tables' moves.
 
-A run that is rolling back stays ``running`` with its ``compensating`` flag set until the
-rollback settles; only then does it finish ``failed`` (or ``cancelled`` when the rollback
-followed a cancel request). A run that succeeds is never compensated.
+Run phases follow Kubernetes convention (``Pending``, ``Running``, ``Succeeded``...), as
+``status.phase`` and ``kubectl get wfr`` show them. A run that is rolling back stays
+``Running`` with its ``compensating`` flag set until the rollback settles; only then does
+it finish ``Failed`` (or ``Cancelled`` when the rollback followed a cancel request). A run
+that succeeds is never compensated. ``Pending`` is the phase of a WorkflowRun the store does
+not hold yet (the store creates a run ``Running``, with its whole graph at once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
 
 class RunPhase(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
 
 
 class TaskRole(StrEnum):
@@ -53,7 +58,8 @@ class CompensationState(StrEnum):
 
 RUN_TRANSITIONS: Mapping[RunPhase, frozenset[RunPhase]] = MappingProxyType(
     {
-        RunPhase.PENDING: frozenset({RunPhase.RUNNING, RunPhase.FAILED, RunPhase.CANCELLED}),
+        # a WorkflowRun whose definition is refused is marked Failed on the object only
+        RunPhase.PENDING: frozenset({RunPhase.RUNNING, RunPhase.FAILED}),
         RunPhase.RUNNING: frozenset({RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED}),
         RunPhase.SUCCEEDED: frozenset(),
         RunPhase.FAILED: frozenset(),
@@ -63,9 +69,16 @@ RUN_TRANSITIONS: Mapping[RunPhase, frozenset[RunPhase]] = MappingProxyType(
 
 TASK_TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = MappingProxyType(
     {
-        # released on proof that every upstream succeeded; skipped when one failed for good
-        TaskState.WAITING: frozenset({TaskState.READY, TaskState.SKIPPED, TaskState.CANCELLED}),
-        TaskState.READY: frozenset({TaskState.RUNNING, TaskState.CANCELLED}),
+        TaskState.WAITING: frozenset(
+            {
+                TaskState.READY,  # released while the run may not dispatch (cancelling)
+                TaskState.RUNNING,  # released and dispatched in the same statement
+                TaskState.SUCCEEDED,  # reused from the run a retry is a retry of
+                TaskState.SKIPPED,  # an upstream failed for good
+                TaskState.CANCELLED,
+            }
+        ),
+        TaskState.READY: frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.CANCELLED}),
         # back to ready is a retry: the attempt number grows by one
         TaskState.RUNNING: frozenset(
             {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.READY, TaskState.CANCELLED}
@@ -80,10 +93,11 @@ TASK_TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = MappingProxyType(
 COMPENSATION_TRANSITIONS: Mapping[CompensationState, frozenset[CompensationState]] = (
     MappingProxyType(
         {
-            # skipped when its forward task never succeeded, or the rollback halted
+            # skipped when its forward task never succeeded
             CompensationState.NOT_TRIGGERED: frozenset(
                 {CompensationState.PENDING, CompensationState.SKIPPED}
             ),
+            # skipped when the rollback halted, or the run's object is gone
             CompensationState.PENDING: frozenset(
                 {CompensationState.RUNNING, CompensationState.SKIPPED}
             ),
@@ -93,6 +107,7 @@ COMPENSATION_TRANSITIONS: Mapping[CompensationState, frozenset[CompensationState
                     CompensationState.SUCCEEDED,
                     CompensationState.FAILED,
                     CompensationState.PENDING,
+                    CompensationState.SKIPPED,
                 }
             ),
             CompensationState.SUCCEEDED: frozenset(),
@@ -103,25 +118,25 @@ COMPENSATION_TRANSITIONS: Mapping[CompensationState, frozenset[CompensationState
 )
 
 TERMINAL_RUN_PHASES = frozenset(phase for phase, nxt in RUN_TRANSITIONS.items() if not nxt)
+ACTIVE_RUN_PHASES = frozenset(RunPhase) - TERMINAL_RUN_PHASES
 TERMINAL_TASK_STATES = frozenset(state for state, nxt in TASK_TRANSITIONS.items() if not nxt)
 TERMINAL_COMPENSATION_STATES = frozenset(
     state for state, nxt in COMPENSATION_TRANSITIONS.items() if not nxt
 )
 # forward tasks in these states still hold the run open
 UNRESOLVED_TASK_STATES = frozenset(TaskState) - TERMINAL_TASK_STATES
+# compensators in these states hold a triggered rollback open
 UNRESOLVED_COMPENSATION_STATES = frozenset({CompensationState.PENDING, CompensationState.RUNNING})
+# rows the operator still has to act on (released, running, or waiting for their turn)
+ACTIVE_TASK_STATES: frozenset[StrEnum] = frozenset(
+    {TaskState.READY, TaskState.RUNNING, CompensationState.PENDING}
+)
+# a task the store released and whose Job may be created
+RELEASED_TASK_STATES = frozenset({TaskState.READY, TaskState.RUNNING})
 
 
 def is_terminal_run_phase(phase: RunPhase) -> bool:
     return phase in TERMINAL_RUN_PHASES
-
-
-def is_terminal_task_state(state: TaskState) -> bool:
-    return state in TERMINAL_TASK_STATES
-
-
-def is_terminal_compensation_state(state: CompensationState) -> bool:
-    return state in TERMINAL_COMPENSATION_STATES
 
 
 def can_move_run(current: RunPhase, target: RunPhase) -> bool:
@@ -134,3 +149,10 @@ def can_move_task(current: TaskState, target: TaskState) -> bool:
 
 def can_move_compensation(current: CompensationState, target: CompensationState) -> bool:
     return target in COMPENSATION_TRANSITIONS[current]
+
+
+def sql_list(values: Iterable[StrEnum]) -> str:
+    """``('a', 'b')``: a set of state values as an SQL list, sorted so a query's text (and
+    so its prepared plan) is the same every time. The values are this module's own
+    constants, never input."""
+    return "(" + ", ".join(f"'{value.value}'" for value in sorted(values)) + ")"

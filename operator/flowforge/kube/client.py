@@ -19,14 +19,17 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from flowforge.domain.api import (
+    API_VERSION,
+    DEFINITION_PLURAL,
+    GROUP,
+    RUN_KIND,
+    RUN_PLURAL,
+    VERSION,
+)
 from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
-from flowforge.kube.jobs import CONTAINER_NAME, RUN_API_VERSION, RUN_KIND
-
-RUN_GROUP = "flowforge.io"
-RUN_VERSION = "v1alpha1"
-RUN_PLURAL = "workflowruns"
-DEFINITION_PLURAL = "workflowdefinitions"
+from flowforge.kube.jobs import CONTAINER_NAME
 
 
 class TokenBucket:
@@ -236,8 +239,8 @@ class KubeClient:
         try:
             response = await self._call(
                 self._custom.get_namespaced_custom_object,
-                RUN_GROUP,
-                RUN_VERSION,
+                GROUP,
+                VERSION,
                 namespace,
                 RUN_PLURAL,
                 name,
@@ -251,13 +254,13 @@ class KubeClient:
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
             response = await self._call(
-                self._custom.list_cluster_custom_object, RUN_GROUP, RUN_VERSION, RUN_PLURAL
+                self._custom.list_cluster_custom_object, GROUP, VERSION, RUN_PLURAL
             )
         else:
             response = await self._call(
                 self._custom.list_namespaced_custom_object,
-                RUN_GROUP,
-                RUN_VERSION,
+                GROUP,
+                VERSION,
                 namespace,
                 RUN_PLURAL,
             )
@@ -284,8 +287,8 @@ class KubeClient:
         try:
             await self._call(
                 self._custom.patch_namespaced_custom_object_status,
-                RUN_GROUP,
-                RUN_VERSION,
+                GROUP,
+                VERSION,
                 namespace,
                 plural,
                 name,
@@ -313,7 +316,7 @@ class KubeClient:
             "kind": "Event",
             "metadata": {"generateName": f"{run_name[:200]}.", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": RUN_API_VERSION,
+                "apiVersion": API_VERSION,
                 "kind": RUN_KIND,
                 "name": run_name,
                 "namespace": namespace,

@@ -7,9 +7,10 @@
         ├── KubernetesRefusal        UserError: the apiserver refused the request (4xx but 429)
         └── KubernetesUnavailable    InfrastructureError: 429, 5xx, or the apiserver unreachable
 
-Blame and retrying are separate questions: the class says whose fault it is (a refusal is about
-the request: not found, forbidden, conflict, invalid), ``retryable`` says whether sending it
-again may help (429, 5xx and connection failures; never a 4xx refusal).
+Blame and retrying are separate questions (as in :class:`FlowForgeError`): the class says whose
+fault it is (a refusal is about the request: not found, forbidden, conflict, invalid),
+``retryable`` whether sending it again may help (429, 5xx and connection failures; never a 4xx
+refusal).
 """
 
 from __future__ import annotations
@@ -34,10 +35,7 @@ class KubernetesError(FlowForgeError):
         self.message = message
         self.status = status
         self.reason = reason
-
-    @property
-    def retryable(self) -> bool:
-        return self.status is None or self.status == TOO_MANY_REQUESTS or self.status >= 500
+        self.retryable = status is None or status == TOO_MANY_REQUESTS or status >= 500
 
     @property
     def not_found(self) -> bool:

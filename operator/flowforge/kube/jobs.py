@@ -14,20 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowforge.domain.api import API_VERSION, PREFIX, RUN_KIND
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
 
-GROUP = "flowforge.io"
-RUN_API_VERSION = "flowforge.io/v1alpha1"
-RUN_KIND = "WorkflowRun"
-LABEL_RUN = "flowforge.io/run"
-LABEL_TASK = "flowforge.io/task"
-LABEL_ATTEMPT = "flowforge.io/attempt"
-LABEL_ROLE = "flowforge.io/role"
+LABEL_RUN = f"{PREFIX}/run"
+LABEL_TASK = f"{PREFIX}/task"
+LABEL_ATTEMPT = f"{PREFIX}/attempt"
+LABEL_ROLE = f"{PREFIX}/role"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "flowforge"
-ANNOTATION_RUN_UID = "flowforge.io/run-uid"
-ANNOTATION_RUN_NAME = "flowforge.io/run-name"
+ANNOTATION_RUN_UID = f"{PREFIX}/run-uid"
+ANNOTATION_RUN_NAME = f"{PREFIX}/run-name"
 CONTAINER_NAME = "task"
 MAX_LABEL_VALUE = 63
 
@@ -150,7 +148,7 @@ def build_job(request: JobRequest) -> dict[str, Any]:
             },
             "ownerReferences": [
                 {
-                    "apiVersion": RUN_API_VERSION,
+                    "apiVersion": API_VERSION,
                     "kind": RUN_KIND,
                     "name": request.run_name,
                     "uid": request.run_uid,

@@ -20,10 +20,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-GROUP = "flowforge.io"
-VERSION = "v1alpha1"
-DEFINITIONS_PLURAL = "workflowdefinitions"
-RUNS_PLURAL = "workflowruns"
+from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
 
 VALIDATE_DEFINITION_HANDLER_ID = "validate-workflowdefinition"
 VALIDATE_RUN_HANDLER_ID = "validate-workflowrun"
@@ -46,23 +43,23 @@ class AdmissionHandlerSpec:
 VALIDATING_HANDLERS = (
     AdmissionHandlerSpec(
         handler_id=VALIDATE_DEFINITION_HANDLER_ID,
-        plural=DEFINITIONS_PLURAL,
+        plural=DEFINITION_PLURAL,
         operations=("CREATE", "UPDATE"),
-        webhook_name="workflowdefinitions.validate.flowforge.io",
+        webhook_name=f"{DEFINITION_PLURAL}.validate.{GROUP}",
     ),
     AdmissionHandlerSpec(
         handler_id=VALIDATE_RUN_HANDLER_ID,
-        plural=RUNS_PLURAL,
+        plural=RUN_PLURAL,
         operations=("CREATE", "UPDATE"),
-        webhook_name="workflowruns.validate.flowforge.io",
+        webhook_name=f"{RUN_PLURAL}.validate.{GROUP}",
     ),
 )
 MUTATING_HANDLERS = (
     AdmissionHandlerSpec(
         handler_id=MUTATE_RUN_HANDLER_ID,
-        plural=RUNS_PLURAL,
+        plural=RUN_PLURAL,
         operations=("CREATE",),
-        webhook_name="workflowruns.mutate.flowforge.io",
+        webhook_name=f"{RUN_PLURAL}.mutate.{GROUP}",
     ),
 )
 

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowforge.domain.api import DEFINITION_CRD, RUN_CRD, RUN_PLURAL
+from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase
 from flowforge.localdev import postgres
 from flowforge.localdev.binaries import find_bin_dir, repo_root
 from flowforge.localdev.controlplane import (
@@ -42,17 +44,19 @@ from flowforge.localdev.controlplane import (
 
 DEFAULT_DIR = Path(os.environ.get("FLOWFORGE_DEV_DIR", "/tmp/flowforge-dev"))
 WEBHOOK_PORT_FILE = "webhook.port"
-TERMINAL_PHASES = {"succeeded", "failed", "cancelled"}
 
 
 @dataclass(frozen=True)
 class ExampleRun:
     name: str
-    expected_phase: str
+    expected_phase: RunPhase
 
 
 # What each example must end as: the diamond succeeds, the saga's failing step rolls back.
-EXAMPLE_RUNS = (ExampleRun("etl-2026-11-30", "succeeded"), ExampleRun("order-1001", "failed"))
+EXAMPLE_RUNS = (
+    ExampleRun("etl-2026-11-30", RunPhase.SUCCEEDED),
+    ExampleRun("order-1001", RunPhase.FAILED),
+)
 
 
 class DevError(RuntimeError):
@@ -144,12 +148,12 @@ def _wait_for_examples(cluster: Cluster, *, timeout: float) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     phases: dict[str, str] = {}
     while time.monotonic() < deadline:
-        listing = kubectl_json(cluster, "get", "workflowruns", "-n", "default", "-o", "json")
+        listing = kubectl_json(cluster, "get", RUN_PLURAL, "-n", "default", "-o", "json")
         phases = {
             item["metadata"]["name"]: str(item.get("status", {}).get("phase", "")).lower()
             for item in listing.get("items", [])
         }
-        if all(phases.get(run.name) in TERMINAL_PHASES for run in EXAMPLE_RUNS):
+        if all(phases.get(run.name) in TERMINAL_RUN_PHASES for run in EXAMPLE_RUNS):
             return phases
         time.sleep(1.0)
     raise DevError(f"example runs did not finish within {timeout:.0f} s: {phases}")
@@ -174,8 +178,8 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             "wait",
             "--for=condition=Established",
             "--timeout=60s",
-            "crd/workflowdefinitions.flowforge.io",
-            "crd/workflowruns.flowforge.io",
+            f"crd/{DEFINITION_CRD}",
+            f"crd/{RUN_CRD}",
         )
     with step("store schema"):
         from flowforge.store.migrate import migrate
@@ -242,7 +246,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                         f"expected {run.expected_phase!r}; see {state_dir / 'operator.log'}"
                     )
         print()
-        print(kubectl(cluster, "get", "workflowruns", "-A").stdout)
+        print(kubectl(cluster, "get", RUN_PLURAL, "-A").stdout)
     _print_next_steps(state_dir, cluster, server.dsn)
     return 0
 

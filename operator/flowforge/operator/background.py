@@ -37,18 +37,25 @@ class Background:
         *,
         key: tuple[int, str],
         coroutine_factory: Callable[[], Coroutine[Any, Any, Any]],
+        earliest: bool = False,
     ) -> None:
         """Run ``coroutine_factory()`` after ``delay`` seconds; a later call with the same
-        key replaces the pending one (one wake-up per run and purpose)."""
-        previous = self._timers.pop(key, None)
+        key replaces the pending one (one wake-up per run and purpose). With ``earliest``
+        a pending one that fires sooner is kept instead (whoever it wakes finds the later
+        work and asks again)."""
+        loop = asyncio.get_running_loop()
+        previous = self._timers.get(key)
         if previous is not None:
+            if earliest and previous.when() <= loop.time() + delay:
+                return
             previous.cancel()
+            del self._timers[key]
 
         def fire() -> None:
             self._timers.pop(key, None)
             self.spawn(coroutine_factory(), what=f"timer {key}")
 
-        self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)
+        self._timers[key] = loop.call_later(delay, fire)
 
     def shutdown(self) -> None:
         for handle in self._timers.values():

@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from flowforge.domain.api import DEFINITION_PLURAL, FINALIZER, GROUP, PREFIX, RUN_PLURAL, VERSION
 from flowforge.domain.errors import FlowForgeError
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.client import KubeClient
@@ -33,8 +34,6 @@ from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool
 
 logger = logging.getLogger("flowforge.operator")
-PREFIX = "flowforge.io"
-FINALIZER = "flowforge.io/finalizer"
 
 
 @kopf.on.startup()
@@ -132,7 +131,7 @@ async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     )
 
 
-@kopf.on.event("flowforge.io", "v1alpha1", "workflowruns")
+@kopf.on.event(GROUP, VERSION, RUN_PLURAL)
 async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     engine = _engine(memo)
     if engine is None:
@@ -145,7 +144,7 @@ async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     await _guarded(engine, name, engine.start_run(body))
 
 
-@kopf.on.event("flowforge.io", "v1alpha1", "workflowdefinitions")
+@kopf.on.event(GROUP, VERSION, DEFINITION_PLURAL)
 async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """Publish a definition the admission webhook did not (idempotent, by content), and show
     its task count and fingerprint (or why it is unusable) in its status."""

@@ -3,11 +3,12 @@
 Each pass (leader only): every WorkflowRun in the watched namespaces has its store run;
 every running attempt has its Job (created when missing and never created; recorded as
 lost when it vanished; its outcome recorded when the Job finished), compensators included;
-released tasks that are due are dispatched; runs are settled; statuses are re-projected;
-finished Jobs whose outcome is committed are deleted after the TTL; and, once the Jobs of
-stopped tasks are gone, a rollback whose next compensator has no Job yet is advanced (after
-a restart, that is where the rollback resumes). The store is read before Jobs are listed,
-so a Job created concurrently is never mistaken for a vanished one.
+released tasks that are due are dispatched (and a wake-up set for the rest); runs are
+settled, which finishes them or starts their rollback's next compensator (after a restart,
+that is where a rollback resumes); statuses are re-projected; finished Jobs whose outcome
+is committed are deleted after the TTL. The store is read before Jobs are listed, so a Job
+created concurrently is never mistaken for a vanished one. One run's repair failing is
+logged and counted and the pass goes on with the others.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from flowforge.domain.decision import Dispatch
 from flowforge.domain.execution import job_outcome, lost_outcome
-from flowforge.domain.states import CompensationState, TaskRole, TaskState
+from flowforge.domain.states import TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.operator import metrics
+from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.runs import RunContext, RunRefusedError
-from flowforge.store import engine as store
+from flowforge.store.dispatch import record_job_created
+from flowforge.store.errors import StaleEpochError
+from flowforge.store.queries import TaskRecord, active_tasks, job_created_attempts, runs_by_phase
 from flowforge.store.runs import list_active_runs
-from flowforge.store.settle import settle_run
 
 logger = logging.getLogger(__name__)
 
@@ -71,23 +75,27 @@ class Reconciler:
         # the store first, then the Jobs: a Job created in between is listed, never "lost"
         snapshots = {
             c.run_id: (
-                await store.active_tasks(engine.pool, c.run_id),
-                await store.job_created_attempts(engine.pool, c.run_id),
+                await active_tasks(engine.pool, c.run_id),
+                await job_created_attempts(engine.pool, c.run_id),
             )
             for c in contexts
         }
         jobs = await self._list_jobs()
-        rolling_back: list[RunContext] = []
         for context in contexts:
-            if context.uid not in seen_uids and await self._run_deleted(context):
-                continue
-            active, created = snapshots[context.run_id]
-            if await self._fix_run(context, active=active, created=created, jobs=jobs):
-                rolling_back.append(context)
+            try:
+                if context.uid not in seen_uids and await self._run_deleted(context):
+                    continue
+                active, created = snapshots[context.run_id]
+                await self._fix_run(context, active=active, created=created, jobs=jobs)
+            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
+                raise
+            except Exception:
+                metrics.RECONCILE_ERRORS.inc()
+                logger.exception(
+                    "repairing run %s/%s failed; the pass goes on", context.namespace, context.name
+                )
         await self._clean_up_jobs(jobs)
-        for context in rolling_back:
-            await engine.rollback.advance(context)
-        for phase, count in (await store.runs_by_phase(engine.pool)).items():
+        for phase, count in (await runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
 
     async def _active_run_ids(self) -> list[int]:
@@ -125,36 +133,28 @@ class Reconciler:
         self,
         context: RunContext,
         *,
-        active: list[store.TaskRow],
+        active: list[TaskRecord],
         created: set[tuple[str, int]],
         jobs: dict[tuple[str, str], dict[str, Any]],
-    ) -> bool:
-        """Fix one run; True when its rollback has a compensator waiting for its turn."""
+    ) -> None:
         engine = self._engine
         now = datetime.now(UTC)
-        due = waiting_for_backoff = False
-        rollback_pending = False
+        released = False
         for row in active:
-            if row.role is TaskRole.COMPENSATION and row.state == CompensationState.PENDING:
-                rollback_pending = True
-                continue
-            if row.state == TaskState.READY:
-                due = due or row.not_before <= now
-                waiting_for_backoff = waiting_for_backoff or row.not_before > now
-                continue
+            released = released or row.state == TaskState.READY
             if row.state != TaskState.RUNNING:
                 continue
-            name = context.job_name(task_key=row.key, attempt=row.attempt, role=row.role)
+            name = context.job_name(task_key=row.task_key, attempt=row.attempt, role=row.role)
             identity = JobIdentity(
                 namespace=context.namespace,
                 name=name,
                 run_uid=context.uid,
-                task_key=row.key,
+                task_key=row.task_key,
                 attempt=row.attempt,
                 role=row.role,
             )
             job = jobs.get((context.namespace, name))
-            if job is None and (row.key, row.attempt) in created:
+            if job is None and (row.task_key, row.attempt) in created:
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
                 if job is None:
                     metrics.RECONCILE_FIXES.labels("job_vanished").inc()
@@ -164,14 +164,24 @@ class Reconciler:
                     continue
             if job is None:
                 metrics.RECONCILE_FIXES.labels("job_missing").inc()
-                await engine.jobs.create_missing(context, row)
+                await engine.launcher.create(
+                    context,
+                    Dispatch(
+                        run_id=context.run_id,
+                        task_key=row.task_key,
+                        role=row.role,
+                        attempt=row.attempt,
+                        timeout_seconds=row.timeout_seconds,
+                        released_at=row.not_before,
+                    ),
+                )
                 continue
-            if (row.key, row.attempt) not in created:
-                await store.record_job_created(
+            if (row.task_key, row.attempt) not in created:
+                await record_job_created(
                     engine.pool,
                     fence=engine.fence(),
                     run_id=context.run_id,
-                    task_key=row.key,
+                    task_key=row.task_key,
                     attempt=row.attempt,
                     job=name,
                     created=False,
@@ -179,14 +189,10 @@ class Reconciler:
             if job_outcome(job.get("status") or {}) is not None:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
                 await engine.on_job_event(job, "RECONCILE")
-        if due:
-            await engine.dispatch(context)
-        elif waiting_for_backoff:
-            await engine.schedule_due(context)  # e.g. after a restart: no timer in memory
-        settled = await settle_run(engine.pool, fence=engine.fence(), run_id=context.run_id)
-        engine.after_settle(context, settled)
+        if released:
+            await engine.dispatch(context)  # also sets the wake-up for backoffs not over
+        await engine.settle(context)
         engine.status.mark(context.run_id)
-        return rollback_pending or (settled is not None and settled.compensating)
 
     async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Delete Jobs whose attempt is no longer running: unfinished ones at once (a cancel
@@ -216,5 +222,5 @@ class Reconciler:
         context = await self._engine.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return None
-        rows = await store.active_tasks(self._engine.pool, context.run_id)
-        return {(row.key, row.attempt) for row in rows if row.state == TaskState.RUNNING}
+        rows = await active_tasks(self._engine.pool, context.run_id)
+        return {(row.task_key, row.attempt) for row in rows if row.state == TaskState.RUNNING}

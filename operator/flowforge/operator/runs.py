@@ -11,16 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
-from flowforge.store import engine as store
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
 from flowforge.store.errors import StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
-from flowforge.store.redrive import RETRY_OF_ANNOTATION, create_run_reusing
-from flowforge.store.runs import get_run
+from flowforge.store.queries import find_run_id_by_uid
+from flowforge.store.runs import create_run, get_run
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class RunCache:
         if known is not None:
             return known, False
         namespace, name = str(metadata["namespace"]), str(metadata["name"])
-        existing = await store.find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
+        existing = await find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
         if existing is not None:
             return await self.by_id(existing), False
         spec = body.get("spec") or {}
@@ -86,7 +86,7 @@ class RunCache:
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
         parameters = dict(spec.get("parameters") or {})
-        created = await create_run_reusing(
+        created = await create_run(
             self._pool,
             fence=fence,
             namespace=namespace,
@@ -128,5 +128,5 @@ class RunCache:
         known = self._by_uid.get(uid)
         if known is not None:
             return known
-        run_id = await store.find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
+        run_id = await find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
         return None if run_id is None else await self.by_id(run_id)

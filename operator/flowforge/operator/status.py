@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
 from flowforge.domain.states import CompensationState, TaskState
-from flowforge.kube.client import KubeClient
+from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
-from flowforge.store import engine as store
-from flowforge.store.compensation import RollbackStep, rollback_steps
 from flowforge.store.connection import Pool
+from flowforge.store.queries import (
+    RollbackStep,
+    forward_counts,
+    latest_outcomes,
+    list_forward_tasks,
+    rollback_started_at,
+    rollback_steps,
+)
 from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
@@ -29,14 +34,13 @@ CONCURRENT_PROJECTIONS = 3
 
 
 class StatusWriter:
-    def __init__(self, *, pool: Pool, kube: KubeClient, runs: RunCache) -> None:
+    def __init__(self, *, pool: Pool, kube: KubePort, runs: RunCache) -> None:
         self._pool = pool
         self._kube = kube
         self._runs = runs
         self._dirty: set[int] = set()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
-        self._conditions: dict[int, Sequence[Mapping[str, Any]]] = {}
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
 
     def mark(self, run_id: int) -> None:
@@ -64,25 +68,25 @@ class StatusWriter:
 
     async def project(self, context: RunContext) -> dict[str, Any]:
         record = await get_run(self._pool, context.run_id)
-        counts = await store.forward_counts(self._pool, context.run_id)
+        counts = await forward_counts(self._pool, context.run_id)
         summaries: list[TaskSummary] = []
         if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
-            rows = await store.load_tasks(self._pool, context.run_id)
-            outcomes = await store.latest_outcomes(
-                self._pool, context.run_id, [row.key for row in rows]
+            rows = await list_forward_tasks(self._pool, context.run_id)
+            outcomes = await latest_outcomes(
+                self._pool, context.run_id, [row.task_key for row in rows]
             )
             for row in rows:
                 state = TaskState(row.state)
-                outcome = outcomes.get(row.key, {})
+                outcome = outcomes.get(row.task_key, {})
                 started = state not in (TaskState.WAITING, TaskState.SKIPPED) and (
                     row.started_at is not None
                 )
                 summaries.append(
                     TaskSummary(
-                        name=row.key,
+                        name=row.task_key,
                         state=state,
                         attempt=row.attempt if started else 0,
-                        job_name=context.job_name(task_key=row.key, attempt=row.attempt)
+                        job_name=context.job_name(task_key=row.task_key, attempt=row.attempt)
                         if started
                         else None,
                         exit_code=outcome.get("exitCode"),
@@ -91,13 +95,14 @@ class StatusWriter:
                         finished_at=row.finished_at,
                     )
                 )
+        steps = await rollback_steps(self._pool, context.run_id)
         failure = None
         if counts.failed:
             failed = [s.name for s in summaries if s.state is TaskState.FAILED]
             failure = (
                 f"task {', '.join(failed)} failed" if failed else f"{counts.failed} tasks failed"
             )
-        body = project_status(
+        return project_status(
             StatusInput(
                 phase=record.phase,
                 counts=counts,
@@ -109,14 +114,16 @@ class StatusWriter:
                 failure_message=failure,
                 tasks=summaries,
                 compensating=record.compensating,
-                compensation=[
-                    _step(row) for row in await rollback_steps(self._pool, context.run_id)
-                ],
-                previous_conditions=self._conditions.get(context.run_id, ()),
+                compensation=[_step(row) for row in steps],
+                rollback_started_at=(
+                    await rollback_started_at(self._pool, context.run_id) if steps else None
+                ),
+                rollback_halted_at=next(
+                    (row.finished_at for row in steps if row.state is CompensationState.FAILED),
+                    None,
+                ),
             )
         )
-        self._conditions[context.run_id] = body.get("conditions", [])
-        return body
 
     async def write(self, run_id: int) -> None:
         async with self._slots:

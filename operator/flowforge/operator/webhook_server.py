@@ -25,13 +25,11 @@ from typing import Any
 import aiohttp.web
 import kopf
 
+from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
-
-PERSISTENCE_PREFIX = "flowforge.io"
-FINALIZER = "flowforge.io/finalizer"
 
 # The apiserver accepts request bodies up to 3 MiB and a review of an UPDATE carries both the
 # object and the old object; aiohttp's default limit of 1 MiB would turn a large definition
@@ -103,12 +101,8 @@ def configure_admission_settings(
     )
     settings.admission.managed = None
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=PERSISTENCE_PREFIX
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PERSISTENCE_PREFIX
-    )
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX)
 
 
 def register_login(registry: kopf.OperatorRegistry) -> None:

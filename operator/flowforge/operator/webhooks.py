@@ -12,14 +12,11 @@ from typing import Any
 
 import kopf
 
+from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
 from flowforge.kube.webhook_config import (
-    DEFINITIONS_PLURAL,
-    GROUP,
     MUTATE_RUN_HANDLER_ID,
-    RUNS_PLURAL,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
-    VERSION,
 )
 from flowforge.operator.admission import (
     AdmissionRequest,
@@ -86,7 +83,7 @@ def register_admission_handlers(
     @kopf.on.validate(
         GROUP,
         VERSION,
-        DEFINITIONS_PLURAL,
+        DEFINITION_PLURAL,
         id=VALIDATE_DEFINITION_HANDLER_ID,
         operations=["CREATE", "UPDATE"],
         side_effects=True,
@@ -99,7 +96,7 @@ def register_admission_handlers(
     @kopf.on.validate(
         GROUP,
         VERSION,
-        RUNS_PLURAL,
+        RUN_PLURAL,
         id=VALIDATE_RUN_HANDLER_ID,
         operations=["CREATE", "UPDATE"],
         side_effects=False,
@@ -112,7 +109,7 @@ def register_admission_handlers(
     @kopf.on.mutate(
         GROUP,
         VERSION,
-        RUNS_PLURAL,
+        RUN_PLURAL,
         id=MUTATE_RUN_HANDLER_ID,
         operations=["CREATE"],
         side_effects=False,

@@ -18,9 +18,10 @@ DAG primitive, and ``workflow`` to turn a composition into a WorkflowDefinition 
 ``flowforge render module:attr`` prints such a document as YAML for a GitOps repository.
 """
 
+from flowforge.domain.api import API_VERSION, DEFINITION_KIND
 from flowforge.sdk.dag import CompositionError, Dag, TaskNode, chain, chord, group, task
 from flowforge.sdk.manifest_yaml import to_yaml
-from flowforge.sdk.workflow import API_VERSION, DEFINITION_KIND, workflow
+from flowforge.sdk.workflow import workflow
 
 __all__ = [
     "API_VERSION",

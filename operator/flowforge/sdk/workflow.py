@@ -6,12 +6,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from flowforge.domain.api import API_VERSION, DEFINITION_KIND
 from flowforge.domain.models import ContainerTemplate
 from flowforge.domain.validation import parse_definition
 from flowforge.sdk.dag import CompositionError, Dag, TaskNode, single_task
-
-API_VERSION = "flowforge.io/v1alpha1"
-DEFINITION_KIND = "WorkflowDefinition"
 
 
 def workflow(

@@ -21,7 +21,7 @@ from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import DefinitionNotFoundError, StoredDefinitionInvalidError
-from flowforge.store.retry import in_transaction
+from flowforge.store.transaction import in_transaction
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Errors raised by the PostgreSQL store.
 
 User errors are about what someone asked for (an unknown run, a definition that no longer
-validates); infrastructure errors are about the system (a deposed operator, a lost race,
-a schema this code does not know).
+validates); infrastructure errors are about the system (a deposed operator, a schema this
+code does not know).
 """
 
 from __future__ import annotations
@@ -46,25 +46,6 @@ class StaleEpochError(StoreError):
             f"write refused: fencing epoch {epoch} of lease {lease!r} is stale "
             f"(current epoch: {current_epoch}); another operator holds the lease"
         )
-
-
-class TransitionConflictError(StoreError):
-    """A compare-and-set lost: the row was not in the expected state or attempt."""
-
-    def __init__(
-        self,
-        *,
-        run_id: int,
-        task_key: str | None,
-        expected: str,
-        actual: str | None,
-    ) -> None:
-        self.run_id = run_id
-        self.task_key = task_key
-        self.expected = expected
-        self.actual = actual
-        subject = f"task {task_key!r} of run {run_id}" if task_key else f"run {run_id}"
-        super().__init__(f"{subject}: expected {expected}, found {actual or 'nothing'}")
 
 
 class LeaseNotHeldError(StoreError):

@@ -9,6 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.history import EventKind
 from flowforge.store.connection import Connection, Pool
 
 HISTORY_QUERY = (
@@ -33,7 +34,7 @@ async def append_event(
     connection: Connection,
     *,
     run_id: int,
-    kind: str,
+    kind: EventKind,
     epoch: int | None,
     task_key: str | None = None,
     attempt: int | None = None,
@@ -50,7 +51,7 @@ async def append_task_events(
     connection: Connection,
     *,
     run_id: int,
-    kind: str,
+    kind: EventKind,
     epoch: int | None,
     task_keys: Sequence[str],
 ) -> None:

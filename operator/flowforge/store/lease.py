@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import LeaseNotHeldError, StaleEpochError
-from flowforge.store.retry import in_transaction
+from flowforge.store.transaction import in_transaction
 
 DEFAULT_LEASE = "operator"
 

@@ -1,35 +1,39 @@
-"""Read-only queries: progress counts, task rows, and the reconciler's work lists.
+"""Read-only queries: task rows, progress counts, outcomes, and the reconciler's work lists.
 
 Each query is served by one index (asserted by ``tests/store/test_indexes.py``):
 
-- ``run_progress``: ``flowforge_task_progress_idx (run_id, role, state)``, index-only.
-- ``list_dispatchable_tasks`` / ``list_running_tasks``: ``flowforge_task_active_idx``
-  (partial, only rows that still need the operator).
-- ``get_task``: ``flowforge_task_identity (run_id, task_key)``.
+- ``run_progress`` / ``forward_counts``: ``flowforge_task_progress_idx (run_id, role,
+  state)``, index-only.
+- ``list_tasks`` / ``active_tasks``: ``flowforge_task_identity (run_id, task_key)``.
+- ``job_created_attempts`` / ``latest_outcomes``: ``flowforge_event_run_idx``.
+- ``find_run_id_by_uid``: ``flowforge_run_identity``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.projection import TaskCounts
-from flowforge.domain.states import CompensationState, TaskRole
-from flowforge.store.connection import Pool
+from flowforge.domain.states import (
+    ACTIVE_TASK_STATES,
+    CompensationState,
+    TaskRole,
+    TaskState,
+    sql_list,
+)
+from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import RunNotFoundError
 
 PROGRESS_QUERY = (
     "SELECT role, state, count(*) FROM flowforge_task WHERE run_id = %s GROUP BY role, state"
 )
-DISPATCHABLE_QUERY = (
-    "SELECT run_id, task_key, attempt, not_before FROM flowforge_task "
-    "WHERE state = 'ready' AND not_before <= now() ORDER BY not_before LIMIT %s"
-)
-RUNNING_QUERY = (
-    "SELECT run_id, task_key, role, attempt, started_at FROM flowforge_task "
-    "WHERE state = 'running' ORDER BY not_before LIMIT %s"
+FORWARD_COUNTS_QUERY = (
+    "SELECT state, count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
+    "GROUP BY state"
 )
 
 
@@ -106,15 +110,6 @@ _TASK_COLUMNS = (
     "pending_dependencies, not_before, started_at, finished_at, last_error"
 )
 
-GET_TASK_QUERY = f"SELECT {_TASK_COLUMNS} FROM flowforge_task WHERE run_id = %s AND task_key = %s"
-
-
-async def get_task(pool: Pool, *, run_id: int, task_key: str) -> TaskRecord | None:
-    async with pool.connection() as connection:
-        cursor = await connection.execute(GET_TASK_QUERY, (run_id, task_key))
-        row = await cursor.fetchone()
-    return None if row is None else TaskRecord.from_row(row)
-
 
 async def list_tasks(pool: Pool, run_id: int) -> list[TaskRecord]:
     async with pool.connection() as connection:
@@ -126,35 +121,145 @@ async def list_tasks(pool: Pool, run_id: int) -> list[TaskRecord]:
         return [TaskRecord.from_row(row) for row in await cursor.fetchall()]
 
 
-@dataclasses.dataclass(frozen=True)
-class DispatchableTask:
-    run_id: int
-    task_key: str
-    attempt: int
-    not_before: datetime
-
-
-async def list_dispatchable_tasks(pool: Pool, *, limit: int = 100) -> list[DispatchableTask]:
-    """Released forward tasks that are due (their Job may not exist yet), oldest first."""
+async def list_forward_tasks(pool: Pool, run_id: int) -> list[TaskRecord]:
+    """A run's forward tasks in topological order (the status's per-task summary)."""
     async with pool.connection() as connection:
-        cursor = await connection.execute(DISPATCHABLE_QUERY, (limit,))
-        return [DispatchableTask(*row) for row in await cursor.fetchall()]
+        cursor = await connection.execute(
+            f"SELECT {_TASK_COLUMNS} FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
+            "ORDER BY topological_index, task_key",
+            (run_id,),
+        )
+        return [TaskRecord.from_row(row) for row in await cursor.fetchall()]
+
+
+ACTIVE_TASKS_QUERY = (
+    f"SELECT {_TASK_COLUMNS} FROM flowforge_task "
+    f"WHERE run_id = %s AND state IN {sql_list(ACTIVE_TASK_STATES)}"
+)
+
+
+async def active_tasks(pool: Pool, run_id: int) -> list[TaskRecord]:
+    """Rows the reconciler looks at: released, running, or compensators awaiting their turn."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(ACTIVE_TASKS_QUERY, (run_id,))
+        return [TaskRecord.from_row(row) for row in await cursor.fetchall()]
+
+
+async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCounts:
+    """Forward task counts by state, on the caller's connection (inside its transaction)."""
+    cursor = await connection.execute(FORWARD_COUNTS_QUERY, (run_id,))
+    by_state = {str(state): int(count) for state, count in await cursor.fetchall()}
+    return TaskCounts(
+        total=sum(by_state.values()), **{state.value: by_state.get(state, 0) for state in TaskState}
+    )
+
+
+async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
+    async with pool.connection() as connection:
+        return await forward_counts_locked(connection, run_id)
+
+
+LATEST_OUTCOMES_QUERY = (
+    "SELECT DISTINCT ON (task_key) task_key, detail FROM flowforge_event "
+    "WHERE run_id = %s AND task_key = ANY(%s) AND kind IN "
+    f"{sql_list(OUTCOME_KINDS)} ORDER BY task_key, id DESC"
+)
+
+
+async def latest_outcomes(
+    pool: Pool, run_id: int, task_keys: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The detail of each task's latest recorded outcome (exit code, reason, message)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(LATEST_OUTCOMES_QUERY, (run_id, list(task_keys)))
+        return {str(key): dict(detail) for key, detail in await cursor.fetchall()}
+
+
+JOB_CREATED_ATTEMPTS_QUERY = (
+    "SELECT DISTINCT task_key, attempt FROM flowforge_event "
+    f"WHERE run_id = %s AND kind = '{EventKind.TASK_JOB_CREATED}'"
+)
+
+
+async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:
+    """(task, attempt) pairs whose Job was created: tells "vanished" from "never created"."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(JOB_CREATED_ATTEMPTS_QUERY, (run_id,))
+        return {(str(key), int(attempt)) for key, attempt in await cursor.fetchall()}
+
+
+async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | None:
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid)
+        )
+        row = await cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+async def runs_by_phase(pool: Pool) -> dict[str, int]:
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT phase, count(*) FROM flowforge_run GROUP BY phase"
+        )
+        return {str(phase): int(count) for phase, count in await cursor.fetchall()}
 
 
 @dataclasses.dataclass(frozen=True)
-class RunningTask:
-    run_id: int
+class RollbackStep:
+    """A compensator of a triggered rollback (its forward task succeeded)."""
+
     task_key: str
-    role: TaskRole
+    compensates_key: str
+    state: CompensationState
     attempt: int
+    max_attempts: int
     started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
 
 
-async def list_running_tasks(pool: Pool, *, limit: int = 500) -> list[RunningTask]:
-    """Running tasks and compensators: the reconciler checks their Jobs still exist."""
+ROLLBACK_STEPS_QUERY = f"""
+SELECT compensator.task_key, compensator.compensates_key, compensator.state,
+       compensator.attempt, compensator.max_attempts, compensator.started_at,
+       compensator.finished_at, compensator.last_error
+FROM flowforge_task AS compensator
+JOIN flowforge_task AS forward
+  ON forward.run_id = compensator.run_id AND forward.task_key = compensator.compensates_key
+WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+  AND compensator.state <> '{CompensationState.NOT_TRIGGERED}'
+  AND forward.state = '{TaskState.SUCCEEDED}'
+ORDER BY compensator.topological_index, compensator.task_key
+"""
+
+
+async def rollback_steps(pool: Pool, run_id: int) -> list[RollbackStep]:
+    """The compensators of the run's rollback, in the order it runs them (empty until a
+    rollback is triggered). Compensators of tasks that never succeeded are not steps."""
     async with pool.connection() as connection:
-        cursor = await connection.execute(RUNNING_QUERY, (limit,))
-        return [
-            RunningTask(run_id, key, TaskRole(role), attempt, started)
-            for run_id, key, role, attempt, started in await cursor.fetchall()
-        ]
+        cursor = await connection.execute(ROLLBACK_STEPS_QUERY, {"run": run_id})
+        rows = await cursor.fetchall()
+    return [
+        RollbackStep(
+            task_key=str(key),
+            compensates_key=str(compensates),
+            state=CompensationState(state),
+            attempt=int(attempt),
+            max_attempts=int(max_attempts),
+            started_at=started,
+            finished_at=finished,
+            last_error=error,
+        )
+        for key, compensates, state, attempt, max_attempts, started, finished, error in rows
+    ]
+
+
+async def rollback_started_at(pool: Pool, run_id: int) -> datetime | None:
+    """When the run's rollback was triggered (None: it never was)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT min(recorded_at) FROM flowforge_event WHERE run_id = %s AND kind = %s",
+            (run_id, EventKind.RUN_COMPENSATING),
+        )
+        row = await cursor.fetchone()
+    return None if row is None else row[0]

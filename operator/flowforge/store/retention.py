@@ -13,7 +13,7 @@ import dataclasses
 from datetime import timedelta
 
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.retry import in_transaction
+from flowforge.store.transaction import in_transaction
 
 PRUNABLE_QUERY = (
     "SELECT id FROM flowforge_run WHERE finished_at IS NOT NULL AND pruned_at IS NULL "

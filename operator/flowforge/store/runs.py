@@ -1,8 +1,9 @@
 """Runs: creating one with its whole task graph in one transaction, and reading it back.
 
 ``create_run`` writes the run, one row per forward task (roots ``ready``, the rest
-``waiting`` with ``pending_dependencies`` = their number of upstreams), one row per
-compensator (``not_triggered``) and every dependency edge, in one transaction: a run's
+``waiting`` with ``pending_dependencies`` = their number of upstreams; for a retry, the
+reused tasks ``succeeded``), one row per compensator (``not_triggered``) and every
+dependency edge, in one transaction: a run's
 graph becomes visible all at once or not at all. A run is identified by its Kubernetes
 object (namespace, name, uid); creating it again returns the existing run.
 """
@@ -16,13 +17,24 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
+from flowforge.domain.history import EventKind
+from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.states import (
+    ACTIVE_RUN_PHASES,
+    CompensationState,
+    RunPhase,
+    TaskRole,
+    TaskState,
+    sql_list,
+)
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
 from flowforge.store.errors import RunNotFoundError
-from flowforge.store.events import append_event
+from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
-from flowforge.store.retry import in_transaction
+from flowforge.store.reuse import reused_for
+from flowforge.store.settle import settle_locked
+from flowforge.store.transaction import in_transaction
 
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
@@ -30,7 +42,7 @@ _RUN_COLUMNS = (
 )
 
 ACTIVE_RUNS_QUERY = (
-    "SELECT id FROM flowforge_run WHERE phase IN ('pending', 'running') AND id > %s "
+    f"SELECT id FROM flowforge_run WHERE phase IN {sql_list(ACTIVE_RUN_PHASES)} AND id > %s "
     "ORDER BY id LIMIT %s"
 )
 FIND_RUN_QUERY = (
@@ -75,107 +87,128 @@ async def create_run(
     uid: str,
     definition: StoredDefinition,
     parameters: Mapping[str, Any] | None = None,
+    retry_of: str | None = None,
 ) -> CreatedRun:
+    """Create the run of a WorkflowRun object with its whole graph, in one transaction;
+    for a retry (``retry_of`` names the old run) the reusable tasks of the old run start
+    succeeded (``reuse.py``). Creating it again returns the existing run."""
+
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
-        return await insert_run(
-            connection,
-            fence=fence,
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            definition=definition,
-            parameters=parameters,
+        cursor = await connection.execute(
+            "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase) "
+            "VALUES (%s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
+            f"RETURNING {_RUN_COLUMNS}",
+            (namespace, name, uid, definition.id, Jsonb(dict(parameters or {})), RunPhase.RUNNING),
         )
+        row = await cursor.fetchone()
+        if row is None:
+            existing = await _find(connection, namespace=namespace, name=name, uid=uid)
+            return CreatedRun(run=existing, created=False)
+        run = RunRecord.from_row(row)
+        reused: frozenset[str] = frozenset()
+        if retry_of:
+            reused = await reused_for(
+                connection, fence=fence, run_id=run.id, definition=definition, retry_of=retry_of
+            )
+        await _insert_graph(
+            connection, fence=fence, run_id=run.id, definition=definition, reused=reused
+        )
+        if reused:
+            # a retry with everything reused has no outcome left to settle it
+            settled = await settle_locked(connection, fence=fence, run_id=run.id)
+            if settled.finished:
+                run = await _find(connection, namespace=namespace, name=name, uid=uid)
+        return CreatedRun(run=run, created=True)
 
     return await in_transaction(pool, decide)
 
 
-async def insert_run(
+def _task_rows(spec: DefinitionSpec, reused: frozenset[str]) -> list[tuple[Any, ...]]:
+    """One row per forward task (roots and tasks whose upstreams are all reused ``ready``,
+    reused ones ``succeeded``, the rest ``waiting``) and per compensator, with its position:
+    forward tasks in topological order, compensators in the order a rollback runs them."""
+    graph = spec.graph
+    order = {key: index for index, key in enumerate(graph.topological_order())}
+    ready = set(graph.ready_tasks(reused))
+    rows: list[tuple[Any, ...]] = []
+    for task in spec.forward_tasks:
+        if task.key in reused:
+            state = TaskState.SUCCEEDED
+        else:
+            state = TaskState.READY if task.key in ready else TaskState.WAITING
+        pending = 0 if state is not TaskState.WAITING else len(set(task.depends_on) - reused)
+        rows.append(
+            (
+                task.key,
+                TaskRole.FORWARD,
+                state,
+                None,
+                task.retries + 1,
+                task.timeout_seconds,
+                pending,
+                order[task.key],
+            )
+        )
+    by_forward = {forward: compensator.key for forward, compensator in spec.compensators.items()}
+    rollback = graph.compensation_order(graph.keys, by_forward)
+    position = {key: index for index, key in enumerate(rollback)}
+    for forward_key, compensator in spec.compensators.items():
+        rows.append(
+            (
+                compensator.key,
+                TaskRole.COMPENSATION,
+                CompensationState.NOT_TRIGGERED,
+                forward_key,
+                compensator.retries + 1,
+                compensator.timeout_seconds,
+                0,
+                position[compensator.key],
+            )
+        )
+    return rows
+
+
+async def _insert_graph(
     connection: Connection,
     *,
     fence: Fence,
-    namespace: str,
-    name: str,
-    uid: str,
+    run_id: int,
     definition: StoredDefinition,
-    parameters: Mapping[str, Any] | None = None,
-) -> CreatedRun:
-    """``create_run`` inside the caller's transaction, which has checked the fence."""
+    reused: frozenset[str],
+) -> None:
     spec = definition.spec
-    order = {key: index for index, key in enumerate(spec.graph.topological_order())}
-    forward = spec.forward_tasks
-    compensators = spec.compensators
-
-    keys: list[str] = []
-    roles: list[str] = []
-    states: list[str] = []
-    compensates: list[str | None] = []
-    max_attempts: list[int] = []
-    timeouts: list[int | None] = []
-    pending: list[int] = []
-    topological: list[int] = []
-    for task in forward:
-        keys.append(task.key)
-        roles.append(TaskRole.FORWARD)
-        states.append(TaskState.WAITING if task.depends_on else TaskState.READY)
-        compensates.append(None)
-        max_attempts.append(task.retries + 1)
-        timeouts.append(task.timeout_seconds)
-        pending.append(len(task.depends_on))
-        topological.append(order[task.key])
-    for forward_key, compensator in compensators.items():
-        keys.append(compensator.key)
-        roles.append(TaskRole.COMPENSATION)
-        states.append(CompensationState.NOT_TRIGGERED)
-        compensates.append(forward_key)
-        max_attempts.append(compensator.retries + 1)
-        timeouts.append(compensator.timeout_seconds)
-        pending.append(0)
-        topological.append(order[forward_key])
-    edge_tasks = [task.key for task in forward for _ in task.depends_on]
-    edge_upstreams = [upstream for task in forward for upstream in task.depends_on]
-
-    cursor = await connection.execute(
-        "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase) "
-        "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
-        f"RETURNING {_RUN_COLUMNS}",
-        (
-            namespace,
-            name,
-            uid,
-            definition.id,
-            Jsonb(dict(parameters or {})),
-            RunPhase.RUNNING,
-        ),
+    keys, roles, states, compensates, attempts, timeouts, pending, positions = (
+        list(column) for column in zip(*_task_rows(spec, reused), strict=True)
     )
-    row = await cursor.fetchone()
-    if row is None:
-        return CreatedRun(
-            run=await _find(connection, namespace=namespace, name=name, uid=uid),
-            created=False,
-        )
-    run = RunRecord.from_row(row)
     await connection.execute(
         """
         INSERT INTO flowforge_task (run_id, task_key, role, state, compensates_key,
-            max_attempts, timeout_seconds, pending_dependencies, topological_index)
-        SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],
-            %s::int[], %s::int[], %s::int[], %s::int[])
+            max_attempts, timeout_seconds, pending_dependencies, topological_index,
+            started_at, finished_at)
+        SELECT %s, key, role, state, compensates, attempts, timeout, pending, position,
+               CASE WHEN state = %s THEN now() END, CASE WHEN state = %s THEN now() END
+        FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
+                    %s::int[], %s::int[])
+             AS row(key, role, state, compensates, attempts, timeout, pending, position)
         """,
         (
-            run.id,
+            run_id,
+            TaskState.SUCCEEDED,
+            TaskState.SUCCEEDED,
             keys,
             [str(role) for role in roles],
             [str(state) for state in states],
             compensates,
-            max_attempts,
+            attempts,
             timeouts,
             pending,
-            topological,
+            positions,
         ),
     )
+    edge_tasks = [task.key for task in spec.forward_tasks for _ in task.depends_on]
+    edge_upstreams = [upstream for task in spec.forward_tasks for upstream in task.depends_on]
     if edge_tasks:
         await connection.execute(
             """
@@ -187,21 +220,27 @@ async def insert_run(
             JOIN flowforge_task AS upstream
                 ON upstream.run_id = %(run)s AND upstream.task_key = edge.upstream
             """,
-            {"run": run.id, "tasks": edge_tasks, "upstreams": edge_upstreams},
+            {"run": run_id, "tasks": edge_tasks, "upstreams": edge_upstreams},
         )
     await append_event(
         connection,
-        run_id=run.id,
-        kind="run.created",
+        run_id=run_id,
+        kind=EventKind.RUN_CREATED,
         epoch=fence.epoch,
         detail={
             "definition": f"{spec.workflow} v{spec.version}",
             "fingerprint": definition.fingerprint,
-            "forwardTasks": len(forward),
-            "compensators": len(compensators),
+            "forwardTasks": len(spec.forward_tasks),
+            "compensators": len(spec.compensators),
         },
     )
-    return CreatedRun(run=run, created=True)
+    await append_task_events(
+        connection,
+        run_id=run_id,
+        kind=EventKind.TASK_REUSED,
+        epoch=fence.epoch,
+        task_keys=sorted(reused),
+    )
 
 
 async def _find(connection: Connection, *, namespace: str, name: str, uid: str) -> RunRecord:

@@ -1,170 +1,237 @@
-"""Settling a run: deciding, under the run's row lock, whether it is finished.
+"""Settling a run: under its row lock, bring it to its next resting state.
 
 Once no forward task is unresolved, a run whose forward tasks all succeeded finishes
-``succeeded``. Otherwise (a failure, or a cancel request) the compensators of the forward
-tasks that succeeded become ``pending`` and the rest ``skipped``; the run stays ``running``
-with ``compensating`` set until no compensator is pending or running, and then finishes
-``failed`` (``cancelled`` after a cancel request). A run with nothing to compensate
-finishes at once.
+``Succeeded`` (``flowforge.domain.projection.settled_phase`` decides). Otherwise (a failure,
+or a cancel request) the compensators of the forward tasks that succeeded become
+``pending`` and the rest ``skipped``, the run stays ``Running`` with ``compensating`` set,
+and the first compensator starts. While compensating, each settle starts the next pending
+compensator (the one whose forward task comes last in the topological order, i.e. the
+smallest rollback position) once none is running and its backoff is over; when none is
+pending or running, the run finishes ``Failed`` (``Cancelled`` after a cancel request).
+A run with nothing to compensate finishes at once. The rollback is strictly one at a time:
+the run's row lock orders concurrent settles and a unique partial index
+(``flowforge_task_one_running_compensator_idx``) makes a second running compensator
+impossible.
 
-Outcome transactions do not lock the run row (that would serialise every outcome of a run
-on its commit). Instead each one, after it commits, calls ``settle_run``: it checks without
-a lock whether the run may be done and only then locks the run row and checks again. Of
-two last tasks finishing together, the one that commits second always sees the first, so
-the run is settled exactly once; the reconciler calls ``settle_run`` as the backstop for a
-process that died between the two transactions.
+The success hot path does not lock the run row (that would serialise every outcome of a
+run on its commit). Instead, after it commits, ``settle_run`` checks without a lock whether
+the run may be done and only then locks the run row and checks again. Of two last tasks
+finishing together, the one that commits second always sees the first, so the run is
+settled exactly once; the reconciler calls ``settle_run`` as the backstop for a process
+that died between the two transactions, and for a rollback to resume after a restart.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from flowforge.domain.states import RunPhase
+from flowforge.domain import notices
+from flowforge.domain.decision import Decision, Dispatch
+from flowforge.domain.history import EventKind
+from flowforge.domain.projection import TaskCounts, settled_phase
+from flowforge.domain.states import (
+    TERMINAL_RUN_PHASES,
+    UNRESOLVED_COMPENSATION_STATES,
+    UNRESOLVED_TASK_STATES,
+    CompensationState,
+    RunPhase,
+    TaskRole,
+    TaskState,
+    sql_list,
+)
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.errors import RunNotFoundError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
-from flowforge.store.retry import in_transaction
+from flowforge.store.queries import forward_counts_locked
+from flowforge.store.transaction import in_transaction
 
-UNRESOLVED_QUERY = """
+UNRESOLVED_QUERY = f"""
 SELECT EXISTS (
     SELECT 1 FROM flowforge_task
-    WHERE run_id = %(run)s AND role = 'forward' AND state IN ('waiting', 'ready', 'running')
+    WHERE run_id = %(run)s AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)}
 ) OR EXISTS (
     SELECT 1 FROM flowforge_task
-    WHERE run_id = %(run)s AND role = 'compensation' AND state IN ('pending', 'running')
+    WHERE run_id = %(run)s AND role = 'compensation'
+      AND state IN {sql_list(UNRESOLVED_COMPENSATION_STATES)}
 )
 """
 
+TRIGGER_QUERY = f"""
+UPDATE flowforge_task AS compensator
+SET state = CASE WHEN forward.state = '{TaskState.SUCCEEDED}'
+                 THEN '{CompensationState.PENDING}' ELSE '{CompensationState.SKIPPED}' END,
+    finished_at = CASE WHEN forward.state = '{TaskState.SUCCEEDED}' THEN NULL ELSE now() END,
+    not_before = now(),
+    updated_at = now()
+FROM flowforge_task AS forward
+WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+  AND compensator.state = '{CompensationState.NOT_TRIGGERED}'
+  AND forward.run_id = %(run)s AND forward.task_key = compensator.compensates_key
+RETURNING compensator.task_key, compensator.state, compensator.topological_index
+"""
 
-@dataclasses.dataclass(frozen=True)
-class SettledRun:
-    run_id: int
-    phase: RunPhase
-    compensating: bool
-    compensators_triggered: tuple[str, ...] = ()
+# the compensator whose turn it is: the smallest rollback position among the pending
+NEXT_STEP_QUERY = f"""
+SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(),
+       EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'compensation'
+               AND state = '{CompensationState.RUNNING}')
+FROM flowforge_task
+WHERE run_id = %(run)s AND role = 'compensation' AND state = '{CompensationState.PENDING}'
+ORDER BY topological_index, task_key
+LIMIT 1
+"""
 
-    @property
-    def finished(self) -> bool:
-        return self.phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+START_STEP_QUERY = f"""
+UPDATE flowforge_task SET state = '{CompensationState.RUNNING}', started_at = now(),
+    updated_at = now()
+WHERE id = %s AND state = '{CompensationState.PENDING}'
+"""
 
 
-async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) -> SettledRun:
-    """Inside a transaction that passed the fence check: lock the run and settle it."""
+async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
+    """Inside a transaction that passed the fence check: lock the run and settle it.
+    ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
         "SELECT phase, compensating, cancel_requested FROM flowforge_run WHERE id = %s "
         "FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
-    if row is None:
-        raise RunNotFoundError(run=f"#{run_id}")
-    phase, compensating, cancel_requested = RunPhase(row[0]), bool(row[1]), bool(row[2])
-    if phase not in (RunPhase.PENDING, RunPhase.RUNNING):
-        return SettledRun(run_id=run_id, phase=phase, compensating=False)
-    unresolved = await connection.execute(UNRESOLVED_QUERY, {"run": run_id})
-    unresolved_row = await unresolved.fetchone()
-    if unresolved_row is not None and unresolved_row[0]:
-        return SettledRun(run_id=run_id, phase=phase, compensating=compensating)
-
-    triggered: tuple[str, ...] = ()
-    if not compensating:
-        outcome = await connection.execute(
-            "SELECT count(*) FILTER (WHERE state <> 'succeeded') FROM flowforge_task "
-            "WHERE run_id = %s AND role = 'forward'",
-            (run_id,),
-        )
-        outcome_row = await outcome.fetchone()
-        not_succeeded = 0 if outcome_row is None else int(outcome_row[0])
-        if not_succeeded == 0 and not cancel_requested:
-            return await _finish(connection, fence=fence, run_id=run_id, phase=RunPhase.SUCCEEDED)
-        triggered = await _trigger_compensation(connection, fence=fence, run_id=run_id)
-        if triggered:
-            await connection.execute(
-                "UPDATE flowforge_run SET compensating = true, updated_at = now() WHERE id = %s",
-                (run_id,),
-            )
-            await append_event(
-                connection,
-                run_id=run_id,
-                kind="run.compensating",
-                epoch=fence.epoch,
-                detail={"order": list(triggered)},
-            )
-            return SettledRun(
-                run_id=run_id,
-                phase=RunPhase.RUNNING,
-                compensating=True,
-                compensators_triggered=triggered,
-            )
-    final = RunPhase.CANCELLED if cancel_requested else RunPhase.FAILED
-    return await _finish(connection, fence=fence, run_id=run_id, phase=final)
+    if row is None or RunPhase(row[0]) in TERMINAL_RUN_PHASES:
+        return Decision.lost()
+    compensating, cancel_requested = bool(row[1]), bool(row[2])
+    if compensating:
+        return await _next_step(connection, fence=fence, run_id=run_id, cancel=cancel_requested)
+    counts = await forward_counts_locked(connection, run_id)
+    phase = settled_phase(counts=counts, cancel_requested=cancel_requested)
+    if phase is RunPhase.RUNNING:
+        return Decision.lost()
+    if phase is RunPhase.SUCCEEDED:
+        return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
+    return await _start_rollback(connection, fence=fence, run_id=run_id, phase=phase, counts=counts)
 
 
-async def _trigger_compensation(
-    connection: Connection, *, fence: Fence, run_id: int
-) -> tuple[str, ...]:
-    """Compensators of succeeded forward tasks become pending; the rest are skipped."""
-    cursor = await connection.execute(
-        """
-        UPDATE flowforge_task AS compensator
-        SET state = CASE WHEN forward.state = 'succeeded' THEN 'pending' ELSE 'skipped' END,
-            finished_at = CASE WHEN forward.state = 'succeeded' THEN NULL ELSE now() END,
-            not_before = now(),
-            updated_at = now()
-        FROM flowforge_task AS forward
-        WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
-          AND compensator.state = 'not_triggered'
-          AND forward.run_id = %(run)s AND forward.task_key = compensator.compensates_key
-        RETURNING compensator.task_key, compensator.state, compensator.topological_index
-        """,
-        {"run": run_id},
+async def _start_rollback(
+    connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase, counts: TaskCounts
+) -> Decision:
+    """Trigger the compensators of the tasks that succeeded, and start the first."""
+    triggered = await _trigger(connection, fence=fence, run_id=run_id) if counts.succeeded else ()
+    if not triggered:
+        return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
+    await connection.execute(
+        "UPDATE flowforge_run SET compensating = true, updated_at = now() WHERE id = %s",
+        (run_id,),
     )
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=EventKind.RUN_COMPENSATING,
+        epoch=fence.epoch,
+        detail={"order": list(triggered)},
+    )
+    started = Decision(recorded=True, notices=(notices.rollback_started(triggered),))
+    return started.then(
+        await _next_step(connection, fence=fence, run_id=run_id, cancel=phase is RunPhase.CANCELLED)
+    )
+
+
+async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tuple[str, ...]:
+    """Compensators of succeeded forward tasks become pending, the rest are skipped;
+    returns the pending ones in the order the rollback runs them."""
+    cursor = await connection.execute(TRIGGER_QUERY, {"run": run_id})
     rows = await cursor.fetchall()
-    pending = sorted(
-        ((int(index), str(key)) for key, state, index in rows if state == "pending"),
-        reverse=True,
+    order = tuple(
+        key
+        for _, key in sorted(
+            (int(position), str(key))
+            for key, state, position in rows
+            if state == CompensationState.PENDING
+        )
     )
-    skipped = sorted(str(key) for key, state, _ in rows if state == "skipped")
-    order = tuple(key for _, key in pending)
+    skipped = sorted(str(key) for key, state, _ in rows if state == CompensationState.SKIPPED)
     await append_task_events(
         connection,
         run_id=run_id,
-        kind="compensation.triggered",
+        kind=EventKind.COMPENSATION_TRIGGERED,
         epoch=fence.epoch,
         task_keys=order,
     )
     await append_task_events(
-        connection, run_id=run_id, kind="compensation.skipped", epoch=fence.epoch, task_keys=skipped
+        connection,
+        run_id=run_id,
+        kind=EventKind.COMPENSATION_SKIPPED,
+        epoch=fence.epoch,
+        task_keys=skipped,
     )
     return order
 
 
+async def _next_step(
+    connection: Connection, *, fence: Fence, run_id: int, cancel: bool
+) -> Decision:
+    """Start the compensator whose turn it is; finish the run when none is left."""
+    cursor = await connection.execute(NEXT_STEP_QUERY, {"run": run_id})
+    row = await cursor.fetchone()
+    if row is None:
+        unresolved = await connection.execute(UNRESOLVED_QUERY, {"run": run_id})
+        still = await unresolved.fetchone()
+        if still is not None and still[0]:
+            return Decision.lost()  # a compensator is running
+        phase = RunPhase.CANCELLED if cancel else RunPhase.FAILED
+        return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
+    task_id, key, attempt, timeout, not_before, due, one_running = row
+    if one_running:
+        return Decision.lost()
+    if not due:
+        return Decision(recorded=True, wake_at=not_before)
+    await connection.execute(START_STEP_QUERY, (task_id,))
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=EventKind.COMPENSATION_STARTED,
+        epoch=fence.epoch,
+        task_key=key,
+        attempt=attempt,
+    )
+    step = Dispatch(
+        run_id=run_id,
+        task_key=str(key),
+        role=TaskRole.COMPENSATION,
+        attempt=int(attempt),
+        timeout_seconds=timeout,
+        released_at=not_before,
+    )
+    return Decision(recorded=True, create_jobs=(step,))
+
+
 async def _finish(
     connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase
-) -> SettledRun:
+) -> Decision:
     await connection.execute(
         "UPDATE flowforge_run SET phase = %s, compensating = false, finished_at = now(), "
         "updated_at = now() WHERE id = %s",
         (phase, run_id),
     )
-    await append_event(connection, run_id=run_id, kind=f"run.{phase}", epoch=fence.epoch)
-    return SettledRun(run_id=run_id, phase=phase, compensating=False)
+    await append_event(
+        connection, run_id=run_id, kind=EventKind.run_finished(phase), epoch=fence.epoch
+    )
+    return Decision(recorded=True, phase=phase, notices=(notices.run_finished(phase),))
 
 
-async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> SettledRun | None:
-    """Finish the run or start its rollback if its tasks allow; None while work remains.
+async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
+    """Finish the run, start its rollback or its next compensator if its tasks allow.
 
-    Cheap when the run still has work: one read-only probe of the progress index.
+    Cheap when the run still has forward work: one read-only probe of the progress index.
     """
     async with pool.connection() as connection:
-        probe = await connection.execute(UNRESOLVED_QUERY, {"run": run_id})
+        probe = await connection.execute(
+            f"SELECT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s "
+            f"AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)})",
+            {"run": run_id},
+        )
         probe_row = await probe.fetchone()
-        await connection.rollback()
     if probe_row is not None and probe_row[0]:
-        return None
+        return Decision.lost()
 
-    async def decide(connection: Connection) -> SettledRun:
+    async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
         return await settle_locked(connection, fence=fence, run_id=run_id)
 

@@ -1,0 +1,31 @@
+"""FlowForge's Kubernetes API by name: group, version, kinds, plurals, and the keys it owns.
+
+Every Python module that names a FlowForge resource or a ``flowforge.io/`` key imports it from
+here (the CRDs in ``crds/`` are generated from these names; the Helm chart's templates spell
+them in YAML). Changing a value here is an API change: a new version, not an edit.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "flowforge.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "flowforge"  # `kubectl get flowforge` lists both kinds
+
+DEFINITION_KIND: Final = "WorkflowDefinition"
+DEFINITION_PLURAL: Final = "workflowdefinitions"
+DEFINITION_SHORT_NAME: Final = "wfd"
+DEFINITION_CRD: Final = f"{DEFINITION_PLURAL}.{GROUP}"
+
+RUN_KIND: Final = "WorkflowRun"
+RUN_PLURAL: Final = "workflowruns"
+RUN_SHORT_NAME: Final = "wfr"
+RUN_CRD: Final = f"{RUN_PLURAL}.{GROUP}"
+
+# Labels, annotations and the finalizer FlowForge puts on objects are all `PREFIX/<name>`;
+# kopf's own bookkeeping annotations use the same prefix.
+PREFIX: Final = GROUP
+FINALIZER: Final = f"{PREFIX}/finalizer"
+RETRY_OF_ANNOTATION: Final = f"{PREFIX}/retry-of"  # on a run created by `flowforge retry OLD`

@@ -1,0 +1,92 @@
+"""What a store move decided, as plain data: the one vocabulary between deciding and acting.
+
+Every move of a run (dispatch, record an outcome, cancel, settle, the next compensation
+step) is one PostgreSQL transaction in ``flowforge.store`` that returns a ``Decision``. The
+operator's applier (``flowforge.operator.applier``) performs its effects after the commit,
+always in the same order: stop Jobs, create Jobs, post Events, count, re-project the
+status, set a wake-up. A move that lost a race (the attempt was already recorded, the run
+is over) returns ``Decision.lost()``: never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatch:
+    """An attempt the store moved to running: its Job is to be created."""
+
+    run_id: int
+    task_key: str
+    role: TaskRole
+    attempt: int
+    timeout_seconds: int | None
+    released_at: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRef:
+    """The Job of one attempt (its name follows from the run and these)."""
+
+    task_key: str
+    attempt: int
+    role: TaskRole = TaskRole.FORWARD
+
+
+@dataclasses.dataclass(frozen=True)
+class Notice:
+    """A Kubernetes Event to post on the WorkflowRun."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Which attempt's outcome a move recorded (for metrics and the finished Job's TTL)."""
+
+    job: JobRef
+    reason: str
+    job_gone: bool = False  # a vanished Job: nothing left to delete
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    recorded: bool
+    create_jobs: tuple[Dispatch, ...] = ()
+    stop_jobs: tuple[JobRef, ...] = ()
+    notices: tuple[Notice, ...] = ()
+    outcome: Outcome | None = None
+    phase: RunPhase | None = None  # the run's phase after the move, when it finished
+    wake_at: datetime | None = None  # a retry or the next compensator is due then
+
+    @classmethod
+    def lost(cls) -> Decision:
+        """The move changed nothing: another path (a replayed event, the reconciler, a
+        cancel) got there first, or the run is over."""
+        return cls(recorded=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_RUN_PHASES
+
+    def then(self, later: Decision) -> Decision:
+        """This decision followed by ``later`` (from the same transaction, or the settle
+        after a committed outcome)."""
+        if not later.recorded:
+            return self
+        wakes = [at for at in (self.wake_at, later.wake_at) if at is not None]
+        return Decision(
+            recorded=self.recorded or later.recorded,
+            create_jobs=self.create_jobs + later.create_jobs,
+            stop_jobs=self.stop_jobs + later.stop_jobs,
+            notices=self.notices + later.notices,
+            outcome=self.outcome or later.outcome,
+            phase=later.phase or self.phase,
+            wake_at=min(wakes) if wakes else None,
+        )

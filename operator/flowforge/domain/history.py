@@ -1,0 +1,63 @@
+"""The kinds of entries in a run's append-only history (``flowforge_event`` in the store).
+
+One enum, so no kind is spelled as a bare string in SQL or Python; the store's CHECK
+constraint only admits the shape ``area.what``. Each kind names a move of
+``flowforge.domain.states`` or a fact the operator needs later (``TASK_JOB_CREATED`` tells
+a Job that vanished from one that was never created).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from flowforge.domain.states import RunPhase
+
+
+class EventKind(StrEnum):
+    RUN_CREATED = "run.created"
+    RUN_RETRY_OF = "run.retry_of"
+    RUN_CANCEL_REQUESTED = "run.cancel_requested"
+    RUN_COMPENSATING = "run.compensating"
+    RUN_SUCCEEDED = "run.succeeded"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELLED = "run.cancelled"
+
+    TASK_RELEASED = "task.released"
+    TASK_DISPATCHED = "task.dispatched"
+    TASK_JOB_CREATED = "task.job_created"
+    TASK_SUCCEEDED = "task.succeeded"
+    TASK_ATTEMPT_FAILED = "task.attempt_failed"  # and a retry was scheduled
+    TASK_FAILED = "task.failed"  # for good: its attempts are used up
+    TASK_SKIPPED = "task.skipped"
+    TASK_CANCELLED = "task.cancelled"
+    TASK_REUSED = "task.reused"
+
+    COMPENSATION_TRIGGERED = "compensation.triggered"
+    COMPENSATION_STARTED = "compensation.started"
+    COMPENSATION_SUCCEEDED = "compensation.succeeded"
+    COMPENSATION_ATTEMPT_FAILED = "compensation.attempt_failed"
+    COMPENSATION_FAILED = "compensation.failed"
+    COMPENSATION_SKIPPED = "compensation.skipped"
+
+    @classmethod
+    def run_finished(cls, phase: RunPhase) -> EventKind:
+        return _FINISHED[phase]
+
+
+_FINISHED = {
+    RunPhase.SUCCEEDED: EventKind.RUN_SUCCEEDED,
+    RunPhase.FAILED: EventKind.RUN_FAILED,
+    RunPhase.CANCELLED: EventKind.RUN_CANCELLED,
+}
+
+# the kinds that carry an attempt's outcome detail (exit code, reason, message, times)
+OUTCOME_KINDS = frozenset(
+    {
+        EventKind.TASK_SUCCEEDED,
+        EventKind.TASK_ATTEMPT_FAILED,
+        EventKind.TASK_FAILED,
+        EventKind.COMPENSATION_SUCCEEDED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_FAILED,
+    }
+)

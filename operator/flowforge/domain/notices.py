@@ -1,0 +1,88 @@
+"""The Kubernetes Events FlowForge posts on a WorkflowRun: reasons and messages, in one place.
+
+Pure functions of what a move decided; ``kubectl describe wfr`` and the reasons' names are
+what users read, so they are kept stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flowforge.domain.decision import Notice
+from flowforge.domain.states import CompensationState, RunPhase
+
+
+def run_started(*, workflow: str, version: int, tasks: int) -> Notice:
+    return Notice("RunStarted", f"running {workflow} v{version} ({tasks} tasks)")
+
+
+def run_refused(message: str) -> Notice:
+    return Notice("RunRefused", message, warning=True)
+
+
+def task_started(*, task_key: str, attempt: int, job: str) -> Notice:
+    return Notice("TaskStarted", f"task {task_key} attempt {attempt}: Job {job}")
+
+
+def compensation_started(*, task_key: str, compensates: str, attempt: int, job: str) -> Notice:
+    return Notice(
+        "CompensationStarted",
+        f"compensator {task_key} (undoing {compensates}) attempt {attempt}: Job {job}",
+    )
+
+
+def task_failed(
+    *,
+    task_key: str,
+    attempt: int,
+    reason: str,
+    message: str,
+    final: bool,
+    skipped: Sequence[str] = (),
+) -> Notice:
+    outcome = "failed" if final else "failed, will retry"
+    text = f"task {task_key} attempt {attempt} {outcome}: {reason}: {message}"
+    if skipped:
+        text += f"; skipped {', '.join(skipped)}"
+    return Notice("TaskFailed" if final else "TaskRetrying", text, warning=True)
+
+
+def compensation_finished(
+    *,
+    task_key: str,
+    compensates: str,
+    attempt: int,
+    state: CompensationState,
+    reason: str,
+    message: str,
+    halted: Sequence[str] = (),
+) -> Notice:
+    what = f"compensator {task_key} (undoing {compensates}) attempt {attempt}"
+    if state is CompensationState.SUCCEEDED:
+        return Notice("CompensationSucceeded", f"{what} succeeded")
+    if state is CompensationState.PENDING:
+        return Notice("CompensationRetrying", f"{what} failed, will retry: {message}", True)
+    not_run = f"; not run: {', '.join(halted)}" if halted else ""
+    return Notice(
+        "CompensationFailed",
+        f"{what} failed, rollback halted: {reason}: {message}{not_run}",
+        warning=True,
+    )
+
+
+def run_cancelling(*, reason: str, stopped: int) -> Notice:
+    return Notice("RunCancelling", f"{reason}: stopped {stopped} running tasks")
+
+
+def rollback_started(order: Sequence[str]) -> Notice:
+    return Notice(
+        "RollbackStarted", "undoing what succeeded, one at a time: " + " -> ".join(order), True
+    )
+
+
+def run_finished(phase: RunPhase) -> Notice:
+    return Notice(
+        f"Run{phase.value}",
+        f"run finished: {phase.value}",
+        warning=phase is not RunPhase.SUCCEEDED,
+    )

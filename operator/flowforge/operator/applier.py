@@ -1,0 +1,108 @@
+"""The one place where a store decision becomes Kubernetes calls, always in the same order.
+
+Every move of the engine (``flowforge.store``: dispatch, outcome, cancel, settle) returns a
+``flowforge.domain.decision.Decision`` once its transaction has committed; ``apply``
+performs its effects:
+
+1. stop the Jobs of attempts the move cancelled (their outcome is recorded first, so a
+   stopped Job is never mistaken for a lost one);
+2. post its Events on the WorkflowRun (spawned, so they cost the hot path nothing, and
+   posted before the Events of the Jobs it creates: a failure reads before its rollback);
+3. create the Jobs of the attempts it dispatched, forward tasks and compensators alike;
+4. delete the finished Job whose outcome it recorded, after the TTL, and count the
+   outcome and a finished run;
+5. re-project the run's status (coalesced with other changes of the run);
+6. wake the run up when a retry's backoff (or a compensator's) is over: no polling.
+
+Every effect is idempotent, so a crash between the commit and any step is repaired by the
+reconciler doing the same again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from flowforge.domain.decision import Decision
+from flowforge.operator import metrics
+from flowforge.operator.background import Background
+from flowforge.operator.kubeport import KubePort
+from flowforge.operator.launcher import JobLauncher
+from flowforge.operator.notifier import Notifier
+from flowforge.operator.runs import RunContext
+from flowforge.operator.status import StatusWriter
+
+Wake = Callable[[RunContext], Coroutine[Any, Any, None]]
+
+
+class Applier:
+    def __init__(
+        self,
+        *,
+        kube: KubePort,
+        launcher: JobLauncher,
+        notifier: Notifier,
+        status: StatusWriter,
+        background: Background,
+        job_ttl_seconds: float,
+        wake: Wake,
+    ) -> None:
+        self._kube = kube
+        self._launcher = launcher
+        self._notifier = notifier
+        self._status = status
+        self._background = background
+        self._job_ttl_seconds = job_ttl_seconds
+        self._wake = wake
+
+    async def apply(
+        self, context: RunContext, decision: Decision, *, received: float | None = None
+    ) -> None:
+        """Perform what ``decision`` says (nothing for a lost race). ``received``: when the
+        event that led to it arrived, for the hand-off latency of the Jobs it creates."""
+        if not decision.recorded:
+            return
+        if decision.stop_jobs:
+            await asyncio.gather(
+                *(
+                    self._kube.delete_job(
+                        namespace=context.namespace,
+                        name=context.job_name(
+                            task_key=job.task_key, attempt=job.attempt, role=job.role
+                        ),
+                    )
+                    for job in decision.stop_jobs
+                )
+            )
+        for notice in decision.notices:
+            self._notifier.post(context, notice)
+        await self._launcher.create_all(context, decision.create_jobs, received=received)
+        outcome = decision.outcome
+        if outcome is not None:
+            metrics.TASK_OUTCOMES.labels(outcome.job.role.value, outcome.reason).inc()
+            if not outcome.job_gone and self._job_ttl_seconds >= 0:
+                name = context.job_name(
+                    task_key=outcome.job.task_key,
+                    attempt=outcome.job.attempt,
+                    role=outcome.job.role,
+                )
+                self._background.later(
+                    self._job_ttl_seconds,
+                    key=(context.run_id, name),
+                    coroutine_factory=lambda: self._kube.delete_job(
+                        namespace=context.namespace, name=name
+                    ),
+                )
+        if decision.phase is not None and decision.finished:
+            metrics.RUNS_FINISHED.labels(decision.phase.value).inc()
+        self._status.mark(context.run_id)
+        if decision.wake_at is not None:
+            delay = max(0.0, (decision.wake_at - datetime.now(UTC)).total_seconds())
+            self._background.later(
+                delay + 0.01,
+                key=(context.run_id, "wake"),
+                earliest=True,
+                coroutine_factory=lambda: self._wake(context),
+            )

@@ -1,0 +1,54 @@
+"""The Kubernetes calls the run engine makes, as a Protocol.
+
+``flowforge.kube.client.KubeClient`` is the real implementation; the engine tests run the
+engine against an in-memory fake of this port and a real PostgreSQL (``tests/engine``), so
+the engine's decisions can be tested without a cluster. Every call is idempotent in the
+way the engine relies on: creating an existing Job answers False, deleting a missing one
+answers False, reading a missing object answers None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from flowforge.domain.execution import TerminatedContainer
+
+
+class KubePort(Protocol):
+    async def create_job(self, manifest: Mapping[str, Any]) -> bool: ...
+
+    async def delete_job(self, *, namespace: str, name: str) -> bool: ...
+
+    async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def list_jobs(
+        self, *, namespace: str | None, label_selector: str
+    ) -> list[dict[str, Any]]: ...
+
+    async def job_termination(
+        self, *, namespace: str, job_name: str
+    ) -> TerminatedContainer | None: ...
+
+    async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]: ...
+
+    async def patch_run_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def patch_definition_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def post_run_event(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        reason: str,
+        message: str,
+        warning: bool = False,
+    ) -> None: ...

@@ -1,0 +1,422 @@
+"""Recording how an attempt ended, and in the same transaction acting on it.
+
+- **Success of a forward task** is the hot path: one statement (``RECORD_SUCCESS_QUERY``) on
+  an autocommit connection: fence check, compare-and-set, release of the dependents under
+  row locks taken in id order (two upstreams finishing together decrement a fan-in task
+  one after the other, and only the decrement that reaches zero releases it, exactly
+  once), their dispatch straight to running unless the run is cancelling or over, and the
+  events. The run is settled after the commit only when nothing was released (a released
+  task is unresolved: whoever resolves it settles).
+- **Failure of a forward task** locks the run row: with attempts left the next attempt is
+  scheduled after the backoff (``running -> ready``, attempt + 1); otherwise the task fails
+  and everything downstream of it that is still waiting is skipped, under id-ordered row
+  locks; then the run is settled.
+- **A compensator's outcome** locks the run row: success, a retry after the backoff
+  (``running -> pending``), or a failure that halts the rollback (the pending compensators
+  are skipped); then the run is settled, which starts the next compensator.
+
+An outcome that arrives twice (a watch replay, the reconciler) finds the attempt already
+resolved and returns ``Decision.lost()``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from flowforge.domain import notices
+from flowforge.domain.decision import Decision, Dispatch, JobRef, Outcome
+from flowforge.domain.execution import (
+    AttemptOutcome,
+    BackoffPolicy,
+    OutcomeReason,
+    jitter_unit,
+    may_retry,
+    retry_delay,
+)
+from flowforge.domain.history import EventKind
+from flowforge.domain.states import (
+    ACTIVE_RUN_PHASES,
+    RELEASED_TASK_STATES,
+    CompensationState,
+    TaskRole,
+    TaskState,
+    sql_list,
+)
+from flowforge.store.connection import Connection, Pool
+from flowforge.store.dispatch import dispatch_due_locked
+from flowforge.store.errors import StaleEpochError
+from flowforge.store.events import append_event, append_task_events
+from flowforge.store.lease import Fence, check_fence
+from flowforge.store.settle import settle_locked, settle_run
+from flowforge.store.transaction import in_transaction
+
+RECORD_SUCCESS_QUERY = f"""
+WITH fence AS (
+    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
+), run AS (
+    SELECT phase IN {sql_list(ACTIVE_RUN_PHASES)} AND NOT cancel_requested AS may_dispatch
+    FROM flowforge_run WHERE id = %(run)s
+), moved AS (
+    UPDATE flowforge_task
+    SET state = '{TaskState.SUCCEEDED}', finished_at = now(), updated_at = now(),
+        last_error = NULL
+    WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
+      AND state = '{TaskState.RUNNING}' AND attempt = %(attempt)s
+      AND (SELECT epoch FROM fence) = %(epoch)s
+    RETURNING id
+), dependents AS (
+    SELECT task.id FROM flowforge_task AS task
+    JOIN flowforge_task_dependency AS edge ON edge.task_id = task.id
+    WHERE edge.upstream_id = (SELECT id FROM moved)
+    ORDER BY task.id
+    FOR NO KEY UPDATE OF task
+), released AS (
+    UPDATE flowforge_task AS task
+    SET pending_dependencies = task.pending_dependencies - 1,
+        state = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
+                     THEN CASE WHEN (SELECT may_dispatch FROM run) THEN '{TaskState.RUNNING}'
+                               ELSE '{TaskState.READY}' END
+                     ELSE task.state END,
+        started_at = CASE WHEN task.pending_dependencies = 1
+                               AND task.state = '{TaskState.WAITING}'
+                               AND (SELECT may_dispatch FROM run)
+                          THEN coalesce(task.started_at, now()) ELSE task.started_at END,
+        not_before = CASE WHEN task.pending_dependencies = 1
+                               AND task.state = '{TaskState.WAITING}'
+                          THEN greatest(task.not_before, now()) ELSE task.not_before END,
+        updated_at = now()
+    FROM dependents
+    WHERE task.id = dependents.id
+    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before
+), recorded AS (
+    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, task_key, attempt, kind, %(epoch)s, detail FROM (
+        SELECT 0 AS position, %(key)s AS task_key, %(attempt)s::int AS attempt,
+               '{EventKind.TASK_SUCCEEDED}' AS kind, %(detail)s::jsonb AS detail
+        FROM moved
+        UNION ALL
+        SELECT 1, task_key, NULL, '{EventKind.TASK_RELEASED}', '{{}}'::jsonb
+        FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
+        UNION ALL
+        SELECT 2, task_key, attempt, '{EventKind.TASK_DISPATCHED}', '{{}}'::jsonb
+        FROM released WHERE state = '{TaskState.RUNNING}'
+    ) AS events
+    ORDER BY position, task_key
+)
+SELECT (SELECT epoch FROM fence),
+       (SELECT count(*) FROM moved),
+       (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}),
+       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
+             ORDER BY task_key),
+       ARRAY(SELECT attempt FROM released WHERE state = '{TaskState.RUNNING}'
+             ORDER BY task_key),
+       ARRAY(SELECT timeout_seconds FROM released WHERE state = '{TaskState.RUNNING}'
+             ORDER BY task_key),
+       ARRAY(SELECT not_before FROM released WHERE state = '{TaskState.RUNNING}'
+             ORDER BY task_key)
+"""
+
+SKIP_DOWNSTREAM_QUERY = f"""
+WITH RECURSIVE downstream (id) AS (
+    SELECT task_id FROM flowforge_task_dependency WHERE upstream_id = %(task)s
+    UNION
+    SELECT edge.task_id FROM flowforge_task_dependency AS edge
+    JOIN downstream ON edge.upstream_id = downstream.id
+), locked AS (
+    SELECT task.id FROM flowforge_task AS task
+    WHERE task.id IN (SELECT id FROM downstream) AND task.state = '{TaskState.WAITING}'
+    ORDER BY task.id
+    FOR NO KEY UPDATE OF task
+)
+UPDATE flowforge_task AS task
+SET state = '{TaskState.SKIPPED}', finished_at = now(), updated_at = now(),
+    last_error = 'an upstream task failed'
+FROM locked
+WHERE task.id = locked.id AND task.state = '{TaskState.WAITING}'
+RETURNING task.task_key
+"""
+
+LOCK_ATTEMPT_QUERY = (
+    "SELECT id, max_attempts, compensates_key FROM flowforge_task "
+    "WHERE run_id = %s AND task_key = %s AND role = %s AND state = 'running' AND attempt = %s "
+    "FOR UPDATE"
+)
+
+
+def _detail(outcome: AttemptOutcome) -> dict[str, Any]:
+    return {
+        "reason": outcome.reason.value,
+        "message": outcome.message,
+        "exitCode": outcome.exit_code,
+        "startedAt": outcome.started_at.isoformat() if outcome.started_at else None,
+        "finishedAt": outcome.finished_at.isoformat() if outcome.finished_at else None,
+    }
+
+
+async def record_outcome(
+    pool: Pool,
+    *,
+    fence: Fence,
+    run_id: int,
+    run_uid: str,
+    job: JobRef,
+    outcome: AttemptOutcome,
+    backoff: BackoffPolicy,
+) -> Decision:
+    """Record how the attempt ``job`` ended, and what follows from it (see the module)."""
+    recorded = Outcome(
+        job=job, reason=outcome.reason.value, job_gone=outcome.reason is OutcomeReason.LOST
+    )
+    if job.role is TaskRole.FORWARD and outcome.succeeded:
+        dispatched, released = await _record_success(
+            pool, fence=fence, run_id=run_id, job=job, outcome=outcome
+        )
+        if dispatched is None:
+            return Decision.lost()
+        success = Decision(recorded=True, create_jobs=dispatched, outcome=recorded)
+        if released:  # a released task is unresolved: whoever resolves it settles
+            return success
+        return success.then(await settle_run(pool, fence=fence, run_id=run_id))
+
+    async def decide(connection: Connection) -> Decision:
+        await check_fence(connection, fence)
+        run = await connection.execute(
+            "SELECT cancel_requested FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
+            (run_id,),
+        )
+        run_row = await run.fetchone()
+        cursor = await connection.execute(
+            LOCK_ATTEMPT_QUERY, (run_id, job.task_key, job.role, job.attempt)
+        )
+        row = await cursor.fetchone()
+        if run_row is None or row is None:
+            return Decision.lost()
+        task_id, max_attempts, compensates = int(row[0]), int(row[1]), row[2]
+        retry = not outcome.succeeded and may_retry(attempt=job.attempt, retries=max_attempts - 1)
+        delay = (
+            retry_delay(
+                failed_attempts=job.attempt,
+                policy=backoff,
+                unit=jitter_unit(run_uid=run_uid, task_key=job.task_key, attempt=job.attempt),
+            )
+            if retry
+            else None
+        )
+        if job.role is TaskRole.FORWARD:
+            moved = await _record_failure(
+                connection,
+                fence=fence,
+                run_id=run_id,
+                job=job,
+                task_id=task_id,
+                outcome=outcome,
+                delay=delay,
+            )
+            if not run_row[0]:
+                moved = moved.then(
+                    await dispatch_due_locked(connection, fence=fence, run_id=run_id)
+                )
+        else:
+            moved = await _record_compensation(
+                connection,
+                fence=fence,
+                run_id=run_id,
+                job=job,
+                task_id=task_id,
+                compensates=str(compensates),
+                outcome=outcome,
+                delay=delay,
+            )
+        moved = Decision(
+            recorded=True,
+            create_jobs=moved.create_jobs,
+            notices=moved.notices,
+            outcome=recorded,
+            wake_at=moved.wake_at,
+        )
+        return moved.then(await settle_locked(connection, fence=fence, run_id=run_id))
+
+    return await in_transaction(pool, decide)
+
+
+async def _record_success(
+    pool: Pool, *, fence: Fence, run_id: int, job: JobRef, outcome: AttemptOutcome
+) -> tuple[tuple[Dispatch, ...] | None, bool]:
+    """The dispatched dependents (None: the attempt was not running) and whether any
+    dependent was released."""
+
+    async def decide(connection: Connection) -> tuple[tuple[Dispatch, ...] | None, bool]:
+        cursor = await connection.execute(
+            RECORD_SUCCESS_QUERY,
+            {
+                "lease": fence.lease,
+                "epoch": fence.epoch,
+                "run": run_id,
+                "key": job.task_key,
+                "attempt": job.attempt,
+                "detail": Jsonb(_detail(outcome)),
+            },
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        current_epoch, moved, released, keys, attempts, timeouts, not_befores = row
+        if current_epoch != fence.epoch:
+            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch)
+        if moved != 1:
+            return None, False
+        dispatched = tuple(
+            Dispatch(
+                run_id=run_id,
+                task_key=key,
+                role=TaskRole.FORWARD,
+                attempt=number,
+                timeout_seconds=timeout,
+                released_at=not_before,
+            )
+            for key, number, timeout, not_before in zip(
+                keys, attempts, timeouts, not_befores, strict=True
+            )
+        )
+        return dispatched, released > 0
+
+    return await in_transaction(pool, decide, single_statement=True)
+
+
+async def _record_failure(
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    job: JobRef,
+    task_id: int,
+    outcome: AttemptOutcome,
+    delay: timedelta | None,
+) -> Decision:
+    detail = _detail(outcome)
+    if delay is not None:
+        cursor = await connection.execute(
+            f"UPDATE flowforge_task SET state = '{TaskState.READY}', attempt = attempt + 1, "
+            "not_before = now() + %s, updated_at = now(), last_error = %s "
+            "WHERE id = %s RETURNING not_before",
+            (delay, outcome.message[:1000], task_id),
+        )
+        retry_row = await cursor.fetchone()
+        await append_event(
+            connection,
+            run_id=run_id,
+            kind=EventKind.TASK_ATTEMPT_FAILED,
+            epoch=fence.epoch,
+            task_key=job.task_key,
+            attempt=job.attempt,
+            detail={**detail, "retryInSeconds": delay.total_seconds()},
+        )
+        notice = notices.task_failed(
+            task_key=job.task_key,
+            attempt=job.attempt,
+            reason=outcome.reason.value,
+            message=outcome.message,
+            final=False,
+        )
+        return Decision(
+            recorded=True, notices=(notice,), wake_at=None if retry_row is None else retry_row[0]
+        )
+    await connection.execute(
+        f"UPDATE flowforge_task SET state = '{TaskState.FAILED}', finished_at = now(), "
+        "updated_at = now(), last_error = %s WHERE id = %s",
+        (outcome.message[:1000], task_id),
+    )
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=EventKind.TASK_FAILED,
+        epoch=fence.epoch,
+        task_key=job.task_key,
+        attempt=job.attempt,
+        detail=detail,
+    )
+    cursor = await connection.execute(SKIP_DOWNSTREAM_QUERY, {"task": task_id})
+    skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
+    await append_task_events(
+        connection, run_id=run_id, kind=EventKind.TASK_SKIPPED, epoch=fence.epoch, task_keys=skipped
+    )
+    notice = notices.task_failed(
+        task_key=job.task_key,
+        attempt=job.attempt,
+        reason=outcome.reason.value,
+        message=outcome.message,
+        final=True,
+        skipped=skipped,
+    )
+    return Decision(recorded=True, notices=(notice,))
+
+
+async def _record_compensation(
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    job: JobRef,
+    task_id: int,
+    compensates: str,
+    outcome: AttemptOutcome,
+    delay: timedelta | None,
+) -> Decision:
+    error = None if outcome.succeeded else f"{outcome.reason.value}: {outcome.message}"[:1000]
+    if outcome.succeeded:
+        state, kind = CompensationState.SUCCEEDED, EventKind.COMPENSATION_SUCCEEDED
+    elif delay is not None:
+        state, kind = CompensationState.PENDING, EventKind.COMPENSATION_ATTEMPT_FAILED
+    else:
+        state, kind = CompensationState.FAILED, EventKind.COMPENSATION_FAILED
+    cursor = await connection.execute(
+        "UPDATE flowforge_task SET state = %(state)s, updated_at = now(), "
+        "attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END, "
+        "not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END, "
+        "finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END, "
+        "last_error = coalesce(%(error)s, last_error) WHERE id = %(id)s RETURNING not_before",
+        {"state": state, "retry": delay is not None, "delay": delay, "error": error, "id": task_id},
+    )
+    row = await cursor.fetchone()
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=kind,
+        epoch=fence.epoch,
+        task_key=job.task_key,
+        attempt=job.attempt,
+        detail=_detail(outcome),
+    )
+    halted: tuple[str, ...] = ()
+    if state is CompensationState.FAILED:
+        halted_cursor = await connection.execute(
+            f"UPDATE flowforge_task SET state = '{CompensationState.SKIPPED}', "
+            "finished_at = now(), updated_at = now() WHERE run_id = %s "
+            f"AND role = 'compensation' AND state = '{CompensationState.PENDING}' "
+            "RETURNING task_key",
+            (run_id,),
+        )
+        halted = tuple(sorted(str(key) for (key,) in await halted_cursor.fetchall()))
+        await append_task_events(
+            connection,
+            run_id=run_id,
+            kind=EventKind.COMPENSATION_SKIPPED,
+            epoch=fence.epoch,
+            task_keys=halted,
+        )
+    notice = notices.compensation_finished(
+        task_key=job.task_key,
+        compensates=compensates,
+        attempt=job.attempt,
+        state=state,
+        reason=outcome.reason.value,
+        message=outcome.message,
+        halted=halted,
+    )
+    return Decision(
+        recorded=True,
+        notices=(notice,),
+        wake_at=row[0] if row is not None and delay is not None else None,
+    )

@@ -1,0 +1,128 @@
+"""The run engine against a real PostgreSQL and the in-memory Kubernetes fake.
+
+``harness`` gives a leading Engine (its lease really acquired in the store), a Reconciler
+and helpers to start runs and finish their Jobs as the Job controller would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from flowforge.domain.execution import BackoffPolicy
+from flowforge.domain.validation import parse_definition
+from flowforge.kube.jobs import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
+from flowforge.operator.engine import Engine
+from flowforge.operator.leadership import Leadership
+from flowforge.operator.reconciler import Reconciler
+from flowforge.operator.runs import RunContext
+from flowforge.operator.settings import OperatorSettings
+from flowforge.store.connection import Pool
+from flowforge.store.definitions import publish_definition
+from flowforge.store.queries import find_run_id_by_uid, list_tasks
+from flowforge.store.runs import RunRecord, get_run
+from tests.engine.fake_kube import FakeKube
+
+pytestmark = pytest.mark.store
+
+NAMESPACE = "team-a"
+
+
+@dataclasses.dataclass
+class Harness:
+    pool: Pool
+    kube: FakeKube
+    engine: Engine
+    reconciler: Reconciler
+
+    async def start(self, name: str, tasks: Sequence[Mapping[str, Any]]) -> RunContext:
+        document = {
+            "workflow": name,
+            "version": 1,
+            "taskTypes": {"py": {"image": "python:3.12-slim"}},
+            "tasks": [{"type": "py", **task} for task in tasks],
+        }
+        await publish_definition(
+            self.pool, namespace=NAMESPACE, definition=parse_definition(document)
+        )
+        body = {
+            "apiVersion": "flowforge.io/v1alpha1",
+            "kind": "WorkflowRun",
+            "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
+            "spec": {"workflow": name, "version": 1},
+        }
+        self.kube.runs[(NAMESPACE, name)] = body
+        await self.engine.start_run(body)
+        run_id = await find_run_id_by_uid(
+            self.pool, namespace=NAMESPACE, uid=body["metadata"]["uid"]
+        )
+        assert run_id is not None
+        return await self.engine.runs.by_id(run_id)
+
+    def job_of(self, task_key: str, *, attempt: int = 1) -> str:
+        for (_, name), job in self.kube.jobs.items():
+            labels = job["metadata"]["labels"]
+            if labels[LABEL_TASK] == task_key and labels[LABEL_ATTEMPT] == str(attempt):
+                return name
+        raise AssertionError(f"no Job for {task_key} attempt {attempt}: {sorted(self.kube.jobs)}")
+
+    def job_of_created(self, task_key: str, *, attempt: int = 1) -> str:
+        """The name of a Job that was created for the attempt, even if it is gone now."""
+        for name in self.kube.created:
+            if f"-{task_key}-{attempt}-" in name:
+                return name
+        raise AssertionError(f"no Job was created for {task_key} attempt {attempt}")
+
+    async def finish(self, task_key: str, *, succeeded: bool = True, attempt: int = 1) -> None:
+        job = self.kube.finish(self.job_of(task_key, attempt=attempt), succeeded=succeeded)
+        await self.engine.on_job_event(job, "MODIFIED")
+        await self.settle_background()
+
+    async def settle_background(self) -> None:
+        for _ in range(5):  # Events and timers are spawned work: let them run
+            await asyncio.sleep(0)
+
+    def roles_created(self) -> list[tuple[str, str]]:
+        found = []
+        for name in self.kube.created:
+            job = next((j for (_, n), j in self.kube.jobs.items() if n == name), None)
+            if job is not None:
+                labels = job["metadata"]["labels"]
+                found.append((labels[LABEL_ROLE], labels[LABEL_TASK]))
+        return found
+
+    async def states(self, context: RunContext) -> dict[str, str]:
+        return {row.task_key: row.state for row in await list_tasks(self.pool, context.run_id)}
+
+    async def run(self, context: RunContext) -> RunRecord:
+        return await get_run(self.pool, context.run_id)
+
+
+@pytest.fixture
+async def harness(store: Pool) -> AsyncIterator[Harness]:
+    settings = OperatorSettings(
+        dsn="",
+        job_ttl_seconds=-1,
+        backoff=BackoffPolicy(first_delay_seconds=0.05, jitter=0.0),
+        identity="engine-test",
+    )
+    leadership = Leadership(
+        store, identity=settings.identity, ttl=timedelta(minutes=5), renew_every=60
+    )
+    leading = asyncio.create_task(leadership.run())
+    await asyncio.wait_for(leadership.wait_until_leader(), timeout=10)
+    kube = FakeKube()
+    engine = Engine(pool=store, kube=kube, settings=settings, leadership=leadership)
+    try:
+        yield Harness(
+            pool=store, kube=kube, engine=engine, reconciler=Reconciler(engine, interval=3600)
+        )
+    finally:
+        await engine.shutdown()
+        leading.cancel()

@@ -227,7 +227,7 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
     while not driver.jobs("s1") and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     running = await cli("retry", "s1", *dsn)
-    assert running.code == 1 and "still running" in running.err, running.err
+    assert running.code == 1 and f"still {RunPhase.RUNNING}" in running.err, running.err
 
     cancelled = await cli("cancel", "s1")
     assert (cancelled.code, cancelled.out.strip()) == (

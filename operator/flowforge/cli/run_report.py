@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flowforge.cli.output import table
+from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
@@ -21,16 +22,15 @@ from flowforge.store.reuse import NamedRun
 
 OUTCOME_KINDS = frozenset(
     {
-        "task.succeeded",
-        "task.failed",
-        "task.attempt_failed",
-        "task.retry_scheduled",
-        "compensation.succeeded",
-        "compensation.failed",
-        "compensation.retry_scheduled",
+        EventKind.TASK_SUCCEEDED,
+        EventKind.TASK_FAILED,
+        EventKind.TASK_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_SUCCEEDED,
+        EventKind.COMPENSATION_FAILED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
     }
 )
-START_KINDS = frozenset({"task.dispatched", "task.started", "compensation.started"})
+START_KINDS = frozenset({EventKind.TASK_DISPATCHED, EventKind.COMPENSATION_STARTED})
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -197,16 +197,13 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
     rows = await list_tasks(pool, run.id)
     events = await run_history(pool, run.id)
     attempts = _attempts(events)
+    retried = next((event for event in events if event.kind == EventKind.RUN_RETRY_OF), None)
+    retry_of = None if retried is None else str(retried.detail.get("retryOf"))
     reused = {
-        event.task_key: str(event.detail.get("retryOf"))
-        for event in events
-        if event.kind == "task.reused" and event.task_key
+        str(key): str(retry_of) for key in (retried.detail if retried else {}).get("reused", [])
     }
-    retry_of = next(
-        (str(event.detail.get("retryOf")) for event in events if event.kind == "run.retry_of"), None
-    )
     started_order = {
-        event.task_key: event.id for event in events if event.kind == "compensation.started"
+        event.task_key: event.id for event in events if event.kind == EventKind.COMPENSATION_STARTED
     }
     tasks = [
         TaskReport(

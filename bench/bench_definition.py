@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -138,17 +140,28 @@ def flowforge_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "flowforge.cli.main"]
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def interleaved_medians(
     rounds: int, commands: dict[str, Sequence[str]]
-) -> dict[str, tuple[float, float]]:
-    """Median and best wall seconds of each command, a fresh process per run, interleaved."""
-    times: dict[str, list[float]] = {name: [] for name in commands}
+) -> dict[str, tuple[float, float, float]]:
+    """Median wall, best wall and median CPU seconds of each command, a fresh process per run,
+    interleaved; CPU (user + system, of the child) shows what a loaded machine hides."""
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(rounds):
         for name, command in commands.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), _children_cpu()
             subprocess.run(command, stdout=subprocess.DEVNULL, check=True)
-            times[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(runs), min(runs)) for name, runs in times.items()}
+            walls[name].append(time.perf_counter() - wall)
+            cpus[name].append(_children_cpu() - cpu)
+    return {
+        name: (statistics.median(walls[name]), min(walls[name]), statistics.median(cpus[name]))
+        for name in commands
+    }
 
 
 def command_line(spec: dict[str, Any], *, rounds: int) -> bool:
@@ -182,8 +195,9 @@ def command_line(spec: dict[str, Any], *, rounds: int) -> bool:
             },
         )
     print(
-        f"command line, {size / 1e6:.1f} MB manifest, median (best) wall seconds of {rounds} "
-        "interleaved runs, a process each:"
+        f"command line, {size / 1e6:.1f} MB manifest, {rounds} interleaved runs, a process each "
+        f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs): median wall "
+        "seconds (best) / median CPU seconds:"
     )
     labels = {
         "help": "flowforge --help",
@@ -191,8 +205,8 @@ def command_line(spec: dict[str, Any], *, rounds: int) -> bool:
         "networkx": "networkx script (yaml.CSafeLoader, DiGraph, generations, print)",
     }
     for name, label in labels.items():
-        median, best = medians[name]
-        print(f"  {label:<72} {median:6.3f} ({best:.3f})")
+        median, best, cpu = medians[name]
+        print(f"  {label:<72} {median:6.3f} ({best:.3f}) / {cpu:.3f}")
     plan_median, networkx_median = medians["plan"][0], medians["networkx"][0]
     print(f"  ratio networkx script / flowforge plan: {networkx_median / plan_median:.2f}x")
     met = medians["help"][0] < 0.2 and plan_median < 0.7 and plan_median < networkx_median

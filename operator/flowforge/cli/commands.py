@@ -158,7 +158,8 @@ def _register_definition_files(subparsers: Subcommands) -> None:
         choices=GRAPH_FORMATS,
         default="mermaid",
         dest="graph_format",
-        help="mermaid (default) or dot; --format is the same flag",
+        metavar="FORMAT",
+        help="mermaid (default) or dot; --format is the same flag (not -f: kubectl's -f is a file)",
     )
     graph.add_argument(
         "--direction", choices=DIRECTIONS, default="TD", help="top-down (TD) or left-right (LR)"

@@ -150,7 +150,7 @@ def _wait_for_examples(cluster: Cluster, *, timeout: float) -> dict[str, str]:
     while time.monotonic() < deadline:
         listing = kubectl_json(cluster, "get", RUN_PLURAL, "-n", "default", "-o", "json")
         phases = {
-            item["metadata"]["name"]: str(item.get("status", {}).get("phase", "")).lower()
+            item["metadata"]["name"]: str(item.get("status", {}).get("phase", ""))
             for item in listing.get("items", [])
         }
         if all(phases.get(run.name) in TERMINAL_RUN_PHASES for run in EXAMPLE_RUNS):

@@ -54,14 +54,15 @@ async def append_task_events(
     kind: EventKind,
     epoch: int | None,
     task_keys: Sequence[str],
+    detail: Mapping[str, Any] | None = None,
 ) -> None:
     """One event of ``kind`` per task, in one statement (a release or skip of many tasks)."""
     if not task_keys:
         return
     await connection.execute(
-        "INSERT INTO flowforge_event (run_id, task_key, kind, epoch) "
-        "SELECT %s, task_key, %s, %s FROM unnest(%s::text[]) AS task_key",
-        (run_id, kind, epoch, list(task_keys)),
+        "INSERT INTO flowforge_event (run_id, task_key, kind, epoch, detail) "
+        "SELECT %s, task_key, %s, %s, %s FROM unnest(%s::text[]) AS task_key",
+        (run_id, kind, epoch, Jsonb(dict(detail or {})), list(task_keys)),
     )
 
 

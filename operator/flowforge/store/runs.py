@@ -113,7 +113,12 @@ async def create_run(
                 connection, fence=fence, run_id=run.id, definition=definition, retry_of=retry_of
             )
         await _insert_graph(
-            connection, fence=fence, run_id=run.id, definition=definition, reused=reused
+            connection,
+            fence=fence,
+            run_id=run.id,
+            definition=definition,
+            reused=reused,
+            retry_of=retry_of,
         )
         if reused:
             # a retry with everything reused has no outcome left to settle it
@@ -177,6 +182,7 @@ async def _insert_graph(
     run_id: int,
     definition: StoredDefinition,
     reused: frozenset[str],
+    retry_of: str | None,
 ) -> None:
     spec = definition.spec
     keys, roles, states, compensates, attempts, timeouts, pending, positions = (

@@ -202,6 +202,11 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
     reused = {
         str(key): str(retry_of) for key in (retried.detail if retried else {}).get("reused", [])
     }
+    reused.update(
+        (event.task_key, str(event.detail["retryOf"]))
+        for event in events
+        if event.kind == EventKind.TASK_REUSED and event.task_key and event.detail.get("retryOf")
+    )
     started_order = {
         event.task_key: event.id for event in events if event.kind == EventKind.COMPENSATION_STARTED
     }

@@ -1,4 +1,4 @@
-"""The operations CLI against real runs: runs list/show, graph RUN, cancel, retry, logs, doctor.
+"""The operations CLI against real runs: get/describe, graph RUN, cancel, retry, logs, doctor.
 
 Runs are driven to their end by the operator (a subprocess) on the local control plane; the
 CLI is called in-process as a user would call it, with --dsn, --kubeconfig and -n.
@@ -11,12 +11,16 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from flowforge.cli.main import main
+from flowforge.cli.output import EXIT_UNAVAILABLE
 from flowforge.domain.api import RETRY_OF_ANNOTATION
+from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
 from tests.plugins.operator import OperatorProcess, RunDriver
@@ -28,7 +32,7 @@ pytestmark = pytest.mark.cluster
 OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
 FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
 SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
-FINISHED = {"Succeeded", "Failed", "Cancelled"}
+FINISHED = {str(phase) for phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)}
 
 # c fails: d is skipped, a and b succeeded
 FAILING_DIAMOND: dict[str, Any] = {
@@ -100,12 +104,20 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
     driver.create_run("d1", workflow="diamond", parameters={"date": "2026-11-30"})
     await driver.wait_phase("d1", FINISHED, operator=operator)
 
-    listed = await cli("runs", "list", *dsn, "-o", "json")
+    listed = await cli("get", "runs", *dsn, "-o", "json")
     assert listed.code == 0, listed.err
     assert [(run["name"], run["phase"], run["progress"]) for run in listed.json()] == [
-        ("d1", "Failed", "2/4")
+        ("d1", RunPhase.FAILED, "2/4")
     ]
-    table = await cli("runs", "list", *dsn)
+    as_yaml = await cli("get", "wfr", *dsn, "-o", "yaml")
+    assert as_yaml.code == 0 and as_yaml.out.startswith("- ")
+    assert yaml.safe_load(as_yaml.out) == listed.json()
+    named = await cli("get", "runs", "d1", *dsn, "-o", "name")
+    assert (named.code, named.out) == (0, "workflowrun.flowforge.io/d1\n")
+    wide = await cli("get", "runs", *dsn, "-o", "wide")
+    assert wide.out.split("\n")[0].split()[-3:] == ["UID", "CREATED", "FINISHED"]
+    assert wide.out.split("\n")[1].split()[-3] == listed.json()[0]["uid"]
+    table = await cli("get", "runs", *dsn)
     assert table.out.split("\n")[0].split() == [
         "NAME",
         "WORKFLOW",
@@ -115,24 +127,31 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
         "AGE",
         "DURATION",
     ]
-    assert table.out.split("\n")[1].split()[:5] == ["d1", "diamond", "1", "failed", "2/4"]
+    assert table.out.split("\n")[1].split()[:5] == ["d1", "diamond", "1", RunPhase.FAILED, "2/4"]
+    alias = await cli("runs", "list", *dsn)  # the spelling of before `get runs`
+    assert (alias.code, alias.out.split("\n")[0]) == (0, table.out.split("\n")[0])
 
-    shown = (await cli("runs", "show", "d1", *dsn, "-o", "json")).json()
+    shown = (await cli("describe", "run", "d1", *dsn, "-o", "json")).json()
     tasks = {task["key"]: task for task in shown["tasks"]}
     assert {key: task["state"] for key, task in tasks.items()} == {
-        "a": "succeeded",
-        "b": "succeeded",
-        "c": "failed",
-        "d": "skipped",
+        "a": TaskState.SUCCEEDED,
+        "b": TaskState.SUCCEEDED,
+        "c": TaskState.FAILED,
+        "d": TaskState.SKIPPED,
     }
     assert tasks["c"]["exitCode"] == 3 and tasks["c"]["reason"]
     assert [attempt["exitCode"] for attempt in tasks["c"]["attempts"]] == [3]
     assert tasks["a"]["durationSeconds"] > 0 and tasks["d"]["attempts"] == []
     assert shown["parameters"] == {"date": "2026-11-30"} and shown["compensation"] == []
-    text = (await cli("runs", "show", "d1", *dsn)).out
-    assert "Phase:      failed" in text
+    text = (await cli("describe", "run", "d1", *dsn)).out
+    assert f"Phase:      {RunPhase.FAILED}" in text
     c_fields = next(line for line in text.splitlines() if line.startswith("c ")).split()
-    assert (c_fields[:3], c_fields[4]) == (["c", "failed", "1/1"], "3")  # [3] is the duration
+    assert (c_fields[:3], c_fields[4]) == (["c", TaskState.FAILED, "1/1"], "3")  # [3]: duration
+    wide_text = (await cli("describe", "run", "d1", *dsn, "-o", "wide")).out
+    assert "STARTED" in wide_text and "FINISHED" in wide_text.split("TASK")[1]
+    assert (await cli("runs", "show", "d1", *dsn)).out.split("Created")[0] == text.split("Created")[
+        0
+    ]
 
     graph = await cli("graph", "d1", *dsn)
     assert graph.code == 0, graph.err
@@ -155,9 +174,8 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
 
     retried = await cli("retry", "d1", *dsn)
     assert retried.code == 0, retried.err
-    assert "workflowrun/d1-retry-1 created" in retried.out and "reusing 2 tasks (a, b)" in (
-        retried.out
-    )
+    assert "workflowrun.flowforge.io/d1-retry-1 created" in retried.out
+    assert "reusing 2 tasks (a, b)" in retried.out
     body = driver.run("d1-retry-1")
     assert body["metadata"]["annotations"][RETRY_OF_ANNOTATION] == "d1"
     assert body["spec"]["parameters"] == {"date": "2026-11-30"}
@@ -167,7 +185,7 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
 async def test_retry_runs_only_what_did_not_succeed(
     operator: OperatorProcess, driver: RunDriver, cli: CliRunner, store_dsn: str
 ) -> None:
-    """Needs the operator to create a retry's rows with ``store.redrive.create_run_reusing``."""
+    """Needs the operator to create a retry's rows with ``store.reuse.create_run_reusing``."""
     dsn = ["--dsn", store_dsn]
     await driver.publish(FAILING_DIAMOND)
     driver.create_run("d1", workflow="diamond")
@@ -176,7 +194,7 @@ async def test_retry_runs_only_what_did_not_succeed(
     await driver.wait_phase("d1-retry-1", FINISHED, operator=operator)
     # a and b are reused: only c runs again (and fails again, so d is skipped again)
     assert _job_tasks(driver, "d1-retry-1") == {"c"}
-    again = (await cli("runs", "show", "d1-retry-1", *dsn, "-o", "json")).json()
+    again = (await cli("describe", "run", "d1-retry-1", *dsn, "-o", "json")).json()
     assert again["retryOf"] == "d1"
     assert {task["key"]: task["reusedFrom"] for task in again["tasks"]} == {
         "a": "d1",
@@ -184,8 +202,9 @@ async def test_retry_runs_only_what_did_not_succeed(
         "c": None,
         "d": None,
     }
-    second = await cli("retry", "d1-retry-1", *dsn)
-    assert "workflowrun/d1-retry-2 created" in second.out, second.err
+    second = await cli("retry", "d1-retry-1", *dsn, "-o", "json")
+    assert second.json()["metadata"]["name"] == "d1-retry-2", second.err
+    assert second.json()["metadata"]["annotations"][RETRY_OF_ANNOTATION] == "d1-retry-1"
 
 
 async def test_cancel_stops_a_run_and_errors_are_one_line(
@@ -208,28 +227,34 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
     while not driver.jobs("s1") and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     running = await cli("retry", "s1", *dsn)
-    assert running.code == 1 and "still running" in running.err, running.err
+    assert running.code == 1 and f"still {RunPhase.RUNNING}" in running.err, running.err
 
     cancelled = await cli("cancel", "s1")
-    assert (cancelled.code, cancelled.out.strip()) == (0, "workflowrun/s1 cancel requested")
+    assert (cancelled.code, cancelled.out.strip()) == (
+        0,
+        "workflowrun.flowforge.io/s1 cancel requested",
+    )
+    again = await cli("cancel", "s1", "-o", "name")
+    assert (again.code, again.out) == (0, "workflowrun.flowforge.io/s1\n")
     body = await driver.wait_phase("s1", FINISHED, operator=operator)
-    assert body["status"]["phase"] == "Cancelled"
-    shown = (await cli("runs", "show", "s1", *dsn, "-o", "json")).json()
+    assert body["status"]["phase"] == RunPhase.CANCELLED
+    shown = (await cli("describe", "run", "s1", *dsn, "-o", "json")).json()
     assert {task["key"]: task["state"] for task in shown["tasks"]} == {
-        "wait": "cancelled",
-        "after": "cancelled",
+        "wait": TaskState.CANCELLED,
+        "after": TaskState.CANCELLED,
     }
 
     for argv, expected in [
         (("cancel", "nope"), "flowforge cancel: no WorkflowRun 'nope' in namespace"),
-        (("runs", "show", "nope", *dsn), "flowforge runs show: no run 'nope' in namespace"),
+        (("describe", "run", "nope", *dsn), "flowforge describe: no run 'nope' in namespace"),
+        (("get", "runs", "nope", *dsn), "flowforge get: no run 'nope' in namespace"),
         (("graph", "nope", *dsn), "flowforge graph: no run 'nope' in namespace"),
         (("retry", "nope", *dsn), "flowforge retry: no run 'nope' in namespace"),
     ]:
         result = await cli(*argv)
         assert result.code == 1 and result.err.startswith(expected), (argv, result.err)
         assert len(result.err.splitlines()) == 1
-    no_dsn = await cli("runs", "list")
+    no_dsn = await cli("get", "runs")
     assert no_dsn.code == 2 and "pass --dsn or set FLOWFORGE_DSN" in no_dsn.err
 
 
@@ -240,12 +265,12 @@ async def test_show_lists_the_rollback_of_a_failed_saga_and_retry_redoes_it(
     await driver.publish(FAILING_SAGA)
     driver.create_run("saga1", workflow="saga")
     body = await driver.wait_phase("saga1", FINISHED, operator=operator, timeout=120)
-    assert body["status"]["phase"] == "Failed"
-    shown = (await cli("runs", "show", "saga1", *dsn, "-o", "json")).json()
+    assert body["status"]["phase"] == RunPhase.FAILED
+    shown = (await cli("describe", "run", "saga1", *dsn, "-o", "json")).json()
     assert [
         (step["key"], step["compensates"], step["state"]) for step in shown["compensation"]
-    ] == [("undeploy", "deploy", "succeeded")]
-    text = (await cli("runs", "show", "saga1", *dsn)).out
+    ] == [("undeploy", "deploy", TaskState.SUCCEEDED)]
+    text = (await cli("describe", "run", "saga1", *dsn)).out
     assert "Compensation (in the order it runs" in text
     assert "undeploy" in text.split("Compensation")[1]
 
@@ -272,6 +297,11 @@ async def test_doctor_is_quiet_when_healthy_and_names_a_missing_webhook_configur
     assert checks == {"cluster", "crds", "store", "lease", "runs", "webhooks"}
     report = (await cli("doctor", "--dsn", store_dsn, "-o", "json", namespace=False)).json()
     assert report["ok"] is True
+    as_yaml = await cli("doctor", "--dsn", store_dsn, "-o", "yaml", namespace=False)
+    from_yaml = yaml.safe_load(as_yaml.out)  # a second run: messages carry times, checks do not
+    assert [(check["check"], check["ok"]) for check in from_yaml["checks"]] == [
+        (check["check"], check["ok"]) for check in report["checks"]
+    ]
 
     delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
     broken = await cli("doctor", "--dsn", store_dsn, namespace=False)
@@ -286,3 +316,24 @@ async def test_doctor_is_quiet_when_healthy_and_names_a_missing_webhook_configur
     stopped = await cli("doctor", "--dsn", store_dsn, namespace=False)
     assert stopped.code == 1
     assert any(line.startswith("FAIL  lease") for line in stopped.out.splitlines()), stopped.out
+
+
+def test_an_unreachable_api_or_store_is_a_system_failure_exiting_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens on port 1 of the loopback: the command may work later, so not 1."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: ns}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    assert main(["cancel", "r1", "--kubeconfig", str(kubeconfig)]) == EXIT_UNAVAILABLE
+    error = capsys.readouterr().err
+    assert error.startswith("flowforge cancel: cannot reach the Kubernetes API")
+    assert len(error.splitlines()) == 1
+    store = ["--dsn", "postgresql://flowforge@127.0.0.1:1/flowforge?connect_timeout=2"]
+    assert main(["get", "runs", *store, "-n", "ns"]) == EXIT_UNAVAILABLE
+    error = capsys.readouterr().err
+    assert error.startswith("flowforge get: store: ") and len(error.splitlines()) == 1

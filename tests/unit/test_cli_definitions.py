@@ -115,16 +115,18 @@ def test_validate_text_shows_paths_and_kinds(files: Path) -> None:
     assert "spec.tasks[1].dependsOn[1]" in result.stdout and "[unknown-dependency]" in result.stdout
 
 
-def test_an_unparseable_file_exits_2_naming_file_and_line(files: Path) -> None:
+def test_an_unparseable_file_is_invalid_input_exiting_1_naming_file_and_line(
+    files: Path,
+) -> None:
     result = flowforge("validate", "valid.yaml", "broken.yaml", cwd=files)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "broken.yaml:" in result.stderr
     line = result.stderr.split("broken.yaml:")[1].split(":")[0]
     assert line.isdigit()
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_a_missing_file_exits_2(files: Path) -> None:
+def test_a_missing_file_is_a_usage_error_exiting_2(files: Path) -> None:
     result = flowforge("validate", "nowhere.yaml", cwd=files)
     assert result.returncode == 2
     assert "nowhere.yaml" in result.stderr

@@ -2,9 +2,10 @@
 
 ``render module:attr`` imports a workflow written with :mod:`flowforge.sdk` (a document, a
 list of documents, or a callable returning either) and prints it as YAML for a GitOps
-repository, or as JSON. ``graph FILE`` draws the DAG of a WorkflowDefinition file as Mermaid
-or Graphviz DOT text. Exit codes: 0 success, 1 an invalid definition, 2 usage errors and
-inputs that cannot be read or imported.
+repository, as JSON, or as kind/name lines. ``graph FILE`` draws the DAG of a
+WorkflowDefinition file as Mermaid or Graphviz DOT text. A target or file that cannot be
+imported or opened is a usage error (2, as argparse's own FileType reports it); an invalid
+definition is 1.
 """
 
 from __future__ import annotations
@@ -12,27 +13,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import json
 import os
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from flowforge.domain.errors import (
-    DefinitionError,
-    DefinitionSchemaError,
-    ManifestError,
-    UserError,
+from flowforge.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CommandError,
+    to_json,
 )
+from flowforge.domain.errors import DefinitionError, DefinitionSchemaError, UserError
 from flowforge.domain.manifests import ManifestDocument, read_documents
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.rendering import (
-    DIRECTIONS,
-    GRAPH_FORMATS,
     MERMAID_DEFAULT_MAX_EDGES,
     Direction,
     GraphFormat,
@@ -41,18 +41,6 @@ from flowforge.domain.rendering import (
 )
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.sdk import DEFINITION_KIND, to_yaml
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-
-
-class _CommandError(Exception):
-    """One line for the user, and the exit code it calls for."""
-
-    def __init__(self, message: str, *, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,77 +54,43 @@ class GraphSource:
 GraphSourceLoader = Callable[[argparse.Namespace], GraphSource]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    render = subparsers.add_parser(
-        "render",
-        help="print a workflow written in Python as a YAML manifest",
-        description=(
-            "Import TARGET, given as module:attribute (module may also be a path to a .py "
-            "file; the current directory is importable), and print it as a manifest. The "
-            "attribute is a WorkflowDefinition document built with flowforge.sdk.workflow, a "
-            "list of documents, or a callable with no arguments returning either. Each "
-            "WorkflowDefinition is validated as the cluster would validate it first."
-        ),
-    )
-    render.add_argument("target", metavar="MODULE:ATTR", help="e.g. pipelines.etl:definition")
-    render.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="output format"
-    )
-    render.set_defaults(handler=run_render)
-
-    graph = subparsers.add_parser(
-        "graph",
-        help="draw the DAG of a WorkflowDefinition as Mermaid or Graphviz DOT text",
-        description=(
-            "Print the DAG of the WorkflowDefinition in FILE (choose one with --name when the "
-            "file holds several): forward tasks with their dependencies, and compensators as "
-            "hexagons with a dashed edge to the task they undo. Paste Mermaid into Markdown; "
-            "pipe DOT into `dot -Tsvg`."
-        ),
-    )
-    graph.add_argument("source", metavar="FILE", help="a YAML or JSON manifest ('-' for stdin)")
-    graph.add_argument(
-        "-f", "--format", choices=GRAPH_FORMATS, default="mermaid", dest="graph_format"
-    )
-    graph.add_argument(
-        "--direction", choices=DIRECTIONS, default="TD", help="top-down (TD) or left-right (LR)"
-    )
-    graph.add_argument("--name", help="metadata.name or spec.workflow of the definition to draw")
-    graph.set_defaults(handler=run_graph, graph_source_loader=load_definition_file)
-
-
 def run_render(args: argparse.Namespace) -> int:
-    try:
-        documents = _documents_of(_import_target(args.target))
-        for position, document in enumerate(documents):
-            _check_definition(document, position=position)
-    except _CommandError as exc:
-        return _fail("render", exc, verbose=args.verbose)
+    documents = _documents_of(_import_target(args.target))
+    for position, document in enumerate(documents):
+        _check_definition(document, position=position)
     if args.output == "json":
         payload: Any = (
             documents[0]
             if len(documents) == 1
             else {"apiVersion": "v1", "kind": "List", "items": documents}
         )
-        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        sys.stdout.write(to_json(payload))
+    elif args.output == "name":
+        sys.stdout.write("".join(f"{_resource_name(document)}\n" for document in documents))
     else:
         sys.stdout.write(to_yaml(documents))
     return EXIT_OK
 
 
+def _resource_name(document: Mapping[str, Any]) -> str:
+    """``kind.group/name`` as kubectl prints it (``configmap/x`` for the core group)."""
+    group = str(document.get("apiVersion", "")).rpartition("/")[0]
+    kind = str(document.get("kind", "")).lower()
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
+
+
 def run_graph(args: argparse.Namespace) -> int:
     loader: GraphSourceLoader = args.graph_source_loader
-    try:
-        source = loader(args)
-        text = graph_text(source, output_format=args.graph_format, direction=args.direction)
-    except _CommandError as exc:
-        return _fail("graph", exc, verbose=args.verbose)
+    source = loader(args)
+    text = graph_text(source, output_format=args.graph_format, direction=args.direction)
     edges = edge_count(source.definition)
     if args.graph_format == "mermaid" and edges > MERMAID_DEFAULT_MAX_EDGES:
         print(
             f"flowforge graph: note: {edges} edges; Mermaid renderers refuse more than "
             f"{MERMAID_DEFAULT_MAX_EDGES} unless configured with a higher maxEdges "
-            "(or use --format dot)",
+            "(or use -o dot)",
             file=sys.stderr,
         )
     sys.stdout.write(text)
@@ -144,7 +98,8 @@ def run_graph(args: argparse.Namespace) -> int:
 
 
 def graph_text(source: GraphSource, *, output_format: GraphFormat, direction: Direction) -> str:
-    """The drawing of ``source``; a states mapping naming unknown tasks is a usage error."""
+    """The drawing of ``source``. States naming tasks the definition lacks can only come from
+    a store whose rows disagree with its definitions: a system failure."""
     try:
         return render_graph(
             source.definition,
@@ -153,7 +108,18 @@ def graph_text(source: GraphSource, *, output_format: GraphFormat, direction: Di
             states=source.states,
         )
     except ValueError as exc:
-        raise _CommandError(str(exc)) from exc
+        raise CommandError(str(exc), exit_code=EXIT_UNAVAILABLE) from exc
+
+
+def load_graph_source(args: argparse.Namespace) -> GraphSource:
+    """``graph``'s loader: a file, else a run (whose module, and the store's, is imported only
+    then)."""
+    text, path = args.source, Path(args.source)
+    if text == "-" or "/" in text or path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        return load_definition_file(args)
+    from flowforge.cli.runs import load_run_graph
+
+    return load_run_graph(args)
 
 
 def load_definition_file(args: argparse.Namespace) -> GraphSource:
@@ -164,23 +130,23 @@ def load_definition_file(args: argparse.Namespace) -> GraphSource:
         documents = read_documents(text, source=path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise _CommandError(f"{path}: cannot read the file: {reason}") from exc
-    except ManifestError as exc:
-        raise _CommandError(str(exc)) from exc
+        raise CommandError(f"{path}: cannot read the file: {reason}", exit_code=EXIT_USAGE) from exc
     definitions = [doc for doc in documents if doc.body.get("kind") == DEFINITION_KIND]
     if args.name is not None:
         definitions = [doc for doc in definitions if args.name in _names_of(doc)]
     if len(definitions) != 1:
         wanted = DEFINITION_KIND if args.name is None else f"{DEFINITION_KIND} {args.name!r}"
         hint = " (choose one with --name)" if len(definitions) > 1 else ""
-        raise _CommandError(f"{path} holds {len(definitions)} {wanted} documents{hint}")
+        raise CommandError(
+            f"{path} holds {len(definitions)} {wanted} documents{hint}", exit_code=EXIT_USAGE
+        )
     document = definitions[0]
     errors = validate_spec(document.body.get("spec"))
     if errors:
         details = "; ".join(f"{error.path}: {error.message}" for error in errors)
-        raise _CommandError(
+        raise CommandError(
             f"{path}:{document.line}: invalid {DEFINITION_KIND}: {details}",
-            exit_code=EXIT_INVALID,
+            exit_code=EXIT_FAILED,
         )
     return GraphSource(definition=parse_definition(document.body["spec"]))
 
@@ -196,21 +162,27 @@ def _names_of(document: ManifestDocument) -> set[str]:
 def _import_target(target: str) -> object:
     module_name, separator, attribute_path = target.rpartition(":")
     if not separator or not module_name or not attribute_path:
-        raise _CommandError(f"{target!r} is not MODULE:ATTR (for example pipelines.etl:etl)")
+        raise CommandError(
+            f"{target!r} is not MODULE:ATTR (for example pipelines.etl:etl)", exit_code=EXIT_USAGE
+        )
     module = _import_module(module_name)
     value: object = module
     for attribute in attribute_path.split("."):
         try:
             value = getattr(value, attribute)
         except AttributeError as exc:
-            raise _CommandError(f"{module_name} has no attribute {attribute_path!r}") from exc
+            raise CommandError(
+                f"{module_name} has no attribute {attribute_path!r}", exit_code=EXIT_USAGE
+            ) from exc
     if callable(value):
         try:
             value = value()
         except UserError as exc:
-            raise _CommandError(f"{target}: {exc}", exit_code=EXIT_INVALID) from exc
+            raise CommandError(f"{target}: {exc}", exit_code=EXIT_FAILED) from exc
         except Exception as exc:
-            raise _CommandError(f"calling {target} failed: {type(exc).__name__}: {exc}") from exc
+            raise CommandError(
+                f"calling {target} failed: {type(exc).__name__}: {exc}", exit_code=EXIT_USAGE
+            ) from exc
     return value
 
 
@@ -223,9 +195,11 @@ def _import_module(module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
     except UserError as exc:
-        raise _CommandError(f"{module_name}: {exc}", exit_code=EXIT_INVALID) from exc
+        raise CommandError(f"{module_name}: {exc}", exit_code=EXIT_FAILED) from exc
     except Exception as exc:
-        raise _CommandError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+        raise CommandError(
+            f"cannot import {module_name}: {type(exc).__name__}: {exc}", exit_code=EXIT_USAGE
+        ) from exc
     finally:
         if added_to_path:
             sys.path.remove(os.getcwd())
@@ -233,19 +207,21 @@ def _import_module(module_name: str) -> ModuleType:
 
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
-        raise _CommandError(f"{path}: no such file")
+        raise CommandError(f"{path}: no such file", exit_code=EXIT_USAGE)
     name = f"_flowforge_render_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise _CommandError(f"{path}: not an importable Python file")
+        raise CommandError(f"{path}: not an importable Python file", exit_code=EXIT_USAGE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except UserError as exc:
-        raise _CommandError(f"{path}: {exc}", exit_code=EXIT_INVALID) from exc
+        raise CommandError(f"{path}: {exc}", exit_code=EXIT_FAILED) from exc
     except Exception as exc:
-        raise _CommandError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+        raise CommandError(
+            f"cannot import {path}: {type(exc).__name__}: {exc}", exit_code=EXIT_USAGE
+        ) from exc
     return module
 
 
@@ -253,9 +229,10 @@ def _documents_of(value: object) -> list[dict[str, Any]]:
     items: list[object] = list(value) if isinstance(value, list | tuple) else [value]
     documents = [dict(item) for item in items if isinstance(item, Mapping)]
     if not documents or len(documents) != len(items):
-        raise _CommandError(
+        raise CommandError(
             "the target must be a manifest document (a mapping), a list of them, or a "
-            f"callable returning one; got {type(value).__name__}"
+            f"callable returning one; got {type(value).__name__}",
+            exit_code=EXIT_USAGE,
         )
     return documents
 
@@ -270,14 +247,7 @@ def _check_definition(document: Mapping[str, Any], *, position: int) -> None:
         errors = validate_spec(document["spec"])
     if errors:
         details = "; ".join(f"{error.path}: {error.message}" for error in errors)
-        raise _CommandError(
+        raise CommandError(
             f"document {position} is an invalid {DEFINITION_KIND}: {details}",
-            exit_code=EXIT_INVALID,
+            exit_code=EXIT_FAILED,
         )
-
-
-def _fail(command: str, error: _CommandError, *, verbose: bool) -> int:
-    if verbose:
-        traceback.print_exception(error, file=sys.stderr)
-    print(f"flowforge {command}: {error}", file=sys.stderr)
-    return error.exit_code

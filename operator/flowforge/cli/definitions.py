@@ -2,39 +2,72 @@
 
 They read YAML the way the Kubernetes API server does and run the same validators the
 admission webhook runs, so a pipeline gets the cluster's verdict before it applies anything.
-Documents of another kind are passed over. Exit codes: 0 valid, 1 invalid, 2 usage errors
-and files that cannot be read or parsed.
+Documents of another kind are passed over. A file that does not parse is invalid input (1);
+one that cannot be opened is a usage error (2), as argparse's FileType reports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from flowforge.domain.api import DEFINITION_KIND
-from flowforge.domain.errors import DefinitionError, DefinitionSchemaError, ManifestError
+from flowforge.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    emit,
+    table,
+)
+from flowforge.domain.api import DEFINITION_KIND, GROUP
+from flowforge.domain.errors import (
+    DefinitionError,
+    DefinitionSchemaError,
+    InvalidDefinitionError,
+    ManifestError,
+)
 from flowforge.domain.manifests import ManifestDocument, read_documents
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.planning import Plan, plan
-from flowforge.domain.validation import parse_definition, validate_spec
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
+from flowforge.domain.validation import parse_definition
 
 
 @dataclass(frozen=True, slots=True)
 class _Verdict:
+    """One WorkflowDefinition document of a file, checked once: its errors or its model."""
+
     file: str
     document: ManifestDocument
-    errors: list[DefinitionError]
+    errors: tuple[DefinitionError, ...]
+    definition: DefinitionSpec | None
+
+    @classmethod
+    def of(cls, file: str, document: ManifestDocument) -> _Verdict:
+        if "spec" not in document.body:
+            missing = DefinitionSchemaError('missing required field "spec"', path="spec")
+            return cls(file, document, (missing,), None)
+        try:
+            definition = parse_definition(document.body["spec"])
+        except InvalidDefinitionError as invalid:
+            return cls(file, document, invalid.errors, None)
+        return cls(file, document, (), definition)
 
     @property
     def name(self) -> str | None:
-        return _name(self.document)
+        metadata = self.document.body.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        return name if isinstance(name, str) else None
+
+    @property
+    def where(self) -> str:
+        label = self.name if self.name is not None else "(no metadata.name)"
+        return f"{self.file}:{self.document.line}: {DEFINITION_KIND} {label}"
+
+    @property
+    def resource_name(self) -> str:
+        return f"{DEFINITION_KIND.lower()}.{GROUP}/{self.name or ''}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,56 +75,16 @@ class _Verdict:
             "index": self.document.index,
             "name": self.name,
             "valid": not self.errors,
+            "fingerprint": None if self.definition is None else self.definition.fingerprint,
             "errors": [error.to_dict() for error in self.errors],
         }
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    validate = subparsers.add_parser(
-        "validate",
-        help="validate WorkflowDefinition manifests offline",
-        description=(
-            "Validate every WorkflowDefinition document in the files (other kinds are passed "
-            "over). Exit 0 when all are valid, 1 when any is invalid, 2 when a file cannot be "
-            "read or parsed. With -o json, print one array with an object per definition: "
-            '{"file", "index" (the document\'s position in its file, from 0), "name", '
-            '"valid", "errors": [{"kind", "path", "message"}]}.'
-        ),
-    )
-    _add_output_option(validate)
-    validate.add_argument("files", nargs="+", metavar="FILE", help="a YAML or JSON manifest")
-    validate.set_defaults(handler=run_validate)
+def _verdicts_of(path: str) -> list[_Verdict]:
+    """The checked WorkflowDefinition documents of a file.
 
-    fingerprint = subparsers.add_parser(
-        "fingerprint",
-        help="print the fingerprint of each WorkflowDefinition in a file",
-        description="Print one sha256:<hex> line per WorkflowDefinition in FILE, in file order.",
-    )
-    fingerprint.add_argument("file", metavar="FILE", help="a YAML or JSON manifest")
-    fingerprint.set_defaults(handler=run_fingerprint)
-
-    plan_parser = subparsers.add_parser(
-        "plan",
-        help="show the schedule of a WorkflowDefinition",
-        description=(
-            "Show the order, the levels and the compensators of the one WorkflowDefinition in "
-            'FILE. With -o json: {"order": [...], "levels": [[...], ...], '
-            '"compensation": {"<task>": "<compensator>"}}.'
-        ),
-    )
-    _add_output_option(plan_parser)
-    plan_parser.add_argument("file", metavar="FILE", help="a YAML or JSON manifest")
-    plan_parser.set_defaults(handler=run_plan)
-
-
-def _add_output_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
-    )
-
-
-def _definitions_in(path: str) -> list[ManifestDocument]:
-    """The WorkflowDefinition documents of a file; ManifestError when it cannot be read."""
+    A file that cannot be opened is a usage error; one that does not parse, a ManifestError.
+    """
     try:
         if path == "-":
             text = sys.stdin.read()
@@ -100,110 +93,136 @@ def _definitions_in(path: str) -> list[ManifestDocument]:
                 text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ManifestError(f"cannot read the file: {reason}", source=path) from exc
+        raise CommandError(f"{path}: cannot read the file: {reason}", exit_code=EXIT_USAGE) from exc
     return [
-        document
+        _Verdict.of(path, document)
         for document in read_documents(text, source=path)
         if document.body.get("kind") == DEFINITION_KIND
     ]
 
 
-def _errors_of(document: ManifestDocument) -> list[DefinitionError]:
-    if "spec" not in document.body:
-        return [DefinitionSchemaError('missing required field "spec"', path="spec")]
-    return validate_spec(document.body["spec"])
-
-
-def _describe(file: str, document: ManifestDocument, name: str | None) -> str:
-    label = name if name is not None else "(no metadata.name)"
-    return f"{file}:{document.line}: {DEFINITION_KIND} {label}"
+def _error_lines(verdict: _Verdict) -> list[str]:
+    return [f"  {error.path}: {error.message} [{error.kind}]" for error in verdict.errors]
 
 
 def run_validate(args: argparse.Namespace) -> int:
     verdicts: list[_Verdict] = []
-    unreadable = False
+    status = EXIT_OK
     for path in args.files:
         try:
-            documents = _definitions_in(path)
-        except ManifestError as exc:
+            verdicts.extend(_verdicts_of(path))
+        except (CommandError, ManifestError) as exc:
             print(f"flowforge validate: {exc}", file=sys.stderr)
-            unreadable = True
-            continue
-        verdicts.extend(_Verdict(path, document, _errors_of(document)) for document in documents)
-    if args.output == "json":
-        print(json.dumps([verdict.to_dict() for verdict in verdicts], indent=2))
-    else:
+            code = exc.exit_code if isinstance(exc, CommandError) else EXIT_FAILED
+            status = max(status, code)
+
+    def text(wide: bool) -> str:
+        lines = []
         for verdict in verdicts:
-            header = _describe(verdict.file, verdict.document, verdict.name)
-            print(f"{header}: {'valid' if not verdict.errors else 'invalid'}")
-            for error in verdict.errors:
-                print(f"  {error.path}: {error.message} [{error.kind}]")
-        if not verdicts and not unreadable:
-            print("no WorkflowDefinition documents found", file=sys.stderr)
-    if unreadable:
-        return EXIT_USAGE
-    return EXIT_INVALID if any(verdict.errors for verdict in verdicts) else EXIT_OK
+            if verdict.definition is None:
+                lines += [f"{verdict.where}: invalid", *_error_lines(verdict)]
+            else:
+                suffix = f" {verdict.definition.fingerprint}" if wide else ""
+                lines.append(f"{verdict.where}: valid{suffix}")
+        return "".join(f"{line}\n" for line in lines)
 
-
-def _parse_all(
-    path: str, command: str
-) -> tuple[list[tuple[ManifestDocument, DefinitionSpec]], int]:
-    """The parsed definitions of a file and the exit code its problems call for."""
-    try:
-        documents = _definitions_in(path)
-    except ManifestError as exc:
-        print(f"flowforge {command}: {exc}", file=sys.stderr)
-        return [], EXIT_USAGE
-    parsed: list[tuple[ManifestDocument, DefinitionSpec]] = []
-    status = EXIT_OK
-    for document in documents:
-        errors = _errors_of(document)
-        if errors:
-            status = EXIT_INVALID
-            print(f"{_describe(path, document, _name(document))}: invalid", file=sys.stderr)
-            for error in errors:
-                print(f"  {error.path}: {error.message} [{error.kind}]", file=sys.stderr)
-            continue
-        parsed.append((document, parse_definition(document.body["spec"])))
-    return parsed, status
-
-
-def _name(document: ManifestDocument) -> str | None:
-    metadata = document.body.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def run_fingerprint(args: argparse.Namespace) -> int:
-    parsed, status = _parse_all(args.file, "fingerprint")
-    for _, definition in parsed:
-        print(definition.fingerprint)
-    if status == EXIT_OK and not parsed:
-        print(
-            f"flowforge fingerprint: {args.file}: no WorkflowDefinition documents", file=sys.stderr
-        )
-        return EXIT_USAGE
+    emit(
+        args.output,
+        data=lambda: [verdict.to_dict() for verdict in verdicts],
+        table=text,
+        names=lambda: (verdict.resource_name for verdict in verdicts),
+    )
+    if not verdicts and status == EXIT_OK:
+        print("no WorkflowDefinition documents found", file=sys.stderr)
+    if any(verdict.errors for verdict in verdicts):
+        status = max(status, EXIT_FAILED)
     return status
 
 
+def _valid_definitions(path: str) -> tuple[list[_Verdict], int]:
+    """The valid definitions of a file, and the exit code the invalid ones call for (their
+    errors are printed)."""
+    verdicts = _verdicts_of(path)
+    for verdict in verdicts:
+        if verdict.errors:
+            print("\n".join([f"{verdict.where}: invalid", *_error_lines(verdict)]), file=sys.stderr)
+    valid = [verdict for verdict in verdicts if verdict.definition is not None]
+    return valid, EXIT_FAILED if len(valid) < len(verdicts) else EXIT_OK
+
+
+def run_fingerprint(args: argparse.Namespace) -> int:
+    valid, status = _valid_definitions(args.file)
+    if status == EXIT_OK and not valid:
+        raise CommandError(f"{args.file}: no WorkflowDefinition documents", exit_code=EXIT_USAGE)
+
+    def text(wide: bool) -> str:
+        if not wide:
+            return "".join(f"{verdict.to_dict()['fingerprint']}\n" for verdict in valid)
+        return table(
+            ["FILE", "NAME", "WORKFLOW", "VERSION", "FINGERPRINT"],
+            [_fingerprint_row(verdict) for verdict in valid],
+        )
+
+    emit(
+        args.output,
+        data=lambda: [verdict.to_dict() for verdict in valid],
+        table=text,
+        names=lambda: (verdict.resource_name for verdict in valid),
+    )
+    return status
+
+
+def _fingerprint_row(verdict: _Verdict) -> list[str]:
+    definition = verdict.definition
+    assert definition is not None
+    return [
+        f"{verdict.file}:{verdict.document.line}",
+        verdict.name or "-",
+        definition.workflow,
+        str(definition.version),
+        definition.fingerprint,
+    ]
+
+
 def run_plan(args: argparse.Namespace) -> int:
-    parsed, status = _parse_all(args.file, "plan")
+    valid, status = _valid_definitions(args.file)
     if status != EXIT_OK:
         return status
-    if len(parsed) != 1:
-        print(
-            f"flowforge plan: {args.file} holds {len(parsed)} WorkflowDefinition documents; "
-            "plan needs exactly one",
-            file=sys.stderr,
+    if len(valid) != 1:
+        raise CommandError(
+            f"{args.file} holds {len(valid)} WorkflowDefinition documents; plan needs exactly one",
+            exit_code=EXIT_USAGE,
         )
-        return EXIT_USAGE
-    _, definition = parsed[0]
+    definition = valid[0].definition
+    assert definition is not None
     schedule = plan(definition)
-    if args.output == "json":
-        print(json.dumps(schedule.to_dict(), indent=2))
-    else:
-        print(_plan_text(definition, schedule))
+    emit(
+        args.output,
+        data=schedule.to_dict,
+        table=lambda wide: (
+            _plan_table(definition, schedule) if wide else _plan_text(definition, schedule)
+        ),
+        names=lambda: (f"task/{key}" for key in schedule.order),
+    )
     return EXIT_OK
+
+
+def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
+    level_of = {key: number for number, level in enumerate(schedule.levels) for key in level}
+    tasks = {task.key: task for task in definition.tasks}
+    return table(
+        ["TASK", "LEVEL", "TYPE", "DEPENDS-ON", "COMPENSATOR"],
+        [
+            [
+                key,
+                str(level_of[key]),
+                tasks[key].type,
+                ",".join(sorted(tasks[key].depends_on)) or "-",
+                schedule.compensation.get(key, "-"),
+            ]
+            for key in schedule.order
+        ],
+    )
 
 
 def _plan_text(definition: DefinitionSpec, schedule: Plan) -> str:
@@ -222,4 +241,4 @@ def _plan_text(definition: DefinitionSpec, schedule: Plan) -> str:
             lines.append(f"  {forward:<{key_width}}  undone by  {compensator}")
     else:
         lines.append("compensation on failure: none declared")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"

@@ -5,7 +5,8 @@ schema this FlowForge generates; the store answers and its schema version is the
 FlowForge needs; an operator holds the lease; no run has been silent for too long; the
 admission webhook configurations exist, their CA (caBundle) is not expiring, and the
 webhook server answers with a certificate that CA signed. Each finding says what to do.
-Exit codes: 0 all checks passed, 1 findings, 2 usage errors.
+Exit 0 when all checks pass, 1 on findings: an unreachable part is a finding here, not a
+failure of the command.
 """
 
 from __future__ import annotations
@@ -26,29 +27,18 @@ import psycopg
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
-from flowforge.cli.db import parse_duration
-from flowforge.cli.runs import (
-    CommandError,
-    add_kube_options,
-    add_store_option,
-    api_reason,
-    fail,
-    kube_client,
-    store_dsn,
-)
+from flowforge.cli.connections import kube_client, store_dsn
+from flowforge.cli.output import EXIT_FAILED, EXIT_OK, CommandError, emit, first_line
 from flowforge.domain.errors import FlowForgeError
+from flowforge.domain.states import RunPhase
 from flowforge.kube.crdgen import workflow_definition_crd, workflow_run_crd
-from flowforge.kube.webhook_config import CONFIGURATION_NAME
+from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.store.connection import Pool
-from flowforge.store.lease import DEFAULT_LEASE, current_lease
+from flowforge.store.lease import current_lease
 from flowforge.store.migrate import check_schema
 from flowforge.store.pool import open_pool
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
 PROBE_TIMEOUT_SECONDS = 5.0
 
 SILENT_RUNS_QUERY = """
@@ -57,7 +47,7 @@ FROM flowforge_run AS run
 LEFT JOIN LATERAL (
     SELECT recorded_at FROM flowforge_event WHERE run_id = run.id ORDER BY id DESC LIMIT 1
 ) AS last ON true
-WHERE run.phase IN ('pending', 'running')
+WHERE run.phase = ANY(%s)
   AND coalesce(last.recorded_at, run.created_at) < now() - %s
 ORDER BY last_seen
 """
@@ -71,61 +61,25 @@ class Finding:
     advice: str = ""
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    doctor = subparsers.add_parser(
-        "doctor",
-        help="check the cluster, CRDs, store, operator lease, runs and webhooks",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
-    add_store_option(doctor)
-    add_kube_options(doctor, namespace=False)
-    doctor.add_argument(
-        "--webhook-configuration",
-        default=CONFIGURATION_NAME,
-        metavar="NAME",
-        help=f"webhook configurations' name (default {CONFIGURATION_NAME})",
-    )
-    doctor.add_argument("--lease", default=DEFAULT_LEASE, help="the operator's lease name")
-    doctor.add_argument(
-        "--stuck-after",
-        type=parse_duration,
-        default=timedelta(minutes=30),
-        metavar="DURATION",
-        help="a running run with no event for this long is a finding (30m)",
-    )
-    doctor.add_argument(
-        "--cert-warning",
-        type=parse_duration,
-        default=timedelta(days=7),
-        metavar="DURATION",
-        help="a certificate expiring sooner than this is a finding (7d)",
-    )
-    doctor.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    doctor.set_defaults(handler=run_doctor)
-
-
 def run_doctor(args: argparse.Namespace) -> int:
-    try:
-        dsn = store_dsn(args)
-    except CommandError as error:
-        return fail("doctor", error, verbose=args.verbose)
+    dsn = store_dsn(args)
     findings = [*_kube_findings(args), *asyncio.run(_store_findings(args, dsn))]
-    if args.output == "json":
-        print(
-            json.dumps(
-                {
-                    "ok": all(f.ok for f in findings),
-                    "checks": [asdict(finding) for finding in findings],
-                },
-                indent=2,
-            )
-        )
-    else:
-        for finding in findings:
-            print(f"{'ok  ' if finding.ok else 'FAIL'}  {finding.check:<9} {finding.message}")
-            if not finding.ok and finding.advice:
-                print(f"      {'':<9} -> {finding.advice}")
-    return EXIT_OK if all(finding.ok for finding in findings) else EXIT_FINDINGS
+    healthy = all(finding.ok for finding in findings)
+    emit(
+        args.output,
+        data=lambda: {"ok": healthy, "checks": [asdict(finding) for finding in findings]},
+        table=lambda _wide: _findings_text(findings),
+    )
+    return EXIT_OK if healthy else EXIT_FAILED
+
+
+def _findings_text(findings: list[Finding]) -> str:
+    lines = []
+    for finding in findings:
+        lines.append(f"{'ok  ' if finding.ok else 'FAIL'}  {finding.check:<9} {finding.message}")
+        if not finding.ok and finding.advice:
+            lines.append(f"      {'':<9} -> {finding.advice}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 # Kubernetes
@@ -145,8 +99,9 @@ def _kube_findings(args: argparse.Namespace) -> list[Finding]:
         ]
     with api:
         try:
-            version = k8s.VersionApi(api).get_code()
-        except (ApiException, HTTPError, OSError) as error:
+            with kubernetes_errors():
+                version = k8s.VersionApi(api).get_code()
+        except (KubernetesError, OSError) as error:
             return [
                 Finding(
                     "cluster",
@@ -167,9 +122,7 @@ def _kube_findings(args: argparse.Namespace) -> list[Finding]:
 
 
 def _short(error: BaseException) -> str:
-    if isinstance(error, ApiException):
-        return api_reason(error)
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    return first_line(error)[:300]
 
 
 def _crd_findings(api: k8s.ApiClient) -> list[Finding]:
@@ -182,9 +135,12 @@ def _crd_findings(api: k8s.ApiClient) -> list[Finding]:
             "(or `helm upgrade`)"
         )
         try:
-            response: Any = extensions.read_custom_resource_definition(name, _preload_content=False)
-        except ApiException as error:
-            if error.status != 404:
+            with kubernetes_errors():
+                response: Any = extensions.read_custom_resource_definition(
+                    name, _preload_content=False
+                )
+        except KubernetesError as error:
+            if not error.not_found:
                 raise
             findings.append(Finding("crds", False, f"{name} is not installed", install))
             continue
@@ -221,9 +177,10 @@ def _webhook_findings(api: k8s.ApiClient, args: argparse.Namespace) -> list[Find
     seen: set[str] = set()  # CAs and endpoints already checked: webhooks share them
     for kind, read in readers.items():
         try:
-            configuration = json.loads(read(name, _preload_content=False).data)
-        except ApiException as error:
-            if error.status != 404:
+            with kubernetes_errors():
+                configuration = json.loads(read(name, _preload_content=False).data)
+        except KubernetesError as error:
+            if not error.not_found:
                 raise
             findings.append(
                 Finding(
@@ -366,12 +323,13 @@ def _probe_url(url: str, *, ca_pem: bytes, warning: timedelta, advice: str) -> F
 def _probe_service(api: k8s.ApiClient, service: dict[str, Any]) -> Finding:
     namespace, name = service.get("namespace", ""), service.get("name", "")
     try:
-        response: Any = k8s.CoreV1Api(api).read_namespaced_endpoints(
-            name, namespace, _preload_content=False
-        )
+        with kubernetes_errors():
+            response: Any = k8s.CoreV1Api(api).read_namespaced_endpoints(
+                name, namespace, _preload_content=False
+            )
         subsets = json.loads(response.data).get("subsets") or []
-    except ApiException as error:
-        if error.status != 404:
+    except KubernetesError as error:
+        if not error.not_found:
             raise
         subsets = []
     if any(subset.get("addresses") for subset in subsets):
@@ -451,7 +409,8 @@ async def _lease_finding(pool: Pool, name: str) -> Finding:
 
 async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
     async with pool.connection() as connection:
-        cursor = await connection.execute(SILENT_RUNS_QUERY, (after,))
+        unfinished = [str(RunPhase.PENDING), str(RunPhase.RUNNING)]
+        cursor = await connection.execute(SILENT_RUNS_QUERY, (unfinished, after))
         rows = await cursor.fetchall()
     if not rows:
         return Finding("runs", True, f"no running run has been silent for over {_human(after)}")
@@ -465,7 +424,7 @@ async def _silent_runs_finding(pool: Pool, after: timedelta) -> Finding:
         "runs",
         False,
         f"{len(rows)} running runs have recorded nothing for over {_human(after)}: {listed}{more}",
-        "check the operator's logs and `flowforge runs show RUN`; a run waiting on a "
+        "check the operator's logs and `flowforge describe run RUN`; a run waiting on a "
         "long task is fine (raise --stuck-after)",
     )
 

@@ -1,40 +1,31 @@
-"""Entry point of the ``flowforge`` command.
+"""Entry point of the ``flowforge`` command (also ``kubectl flowforge``).
 
-Each command group lives in its own module exposing ``register(subparsers)``; the
-module adds its sub-commands and sets ``handler`` (a callable taking the parsed
-arguments and returning the exit code) on each of them. Exit codes: 0 success,
-1 a verdict of "invalid"/"failed", 2 usage errors and unreadable input.
+The commands and their arguments are in :mod:`flowforge.cli.commands`; exit codes, error lines
+and output forms in :mod:`flowforge.cli.output`. Parsing imports neither: what a command needs
+is imported when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "flowforge.cli.definitions",
-    "flowforge.cli.db",
-    "flowforge.cli.authoring",
-    "flowforge.cli.runs",  # after authoring: it adds run sources to `graph`
-    "flowforge.cli.doctor",
-)
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
+from flowforge.cli.commands import register_all
+from flowforge.cli.output import EXIT_INTERRUPTED, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flowforge",
         description="FlowForge: Kubernetes-native DAG workflows with ordered rollback.",
+        epilog="Exit codes: 0 ok; 1 invalid input or a refusal; 2 usage; 3 the database or "
+        "the Kubernetes API failed (retry later). Output: -o json|yaml|wide|name where a "
+        "command prints objects, as kubectl.",
     )
     parser.add_argument("--verbose", action="store_true", help="show details of errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    register_all(subparsers)
     return parser
 
 
@@ -48,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

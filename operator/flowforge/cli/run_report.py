@@ -1,5 +1,6 @@
-"""What ``flowforge runs list|show`` print: a run's rows in the store and the outcomes its
-event history recorded (attempts, exit codes, reasons, durations, the rollback's steps)."""
+"""What ``flowforge get runs`` and ``describe run`` print: a run's rows in the store and the
+outcomes its event history recorded (attempts, exit codes, reasons, durations, the rollback's
+steps)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from flowforge.cli.output import table
+from flowforge.domain.history import EventKind
+from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
 from flowforge.store.queries import TaskRecord, list_tasks, run_progress
@@ -18,16 +22,15 @@ from flowforge.store.reuse import NamedRun
 
 OUTCOME_KINDS = frozenset(
     {
-        "task.succeeded",
-        "task.failed",
-        "task.attempt_failed",
-        "task.retry_scheduled",
-        "compensation.succeeded",
-        "compensation.failed",
-        "compensation.retry_scheduled",
+        EventKind.TASK_SUCCEEDED,
+        EventKind.TASK_FAILED,
+        EventKind.TASK_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_SUCCEEDED,
+        EventKind.COMPENSATION_FAILED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
     }
 )
-START_KINDS = frozenset({"task.dispatched", "task.started", "compensation.started"})
+START_KINDS = frozenset({EventKind.TASK_DISPATCHED, EventKind.COMPENSATION_STARTED})
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -160,7 +163,9 @@ def _attempts(events: Sequence[Event]) -> dict[str, list[AttemptReport]]:
             attempts.setdefault(event.task_key, []).append(
                 AttemptReport(
                     attempt=event.attempt,
-                    outcome="succeeded" if event.kind.endswith(".succeeded") else "failed",
+                    outcome=TaskState.SUCCEEDED
+                    if event.kind.endswith(".succeeded")
+                    else TaskState.FAILED,
                     exit_code=exit_code if isinstance(exit_code, int) else None,
                     reason=detail.get("reason"),
                     message=detail.get("message") or detail.get("error"),
@@ -192,16 +197,18 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
     rows = await list_tasks(pool, run.id)
     events = await run_history(pool, run.id)
     attempts = _attempts(events)
+    retried = next((event for event in events if event.kind == EventKind.RUN_RETRY_OF), None)
+    retry_of = None if retried is None else str(retried.detail.get("retryOf"))
     reused = {
-        event.task_key: str(event.detail.get("retryOf"))
-        for event in events
-        if event.kind == "task.reused" and event.task_key
+        str(key): str(retry_of) for key in (retried.detail if retried else {}).get("reused", [])
     }
-    retry_of = next(
-        (str(event.detail.get("retryOf")) for event in events if event.kind == "run.retry_of"), None
+    reused.update(
+        (event.task_key, str(event.detail["retryOf"]))
+        for event in events
+        if event.kind == EventKind.TASK_REUSED and event.task_key and event.detail.get("retryOf")
     )
     started_order = {
-        event.task_key: event.id for event in events if event.kind == "compensation.started"
+        event.task_key: event.id for event in events if event.kind == EventKind.COMPENSATION_STARTED
     }
     tasks = [
         TaskReport(
@@ -211,12 +218,16 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         if row.compensates_key is None
     ]
     succeeded = {
-        row.task_key for row in rows if row.compensates_key is None and row.state == "succeeded"
+        row.task_key
+        for row in rows
+        if row.compensates_key is None and row.state == TaskState.SUCCEEDED
     }
     # the rollback's steps: compensators of what succeeded, once triggered (a skipped one
     # among them was halted by a failed step)
     compensators = [
-        row for row in rows if row.compensates_key in succeeded and row.state != "not_triggered"
+        row
+        for row in rows
+        if row.compensates_key in succeeded and row.state != CompensationState.NOT_TRIGGERED
     ]
     # steps that ran in the order they started; the rest in the order they would run
     last = len(events) + 1
@@ -235,17 +246,6 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
 # text output
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [
-        max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)
-    ]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (headers, *rows)
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -262,41 +262,51 @@ def _age(moment: datetime) -> str:
     return _duration((datetime.now(UTC) - moment).total_seconds())
 
 
-def runs_table(reports: Sequence[RunReport]) -> str:
-    rows = [
-        [
-            report.run.name,
-            report.run.workflow,
-            str(report.run.version),
+def runs_table(reports: Sequence[RunReport], *, wide: bool = False) -> str:
+    headers = ["NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE", "DURATION"]
+    if wide:
+        headers += ["UID", "CREATED", "FINISHED"]
+    rows = []
+    for report in reports:
+        run = report.run
+        row = [
+            run.name,
+            run.workflow,
+            str(run.version),
             report.phase,
             report.progress,
-            _age(report.run.created_at),
-            _duration(_seconds(report.run.created_at, report.run.finished_at)),
+            _age(run.created_at),
+            _duration(_seconds(run.created_at, run.finished_at)),
         ]
-        for report in reports
-    ]
-    return _table(("NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE", "DURATION"), rows)
+        if wide:
+            row += [run.uid, _iso(run.created_at) or "-", _iso(run.finished_at) or "-"]
+        rows.append(row)
+    return table(headers, rows)
 
 
-def _task_row(task: TaskReport, *, first: str) -> list[str]:
+def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
     row, last = task.row, task.last
     reason = (last.reason or "") if last else ""
     message = (last.message if last else None) or row.last_error or ""
     if task.reused_from:
         reason, message = "Reused", f"succeeded in {task.reused_from}"
     exit_code = "-" if last is None or last.exit_code is None else str(last.exit_code)
-    detail = f"{reason}: {message}" if reason and message else reason or message
-    return [
+    detail = (f"{reason}: {message}" if reason and message else reason or message).replace(
+        "\n", " "
+    )
+    cells = [
         first,
         row.state,
         f"{row.attempt}/{row.max_attempts}",
         _duration(_seconds(row.started_at, row.finished_at)),
         exit_code,
-        detail.replace("\n", " ")[:100],
     ]
+    if wide:
+        return [*cells, _iso(row.started_at) or "-", _iso(row.finished_at) or "-", detail]
+    return [*cells, detail[:100]]
 
 
-def report_text(report: RunReport) -> str:
+def report_text(report: RunReport, *, wide: bool = False) -> str:
     run = report.run
     counts = ", ".join(
         f"{n} {state}"
@@ -319,20 +329,22 @@ def report_text(report: RunReport) -> str:
     if run.pruned_at is not None:
         lines.append(f"Pruned:     {_iso(run.pruned_at)} (task rows and events deleted)")
     text = "\n".join(lines) + "\n"
-    headers = ("STATE", "ATTEMPTS", "DURATION", "EXIT", "REASON")
+    headers = ["STATE", "ATTEMPTS", "DURATION", "EXIT"]
+    headers += ["STARTED", "FINISHED", "REASON"] if wide else ["REASON"]
     if report.tasks:
-        text += "\n" + _table(
-            ("TASK", *headers), [_task_row(task, first=task.row.task_key) for task in report.tasks]
+        text += "\n" + table(
+            ["TASK", *headers],
+            [_task_row(task, first=task.row.task_key, wide=wide) for task in report.tasks],
         )
     if report.compensation:
-        text += "\nCompensation (in the order it runs, last task first):\n" + _table(
-            ("STEP", "COMPENSATOR", "UNDOES", *headers),
+        text += "\nCompensation (in the order it runs, last task first):\n" + table(
+            ["STEP", "COMPENSATOR", "UNDOES", *headers],
             [
                 [
                     str(number),
-                    *_task_row(step, first=step.row.task_key)[:1],
+                    step.row.task_key,
                     str(step.row.compensates_key),
-                    *_task_row(step, first="")[1:],
+                    *_task_row(step, first="", wide=wide)[1:],
                 ]
                 for number, step in enumerate(report.compensation, start=1)
             ],

@@ -10,7 +10,12 @@ Kubernetes turns YAML into JSON with sigs.k8s.io/yaml over go-yaml v2, and the v
 * numbers JSON writes as integers (``2.0``) are integers; ``.inf`` and ``.nan`` are errors,
   because JSON cannot carry them;
 * non-string mapping keys are stringified (``1`` -> ``"1"``, ``yes`` -> ``"true"``), a null key
-  is an error, and so is a key given twice in one mapping.
+  is an error, and so is a key given twice in one mapping; tags on mappings and sequences are
+  ignored, and an alias inside the value it names is an error, as in go-yaml v2.
+
+The values are built straight from the parser's events (libyaml's C parser when PyYAML has it,
+else PyYAML's own), not through PyYAML's node graph and constructor: on a 10,000-task file that
+path cost several times the parse itself.
 """
 
 from __future__ import annotations
@@ -19,21 +24,40 @@ import base64
 import math
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    Event,
+    MappingEndEvent,
+    MappingStartEvent,
+    NodeEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 
 from flowforge.domain.errors import ManifestError
 
-__all__ = ["ManifestDocument", "ManifestError", "load_documents", "read_documents"]
+__all__ = [
+    "PARSERS",
+    "ManifestDocument",
+    "ManifestError",
+    "Parser",
+    "load_documents",
+    "read_documents",
+]
 
-_PLAIN_TAG = "tag:flowforge.io,2026:plain"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 _YAML_TAG = "tag:yaml.org,2002:"
+_MERGE_KEY = "<<"
+_MAX_NESTING = 1000  # libyaml's own limit: the pure-Python parser must refuse what it refuses
 
 _RESOLVE_MAP: dict[str, Any] = {
     **dict.fromkeys(
@@ -66,11 +90,20 @@ class ManifestDocument:
     body: dict[str, Any]
 
 
+Parser = Callable[[str], Any]
+"""Makes a PyYAML event parser (``get_event``, ``dispose``) over a text."""
+
+PARSERS: dict[str, Parser] = {"python": yaml.BaseLoader}
+if yaml.__with_libyaml__:
+    PARSERS["libyaml"] = yaml.CBaseLoader
+DEFAULT_PARSER: Parser = PARSERS.get("libyaml", yaml.BaseLoader)
+
+
 class _DecodeError(Exception):
-    def __init__(self, message: str, node: Node) -> None:
+    def __init__(self, message: str, event: Event) -> None:
         super().__init__(message)
         self.message = message
-        self.line = node.start_mark.line + 1
+        self.line = None if event.start_mark is None else event.start_mark.line + 1
 
 
 def _go_parse_int(text: str) -> int | None:
@@ -115,10 +148,10 @@ def resolve_plain_scalar(text: str) -> Any:
     return text
 
 
-def _json_value(value: Any, node: Node) -> Any:
+def _json_value(value: Any, event: ScalarEvent) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _DecodeError(f"{node.value} is not a number JSON can carry", node)
+            raise _DecodeError(f"{event.value} is not a number JSON can carry", event)
         if value.is_integer() and abs(value) < _JSON_EXACT_INTEGER_LIMIT:
             return int(value)
     return value
@@ -152,7 +185,7 @@ def _go_float_key(value: float) -> str:
     return f"{prefix}{text_digits[:point]}.{text_digits[point:]}"
 
 
-def _key_string(key: Any, node: Node) -> str:
+def _key_string(key: Any, event: Event) -> str:
     if isinstance(key, str):
         return key
     if isinstance(key, bool):
@@ -162,94 +195,194 @@ def _key_string(key: Any, node: Node) -> str:
     if isinstance(key, float):
         return _go_float_key(key)
     raise _DecodeError(
-        f"unsupported map key {key!r}: keys must be strings, numbers or booleans", node
+        f"unsupported map key {key!r}: keys must be strings, numbers or booleans", event
     )
 
 
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "null": (type(None),),
+}
 
 
-class _KubernetesLoader(_BaseLoader):  # type: ignore[misc]
-    def resolve(self, kind: type[Node], value: str, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode and implicit[0]:
-            return _MERGE_TAG if value == "<<" else _PLAIN_TAG
-        return str(super().resolve(kind, value, implicit))
-
-    def construct_plain(self, node: ScalarNode) -> Any:
-        return _json_value(resolve_plain_scalar(node.value), node)
-
-    def construct_tagged_scalar(self, node: ScalarNode) -> Any:
-        tag = node.tag[len(_YAML_TAG) :] if node.tag.startswith(_YAML_TAG) else ""
-        if tag in ("str", "timestamp") or not tag:
-            return node.value
-        if tag == "binary":
-            try:
-                return base64.b64decode(node.value).decode("utf-8", "replace")
-            except ValueError as exc:
-                raise _DecodeError(f"invalid !!binary value: {exc}", node) from exc
-        value = resolve_plain_scalar(node.value)
-        expected = {"int": (int,), "float": (int, float), "bool": (bool,), "null": (type(None),)}
-        if tag not in expected:
-            raise _DecodeError(f"unsupported tag !!{tag}", node)
-        if type(value) not in expected[tag]:
-            raise _DecodeError(f"cannot decode {node.value!r} as !!{tag}", node)
-        return _json_value(float(value) if tag == "float" else value, node)
-
-    def construct_map(self, node: MappingNode) -> Iterator[dict[str, Any]]:
-        data: dict[str, Any] = {}
-        yield data
-        explicit = [pair for pair in node.value if pair[0].tag != _MERGE_TAG]
-        self.flatten_mapping(node)
-        merged = node.value[: len(node.value) - len(explicit)]
-        for key_node, value_node in merged:
-            key = _key_string(self.construct_object(key_node), key_node)
-            data[key] = self.construct_object(value_node)
-        seen: set[str] = set()
-        for key_node, value_node in explicit:
-            key = _key_string(self.construct_object(key_node), key_node)
-            if key in seen:
-                raise _DecodeError(f'mapping key "{key}" is given twice', key_node)
-            seen.add(key)
-            data[key] = self.construct_object(value_node)
-
-    def construct_other(self, tag_suffix: str, node: Node) -> Any:
-        if isinstance(node, ScalarNode):
-            return node.value
-        if isinstance(node, MappingNode):
-            return self.construct_map(node)
-        return self.construct_yaml_seq(node)
+def _tagged_scalar(tag: str, event: ScalarEvent) -> Any:
+    """The value of a scalar with an explicit tag; go-yaml v2 uses the tag only to resolve it."""
+    name = tag[len(_YAML_TAG) :] if tag.startswith(_YAML_TAG) else ""
+    if name == "binary":
+        try:
+            return base64.b64decode(event.value).decode("utf-8", "replace")
+        except ValueError as exc:
+            raise _DecodeError(f"invalid !!binary value: {exc}", event) from exc
+    expected = _SCALAR_TYPES.get(name)
+    if expected is None:  # !!str, !!timestamp, local and unknown tags: the text itself
+        return event.value
+    value = resolve_plain_scalar(event.value)
+    if type(value) not in expected:
+        raise _DecodeError(f"cannot decode {event.value!r} as !!{name}", event)
+    return _json_value(float(value) if name == "float" else value, event)
 
 
-_KubernetesLoader.add_constructor(_PLAIN_TAG, _KubernetesLoader.construct_plain)
-for _scalar_tag in ("str", "int", "float", "bool", "null", "timestamp", "binary"):
-    _KubernetesLoader.add_constructor(
-        _YAML_TAG + _scalar_tag, _KubernetesLoader.construct_tagged_scalar
-    )
-_KubernetesLoader.add_constructor(_YAML_TAG + "map", _KubernetesLoader.construct_map)
-_KubernetesLoader.add_multi_constructor("!", _KubernetesLoader.construct_other)
-_KubernetesLoader.add_multi_constructor(_YAML_TAG, _KubernetesLoader.construct_other)
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "mapping"
+    return "sequence" if isinstance(value, list) else "scalar"
 
 
-def read_documents(text: str, *, source: str) -> list[ManifestDocument]:
+class _OpenCollection:
+    """A mapping or sequence whose end event has not come yet."""
+
+    __slots__ = ("anchor", "key", "key_event", "mapping", "merges", "start", "value")
+
+    def __init__(self, value: dict[str, Any] | list[Any], start: NodeEvent) -> None:
+        self.value = value
+        self.mapping = isinstance(value, dict)
+        self.start = start
+        self.anchor = start.anchor
+        self.key: Any = _NO_KEY
+        self.key_event: Event = start
+        self.merges: list[dict[str, Any]] = []
+
+    def add_merge(self, value: Any, event: Event) -> None:
+        """``<<: value``: a mapping, or a list of mappings of which the first wins."""
+        if isinstance(value, dict):
+            self.merges.append(value)
+            return
+        if not isinstance(value, list):
+            raise _DecodeError(
+                f"expected a mapping or list of mappings for merging, but found {_kind_of(value)}",
+                event,
+            )
+        for item in reversed(value):
+            if not isinstance(item, dict):
+                raise _DecodeError(
+                    f"expected a mapping for merging, but found {_kind_of(item)}", event
+                )
+            self.merges.append(item)
+
+    def close(self) -> dict[str, Any] | list[Any]:
+        """The finished value: merged keys first, the mapping's own keys winning over them."""
+        if self.merges and isinstance(self.value, dict):
+            own = dict(self.value)
+            self.value.clear()
+            for merged in self.merges:
+                self.value.update(merged)
+            self.value.update(own)
+        return self.value
+
+
+_NO_KEY: Any = object()
+_MERGE: Any = object()
+
+
+def _scalar_value(event: ScalarEvent, *, key_position: bool) -> Any:
+    tag = event.tag
+    if tag is not None and tag != "!":
+        return _tagged_scalar(tag, event)
+    text = event.value
+    if not event.implicit[0]:
+        return text
+    if text == _MERGE_KEY and key_position:
+        return _MERGE
+    return _json_value(resolve_plain_scalar(text), event)
+
+
+# a plain scalar starting otherwise, and not a word of _RESOLVE_MAP, is its own text
+_RESOLVED_STARTS = frozenset("+-.0123456789<")
+
+
+def _values(parser: Any) -> list[tuple[int, Any]]:
+    """The first line and the value of every document of the stream, from its events."""
+    get_event = parser.get_event
+    documents: list[tuple[int, Any]] = []
+    stack: list[_OpenCollection] = []
+    top: _OpenCollection | None = None  # stack[-1], kept apart: this loop is the hot path
+    anchors: dict[str, Any] = {}
+    open_anchors: set[str] = set()
+    while True:
+        event = get_event()
+        kind = type(event)
+        if kind is ScalarEvent:
+            text = event.value
+            if (
+                event.tag is None
+                and event.implicit[0]
+                and text
+                and text[0] not in _RESOLVED_STARTS
+                and text not in _RESOLVE_MAP
+            ):
+                value = text
+            else:
+                value = _scalar_value(
+                    event, key_position=top is not None and top.mapping and top.key is _NO_KEY
+                )
+            if event.anchor is not None:
+                anchors[event.anchor] = value
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            if len(stack) >= _MAX_NESTING:
+                raise _DecodeError("exceeded maximum nesting depth", event)
+            top = _OpenCollection({} if kind is MappingStartEvent else [], event)
+            if event.anchor is not None:
+                anchors[event.anchor] = top.value
+                open_anchors.add(event.anchor)
+            stack.append(top)
+            continue
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
+            closed = stack.pop()
+            top = stack[-1] if stack else None
+            value = closed.close()
+            event = closed.start
+            if closed.anchor is not None:
+                open_anchors.discard(closed.anchor)
+        elif kind is AliasEvent:
+            anchor = event.anchor
+            if anchor in open_anchors:
+                raise _DecodeError(f"anchor '{anchor}' value contains itself", event)
+            if anchor not in anchors:
+                raise _DecodeError(f"found undefined alias '{anchor}'", event)
+            value = anchors[anchor]
+        elif kind is DocumentStartEvent:
+            anchors, open_anchors = {}, set()
+            continue
+        elif kind is StreamEndEvent:
+            return documents
+        else:  # the stream's start, a document's end
+            continue
+        if top is None:
+            documents.append((event.start_mark.line + 1, value))
+        elif not top.mapping:
+            top.value.append(value)  # type: ignore[union-attr]
+        elif top.key is _NO_KEY:
+            top.key = value if type(value) is str or value is _MERGE else _key_string(value, event)
+            top.key_event = event
+        else:
+            key, top.key = top.key, _NO_KEY
+            if key is _MERGE:
+                top.add_merge(value, event)
+            elif key in top.value:
+                raise _DecodeError(f'mapping key "{key}" is given twice', top.key_event)
+            else:
+                top.value[key] = value
+
+
+def _finish_document(parser: Any) -> None:
+    """Read the rest of the current document, so that a syntax error in it surfaces."""
+    while not isinstance(parser.get_event(), DocumentEndEvent | StreamEndEvent):
+        pass
+
+
+def read_documents(
+    text: str, *, source: str, parser: Parser = DEFAULT_PARSER
+) -> list[ManifestDocument]:
     """Every non-empty document of a (multi-document) YAML or JSON stream, with positions."""
-    loader = _KubernetesLoader(text)
-    documents: list[ManifestDocument] = []
-    index = 0
+    events = parser(text)
     try:
-        while loader.check_node():
-            node = loader.get_node()
-            if node is not None:
-                body = loader.construct_document(node)
-                line = node.start_mark.line + 1
-                if isinstance(body, dict):
-                    documents.append(ManifestDocument(index=index, line=line, body=body))
-                elif body is not None:
-                    raise ManifestError(
-                        f"document {index} is not a mapping (an object with apiVersion and kind)",
-                        source=source,
-                        line=line,
-                    )
-            index += 1
+        try:
+            values = _values(events)
+        except _DecodeError:
+            _finish_document(events)  # go-yaml parses a whole document before decoding it
+            raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
@@ -260,10 +393,18 @@ def read_documents(text: str, *, source: str) -> list[ManifestDocument]:
         raise ManifestError(str(exc).splitlines()[0], source=source) from exc
     except _DecodeError as exc:
         raise ManifestError(exc.message, source=source, line=exc.line) from exc
-    except RecursionError as exc:
-        raise ManifestError("nested too deeply", source=source) from exc
     finally:
-        loader.dispose()
+        events.dispose()
+    documents: list[ManifestDocument] = []
+    for index, (line, body) in enumerate(values):
+        if isinstance(body, dict):
+            documents.append(ManifestDocument(index=index, line=line, body=body))
+        elif body is not None:
+            raise ManifestError(
+                f"document {index} is not a mapping (an object with apiVersion and kind)",
+                source=source,
+                line=line,
+            )
     return documents
 
 

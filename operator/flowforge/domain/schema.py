@@ -12,11 +12,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import Any
-
-import jsonschema
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from flowforge.domain.errors import DefinitionSchemaError
 from flowforge.domain.fastcheck import Check, compile_check, go_compatible_pattern
@@ -26,6 +22,9 @@ from flowforge.domain.spec_schema import (
     PATTERN_DESCRIPTIONS,
     TASK_SCHEMA,
 )
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "CONTAINER_TEMPLATE_SCHEMA",
@@ -42,18 +41,22 @@ _MAX_SHOWN_VALUE = 60
 def _pattern_keyword(
     validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
+    from jsonschema.exceptions import ValidationError
+
     if isinstance(instance, str) and not go_compatible_pattern(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_extend: Any = jsonschema.validators.extend
-_Validator = _extend(Draft202012Validator, {"pattern": _pattern_keyword})
-
-
 @cache
 def _validator() -> Any:
-    Draft202012Validator.check_schema(DEFINITION_SPEC_SCHEMA)
-    return _Validator(DEFINITION_SPEC_SCHEMA)
+    # imported here: a valid spec never needs jsonschema (the fast check answers), and the
+    # import is a tenth of `flowforge plan`
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(DEFINITION_SPEC_SCHEMA)
+    extend: Any = jsonschema.validators.extend
+    validator_class = extend(jsonschema.Draft202012Validator, {"pattern": _pattern_keyword})
+    return validator_class(DEFINITION_SPEC_SCHEMA)
 
 
 @cache

@@ -18,7 +18,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from flowforge.domain.api import (
     API_VERSION,
@@ -29,6 +28,7 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME
 
 
@@ -68,14 +68,15 @@ def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
 
     A response left unread keeps its connection out of the pool, and the next call pays a
     new TLS handshake (on both ends: that was most of the operator's and much of the
-    apiserver's CPU under load).
+    apiserver's CPU under load). The client's exceptions leave as :class:`KubernetesError`.
     """
-    response = function(*args, _preload_content=False, **kwargs)
-    try:
-        body: bytes = response.data
-        return body
-    finally:
-        response.release_conn()
+    with kubernetes_errors():
+        response = function(*args, _preload_content=False, **kwargs)
+        try:
+            body: bytes = response.data
+            return body
+        finally:
+            response.release_conn()
 
 
 class KubeClient:
@@ -171,8 +172,8 @@ class KubeClient:
         namespace = manifest["metadata"]["namespace"]
         try:
             await self._call_critical(self._batch.create_namespaced_job, namespace, manifest)
-        except ApiException as error:
-            if error.status == 409:
+        except KubernetesError as error:
+            if error.conflict:
                 return False
             raise
         return True
@@ -183,8 +184,8 @@ class KubeClient:
             await self._call(
                 self._batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
             )
-        except ApiException as error:
-            if error.status == 404:
+        except KubernetesError as error:
+            if error.not_found:
                 return False
             raise
         return True
@@ -192,8 +193,8 @@ class KubeClient:
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             response = await self._call(self._batch.read_namespaced_job, name, namespace)
-        except ApiException as error:
-            if error.status == 404:
+        except KubernetesError as error:
+            if error.not_found:
                 return None
             raise
         return _json(response)
@@ -244,8 +245,8 @@ class KubeClient:
                 RUN_PLURAL,
                 name,
             )
-        except ApiException as error:
-            if error.status == 404:
+        except KubernetesError as error:
+            if error.not_found:
                 return None
             raise
         return _json(response)
@@ -297,8 +298,8 @@ class KubeClient:
                 name,
                 {"status": dict(status)},
             )
-        except ApiException as error:
-            if error.status == 404:
+        except KubernetesError as error:
+            if error.not_found:
                 return False
             raise
         return True

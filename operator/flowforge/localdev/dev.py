@@ -272,7 +272,7 @@ def _print_next_steps(state_dir: Path, cluster: Cluster, dsn: str) -> None:
         f"  export FLOWFORGE_DSN='{dsn}'\n"
         "  kubectl get flowforge                    # definitions and runs\n"
         "  kubectl describe wfr order-1001          # conditions and events of the rollback\n"
-        "  flowforge runs show order-1001           # the history, from PostgreSQL\n"
+        "  flowforge describe run order-1001        # the history, from PostgreSQL\n"
         "  kubectl apply -f examples/etl-diamond.yaml  # re-applying is a no-op\n"
         f"  logs: {state_dir}/operator.log, {state_dir}/webhooks.log\n"
         "  make dev-down                            # stop everything"

@@ -40,3 +40,14 @@ def to_yaml(documents: Iterable[Mapping[str, Any]]) -> str:
         allow_unicode=True,
         explicit_start=True,
     )
+
+
+def yaml_document(data: Any) -> str:
+    """``data`` as one YAML document without ``---``, as ``kubectl -o yaml`` prints."""
+    return yaml.dump(
+        data,
+        Dumper=_ManifestDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )

@@ -1,0 +1,76 @@
+"""How commands reach the store and the Kubernetes API: ``--dsn`` (or ``$FLOWFORGE_DSN``),
+``--kubeconfig`` (or ``$KUBECONFIG``), ``-n/--namespace`` (default: the kubeconfig context's
+namespace, else ``default``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psycopg
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from flowforge.cli.commands import DSN_VARIABLE
+from flowforge.cli.output import EXIT_USAGE, CommandError, exit_code_for, first_line
+from flowforge.domain.errors import FlowForgeError
+from flowforge.store.connection import Pool
+from flowforge.store.pool import open_pool
+
+T = TypeVar("T")
+
+
+def has_store(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE))
+
+
+def store_dsn(args: argparse.Namespace) -> str:
+    dsn = getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE)
+    if not dsn:
+        raise CommandError(f"no database: pass --dsn or set {DSN_VARIABLE}", exit_code=EXIT_USAGE)
+    return str(dsn)
+
+
+def resolve_namespace(args: argparse.Namespace) -> str:
+    if getattr(args, "namespace", None):
+        return str(args.namespace)
+    try:
+        _, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=getattr(args, "kubeconfig", None)
+        )
+    except (k8s_config.ConfigException, OSError, TypeError):
+        return "default"
+    namespace = ((active or {}).get("context") or {}).get("namespace")
+    return str(namespace) if namespace else "default"
+
+
+def kube_client(args: argparse.Namespace) -> k8s.ApiClient:
+    try:
+        api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=getattr(args, "kubeconfig", None)
+        )
+    except (k8s_config.ConfigException, OSError) as error:
+        raise CommandError(f"cannot load the kubeconfig: {error}", exit_code=EXIT_USAGE) from error
+    return api
+
+
+async def _with_pool(dsn: str, work: Callable[[Pool], Awaitable[T]]) -> T:
+    pool = await open_pool(dsn, min_size=1, max_size=2, name="flowforge-cli")
+    try:
+        return await work(pool)
+    finally:
+        await pool.close()
+
+
+def with_store(args: argparse.Namespace, work: Callable[[Pool], Awaitable[T]]) -> T:
+    """``work`` on a small pool of the store; its failures say "store:" and keep their blame."""
+    dsn = store_dsn(args)
+    try:
+        return asyncio.run(_with_pool(dsn, work))
+    except (FlowForgeError, psycopg.Error) as error:
+        raise CommandError(
+            f"store: {first_line(error)}", exit_code=exit_code_for(error) or 1
+        ) from error

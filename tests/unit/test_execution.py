@@ -14,6 +14,7 @@ from flowforge.domain.execution import (
     BackoffPolicy,
     OutcomeReason,
     TerminatedContainer,
+    attempts_made,
     jitter_unit,
     job_name,
     job_outcome,
@@ -374,3 +375,11 @@ def test_a_job_without_our_labels_has_no_identity() -> None:
         )
         is None
     )
+
+
+def test_attempts_made_counts_only_attempts_that_ran() -> None:
+    assert attempts_made(state="waiting", attempt=1, started=False) == 0
+    assert attempts_made(state="skipped", attempt=1, started=False) == 0
+    assert attempts_made(state="running", attempt=1, started=True) == 1
+    assert attempts_made(state="ready", attempt=2, started=True) == 1  # a retry waits
+    assert attempts_made(state="failed", attempt=3, started=True) == 3

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flowforge.cli.output import table
+from flowforge.domain.execution import attempts_made
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
@@ -294,10 +295,12 @@ def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
     detail = (f"{reason}: {message}" if reason and message else reason or message).replace(
         "\n", " "
     )
+    started = row.started_at is not None and not task.reused_from
     cells = [
         first,
         row.state,
-        f"{row.attempt}/{row.max_attempts}",
+        f"{attempts_made(state=row.state, attempt=row.attempt, started=started)}"
+        f"/{row.max_attempts}",
         _duration(_seconds(row.started_at, row.finished_at)),
         exit_code,
     ]

@@ -206,3 +206,14 @@ def lost_outcome(*, job: str, now: datetime) -> AttemptOutcome:
         message=f"Job {job} vanished before its outcome was recorded",
         finished_at=now,
     )
+
+
+def attempts_made(*, state: str, attempt: int, started: bool) -> int:
+    """How many attempts a task (or compensator) has really made: 0 for one that never
+    ran (waiting, skipped, reused, cancelled before it started); one less than the attempt
+    number while a retry waits for its backoff (``ready``/``pending`` after running)."""
+    if not started:
+        return 0
+    if state in ("ready", "pending"):
+        return attempt - 1
+    return attempt

@@ -11,6 +11,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from flowforge.domain.execution import attempts_made
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
 from flowforge.domain.states import CompensationState, TaskState
@@ -78,16 +79,16 @@ class StatusWriter:
             for row in rows:
                 state = TaskState(row.state)
                 outcome = outcomes.get(row.task_key, {})
-                started = state not in (TaskState.WAITING, TaskState.SKIPPED) and (
-                    row.started_at is not None
+                made = attempts_made(
+                    state=state, attempt=row.attempt, started=row.started_at is not None
                 )
                 summaries.append(
                     TaskSummary(
                         name=row.task_key,
                         state=state,
-                        attempt=row.attempt if started else 0,
-                        job_name=context.job_name(task_key=row.task_key, attempt=row.attempt)
-                        if started
+                        attempt=made,
+                        job_name=context.job_name(task_key=row.task_key, attempt=made)
+                        if made
                         else None,
                         exit_code=outcome.get("exitCode"),
                         message=(row.last_error or "")[:1024],
@@ -142,6 +143,8 @@ def _step(row: RollbackStep) -> CompensationStep:
         name=row.task_key,
         compensates=row.compensates_key,
         state=row.state,
-        attempt=row.attempt if row.started_at is not None else 0,
+        attempt=attempts_made(
+            state=row.state, attempt=row.attempt, started=row.started_at is not None
+        ),
         message=message[:1024],
     )

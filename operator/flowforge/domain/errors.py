@@ -1,20 +1,48 @@
 """The exceptions FlowForge raises, in one tree.
 
+Whose fault it is and whether to try again are separate: the branch says who is to blame
+(``UserError``: the input; ``InfrastructureError``: the system), and ``retryable`` says
+whether the same call may succeed later. Kubernetes client errors are mapped into the tree
+at one edge (``flowforge.kube.errors``), PostgreSQL's serialization failures are retried in
+``flowforge.store.transaction`` and never leave it, and a lost race between two moves of
+the engine is not an exception at all (``flowforge.domain.decision.Decision.lost``).
+
 ::
 
-    FlowForgeError
-    ├── UserError                    the caller's input is wrong; retrying will not help
-    │   ├── DefinitionError          one problem in one WorkflowDefinition (kind, path, message)
-    │   │   ├── DefinitionSchemaError        kind "schema"
-    │   │   ├── DuplicateTaskKeyError        kind "duplicate-key"
-    │   │   ├── UnknownTaskTypeError         kind "unknown-task-type"
-    │   │   ├── UnknownDependencyError       kind "unknown-dependency"
-    │   │   ├── CompensationError            kind "compensation"
-    │   │   └── CyclicDependencyError        kind "cycle"
-    │   ├── InvalidDefinitionError   every DefinitionError of one definition, in order
-    │   ├── DefinitionConflictError  same (workflow, version), different content
-    │   └── ManifestError            a YAML file that cannot be read or parsed
-    └── InfrastructureError          the system failed (database, API server); retryable
+    FlowForgeError                          retryable: False unless said otherwise
+    ├── UserError                           the caller's input is wrong
+    │   ├── DefinitionError                 one problem in one WorkflowDefinition (kind, path)
+    │   │   ├── DefinitionSchemaError           kind "schema"
+    │   │   ├── DuplicateTaskKeyError           kind "duplicate-key"
+    │   │   ├── UnknownTaskTypeError            kind "unknown-task-type"
+    │   │   ├── UnknownDependencyError          kind "unknown-dependency"
+    │   │   ├── CompensationError               kind "compensation"
+    │   │   └── CyclicDependencyError           kind "cycle"
+    │   ├── InvalidDefinitionError          every DefinitionError of one definition, in order
+    │   ├── DefinitionConflictError         same (workflow, version), different content
+    │   ├── ManifestError                   a YAML file that cannot be read or parsed
+    │   ├── CompositionError                sdk: chain/group/chord built wrongly
+    │   ├── DefinitionNotFoundError         store: no such published workflow version
+    │   ├── RunNotFoundError                store: no such run
+    │   ├── RunRefusedError                 operator: a run whose definition is missing or
+    │   │                                   no longer validates
+    │   ├── BadReviewError                  operator: an AdmissionReview that is malformed
+    │   │                                   or names two namespaces
+    │   └── KubernetesRefusal               kube: the apiserver refused (4xx but 429)
+    └── InfrastructureError                 the system failed or is not as this code needs
+        ├── StoreError                      store: PostgreSQL
+        │   ├── SchemaTooNewError               the database is newer than this code
+        │   ├── SchemaNotMigratedError          run ``flowforge db migrate``
+        │   ├── StaleEpochError                 this operator was deposed: stop acting
+        │   ├── LeaseNotHeldError               the lease was lost while renewing
+        │   └── StoredDefinitionInvalidError    a stored definition no longer validates
+        ├── NotLeaderError                  operator: this replica does not hold the lease
+        └── KubernetesUnavailable           kube: unreachable, 429 or 5xx (retryable)
+
+``KubernetesRefusal`` and ``KubernetesUnavailable`` share ``KubernetesError`` (status,
+reason, message). The CLI's own ``CommandError`` (a message and an exit code) and the
+development tooling's errors (``flowforge.localdev``) are outside the tree: they never
+cross a layer.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from flowforge.domain.errors import InfrastructureError
 from flowforge.store.errors import StaleEpochError
 
 logger = logging.getLogger(__name__)
 
 
-class NotLeaderError(Exception):
+class NotLeaderError(InfrastructureError):
     """This operator does not hold the lease: it must not act."""
 
 

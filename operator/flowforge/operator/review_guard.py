@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from flowforge.domain.errors import UserError
+
 # Nothing legitimate comes close: a task config may nest 32 levels (domain/caps.py) and
 # starts 7 levels below the review's root.
 MAX_REVIEW_DEPTH = 100
@@ -32,7 +34,7 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"(?:\s*+(:))?|[\[\]{},]', re.DOTALL)
 Path = list[str | int]
 
 
-class BadReviewError(Exception):
+class BadReviewError(UserError):
     """The body is not an AdmissionReview we can answer (HTTP 400)."""
 
 

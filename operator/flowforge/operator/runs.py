@@ -40,7 +40,7 @@ class RunContext:
         )
 
 
-class RunRefusedError(Exception):
+class RunRefusedError(UserError):
     """The run cannot start: its definition is missing or no longer validates."""
 
 

@@ -111,10 +111,6 @@ class RunProgress(_WireModel):
     )
     cancelled: int = Field(default=0, ge=0, description="Tasks stopped by a cancel request.")
 
-    def display(self) -> str:
-        """The `succeeded/total` text shown in the Progress printer column."""
-        return f"{self.succeeded}/{self.total}"
-
 
 class TaskSummary(_WireModel):
     """The state of one forward task, as last observed."""

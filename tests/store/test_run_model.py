@@ -61,7 +61,7 @@ from flowforge.domain.states import (
 )
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
-from flowforge.store.dispatch import dispatch_due
+from flowforge.store.dispatch import dispatch_due, record_job_created
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
@@ -397,6 +397,20 @@ class Checker:
         stopped = sorted((job.task_key, job.attempt) for job in decision.stop_jobs)
         expected = sorted((k, a) for k, a, _ in running) if first else []
         self.expect(stopped == expected, f"cancel stopped {stopped}, expected {expected}")
+        for key, attempt in stopped:  # a Job whose creation raced the cancel: delete it
+            late = await self.job_created(key, attempt)
+            self.expect(late, f"the Job of {key}#{attempt}, created after the cancel, is kept")
+
+    async def job_created(self, key: str, attempt: int) -> bool:
+        return await record_job_created(
+            self.pool,
+            fence=self.fence,
+            run_id=self.run_id,
+            task_key=key,
+            attempt=attempt,
+            job=f"{key}-{attempt}",
+            created=True,
+        )
 
     async def step(self, label: str, decision: Decision, *, recorded: bool) -> None:
         self.log.append(f"{label} -> {'recorded' if decision.recorded else 'lost'}")
@@ -429,6 +443,9 @@ class Checker:
             sorted(created) == sorted(started),
             f"Jobs to create {sorted(created)}, attempts started {sorted(started)}",
         )
+        for key, attempt, _ in created:  # the applier creates them, and notes it
+            cancelled = await self.job_created(key, attempt)
+            self.expect(not cancelled, f"the Job of {key}#{attempt} is reported cancelled")
         for key, _, role in sorted(started):
             if role is TaskRole.FORWARD:
                 self.ever_started.add(key)
@@ -512,7 +529,7 @@ class Checker:
         ]
         self.expect(steps == expected_steps, f"rollback_steps {steps}, model {expected_steps}")
         history = await run_history(self.pool, self.run_id)
-        kinds = [event.kind for event in history]
+        kinds = [e.kind for e in history if e.kind != EventKind.TASK_JOB_CREATED]  # moves only
         announced = [e.detail.get("order") for e in history if e.kind == EventKind.RUN_COMPENSATING]
         self.expect(
             announced == ([list(model.rollback)] if model.rollback else []),

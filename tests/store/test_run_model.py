@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -367,25 +367,45 @@ class Checker:
         await self.step("dispatch_due", decision, recorded=True)
 
     async def outcome(self, job: Job, *, succeeded: bool, replay: bool = False) -> None:
-        key, attempt, role = job
-        decision = await record_outcome(
-            self.pool,
-            fence=self.fence,
-            run_id=self.run_id,
-            run_uid=self.run_uid,
-            job=JobRef(task_key=key, attempt=attempt, role=role),
-            outcome=SUCCESS if succeeded else FAILURE,
-            backoff=BACKOFF,
+        await self.outcomes([(job, succeeded)], replay=replay)
+
+    async def outcomes(self, ended: Sequence[tuple[Job, bool]], *, replay: bool = False) -> None:
+        """Record how attempts ended; two of them at once (concurrently) race each other."""
+        decisions = await asyncio.gather(
+            *(
+                record_outcome(
+                    self.pool,
+                    fence=self.fence,
+                    run_id=self.run_id,
+                    run_uid=self.run_uid,
+                    job=JobRef(task_key=key, attempt=attempt, role=role),
+                    outcome=SUCCESS if succeeded else FAILURE,
+                    backoff=BACKOFF,
+                )
+                for (key, attempt, role), succeeded in ended
+            )
         )
-        if not replay:
-            self.model.outcome(job, succeeded=succeeded)
-            self.stale.append(job)
-        what = "success" if succeeded else "failure"
-        label = f"{'replayed ' if replay else ''}{what} of {role} {key}#{attempt}"
-        await self.step(label, decision, recorded=not replay)
+        self.expect(
+            all(d.recorded is not replay for d in decisions),
+            f"recorded {[d.recorded for d in decisions]} (replayed: {replay})",
+        )
+        decision = decisions[0]
+        for later in decisions[1:]:
+            decision = decision.then(later)
+        labels = []
+        for job, succeeded in ended:
+            if not replay:
+                self.model.outcome(job, succeeded=succeeded)
+                self.stale.append(job)
+            key, attempt, role = job
+            what = "success" if succeeded else "failure"
+            labels.append(f"{'replayed ' if replay else ''}{what} of {role} {key}#{attempt}")
+        await self.step(" together with ".join(labels), decision, recorded=not replay)
 
     async def cancel(self, *, rollback: bool) -> None:
         first = not self.model.cancel_requested
+        if first and self.model.compensating:
+            event("cancelled while compensating")
         running = [(k, a, r) for k, a, r in self.model.running_jobs() if r is TaskRole.FORWARD]
         decision = await cancel_run(
             self.pool, fence=self.fence, run_id=self.run_id, reason="model", rollback=rollback
@@ -571,6 +591,8 @@ async def test_random_runs_move_as_the_domain_says(
     cancel_at = data.draw(st.none() | st.integers(min_value=0, max_value=12), label="cancel at")
     keep_rollback = data.draw(st.sampled_from((True, False)), label="cancel keeps the rollback")
     replays, replay_now = 0, st.integers(0, 5).map(lambda n: n == 5)
+    outcomes = st.sampled_from(("success", "failure"))
+    together = st.integers(0, 3).map(lambda n: n == 3)  # two forward attempts end at once
     await checker.create()
     for step in itertools.count():
         if model.phase in TERMINAL_RUN_PHASES:
@@ -589,8 +611,14 @@ async def test_random_runs_move_as_the_domain_says(
         jobs = model.running_jobs()
         checker.expect(bool(jobs), f"the run is {model.phase} with nothing running")
         job = data.draw(st.sampled_from(jobs), label="finishes next")
-        how = data.draw(st.sampled_from(("success", "failure")), label="outcome")
-        await checker.outcome(job, succeeded=how == "success")
+        how = data.draw(outcomes, label="outcome")
+        ended = [(job, how == "success")]
+        others = [other for other in jobs if other != job and other[2] is TaskRole.FORWARD]
+        if job[2] is TaskRole.FORWARD and others and data.draw(together, label="together?"):
+            other = data.draw(st.sampled_from(others), label="finishes at the same time")
+            ended.append((other, data.draw(outcomes, label="its outcome") == "success"))
+            event("two attempts ended together")
+        await checker.outcomes(ended)
     for job in checker.stale[-3:]:  # outcomes arriving after the run finished change nothing
         await checker.outcome(job, succeeded=True, replay=True)
     await checker.finish()

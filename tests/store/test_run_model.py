@@ -3,10 +3,12 @@ pure model built from ``flowforge.domain``.
 
 Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a compensator)
 and then, one step at a time, which running attempt finishes next and how (success or
-failure), a cancel at a random point, and now and then an outcome that arrives again (a
-replayed or stale Job). Every step goes through the functions the operator calls
-(``create_run``, ``dispatch_due``, ``record_outcome``, ``cancel_run``, which settle the run
-themselves) on the real PostgreSQL, and after every step the store's rows are compared with:
+failure; sometimes two forward attempts at once, recorded concurrently), a cancel at a
+random point (keeping the rollback or, the object gone, dropping it), and now and then an
+outcome that arrives again (a replayed Job, a stale attempt, a cancelled one). Every step
+goes through the functions the operator calls (``create_run``, ``dispatch_due``,
+``record_outcome``, ``cancel_run``, which settle the run themselves, ``record_job_created``)
+on the real PostgreSQL, and after every step the store's rows are compared with:
 
 - the model (``RunModel``): what the domain says every row is after the inputs so far (the
   released tasks are ``graph.ready_tasks`` of the succeeded ones, the skipped ones
@@ -30,6 +32,9 @@ The database is shared by all the examples (a fresh one each would take seconds 
 example); each example publishes its own workflow and creates its own run under the same
 lease. Backoff is 0 s without jitter, so a retry is due at once and dispatched by the move
 that scheduled it.
+
+Random concurrency rarely hits a narrow window, so the one interleaving known to matter (a
+success and a failure for good ending a run together) is also held open on purpose, below.
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ example); each example publishes its own workflow and creates its own run under 
 lease. Backoff is 0 s without jitter, so a retry is due at once and dispatched by the move
 that scheduled it.
 
-Random concurrency rarely hits a narrow window, so the one interleaving known to matter (a
-success and a failure for good ending a run together) is also held open on purpose, below.
+Random concurrency rarely hits a narrow window: the interleaving known to matter (a success
+and a failure for good ending a run together) is held open on purpose in
+``test_outcomes.py::test_a_failure_and_a_success_finishing_together_settle_the_run``.
 """
 
 from __future__ import annotations
@@ -650,69 +651,3 @@ def test_the_model_rejects_moves_the_tables_forbid() -> None:
     assert not _move_allowed(
         compensation, (CompensationState.SKIPPED, 1), (CompensationState.PENDING, 1)
     )
-
-
-# -- the interleaving the sequential model cannot draw --------------------------------------------
-
-HOLD_FAILED_COMMIT = """
-CREATE FUNCTION model_hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(4242);
-    RETURN NULL;
-END $$;
-CREATE CONSTRAINT TRIGGER model_hold_failed_commit AFTER UPDATE ON flowforge_task
-DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.state = 'failed')
-EXECUTE FUNCTION model_hold_commit();
-"""
-
-
-async def test_a_success_and_a_final_failure_finishing_together_settle_the_run(
-    store: Pool, fence: Fence
-) -> None:
-    """The last two forward tasks end together: the failure's transaction counts the tasks
-    before the success commits, and the success's settle probe runs before the failure
-    commits (held here at its commit by a deferred trigger on an advisory lock). One of the
-    two must still settle the run; nothing else would until the reconciler's next pass."""
-    started = await start_run(store, fence, [{"key": "ok"}, {"key": "bad"}], workflow="race")
-    run_id, uid = started.run.id, started.run.uid
-    await dispatch_due(store, fence=fence, run_id=run_id)
-    async with store.connection() as holder:
-        await holder.execute(HOLD_FAILED_COMMIT)
-        await holder.execute("SELECT pg_advisory_lock(4242)")
-        failing = asyncio.create_task(
-            record_outcome(
-                store,
-                fence=fence,
-                run_id=run_id,
-                run_uid=uid,
-                job=JobRef(task_key="bad", attempt=1),
-                outcome=FAILURE,
-                backoff=BACKOFF,
-            )
-        )
-        for _ in range(500):  # until the failure waits at its commit
-            cursor = await holder.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0]:
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the failure never reached its commit")
-        succeeded = await record_outcome(
-            store,
-            fence=fence,
-            run_id=run_id,
-            run_uid=uid,
-            job=JobRef(task_key="ok", attempt=1),
-            outcome=SUCCESS,
-            backoff=BACKOFF,
-        )
-        await holder.execute("SELECT pg_advisory_unlock(4242)")
-        failed = await failing
-    assert succeeded.recorded and failed.recorded
-    states = {key: state for (_, key), (state, _) in (await _snapshot(store, run_id)).items()}
-    assert states == {"ok": TaskState.SUCCEEDED, "bad": TaskState.FAILED}
-    assert (await get_run(store, run_id)).phase is RunPhase.FAILED
-    assert RunPhase.FAILED in (succeeded.phase, failed.phase)

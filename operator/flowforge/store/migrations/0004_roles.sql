@@ -4,7 +4,8 @@
 -- cluster-global: a deployer grants them to login roles, e.g.
 --     CREATE ROLE flowforge_operator_login LOGIN PASSWORD '...' IN ROLE flowforge_operator;
 -- Applying this file the first time needs a login that may create roles (CREATEROLE) unless
--- an administrator created the group roles before, and that owns the schema (the database
+-- an administrator created the group roles before (then also GRANT flowforge_reporting TO
+-- flowforge_server, and the migrator group to the migrating login), and that owns the schema (the database
 -- owner) or a superuser. Nothing here names objects of migration 3: privileges on tables are
 -- granted over every flowforge_ table present, and by default on every later one.
 

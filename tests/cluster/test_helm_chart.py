@@ -166,6 +166,15 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
     assert ("PodDisruptionBudget" in kinds) is (option != "single-replicas")
 
 
+def _template_refused(helm: Helm, *assignments: str) -> subprocess.CompletedProcess[str]:
+    settings = [part for assignment in assignments for part in ("--set", assignment)]
+    completed = helm.run(
+        "template", "ff", str(CHART), "--kube-version", KUBE_VERSION, *settings, check=False
+    )
+    assert completed.returncode != 0
+    return completed
+
+
 @pytest.mark.parametrize(
     ("assignment", "complaint"),
     [
@@ -191,16 +200,7 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
 def test_schema_refuses_bad_values_naming_the_value(
     helm: Helm, assignment: str, complaint: str
 ) -> None:
-    completed = helm.run(
-        "template",
-        "ff",
-        str(CHART),
-        "--kube-version",
-        KUBE_VERSION,
-        "--set",
-        assignment,
-        check=False,
-    )
+    completed = _template_refused(helm, assignment)
     assert completed.returncode != 0
     assert "values don't meet the specifications of the schema" in completed.stderr
     assert complaint in completed.stderr, completed.stderr
@@ -366,19 +366,7 @@ def test_init_containers_migrate_as_the_migrator_when_it_has_its_own_secret(helm
 
 
 def test_a_migration_hook_refuses_the_bundled_database(helm: Helm) -> None:
-    completed = helm.run(
-        "template",
-        "ff",
-        str(CHART),
-        "--kube-version",
-        KUBE_VERSION,
-        "--set",
-        "migrations.mode=hook",
-        "--set",
-        "database.bundled.enabled=true",
-        check=False,
-    )
-    assert completed.returncode != 0
+    completed = _template_refused(helm, "migrations.mode=hook", "database.bundled.enabled=true")
     assert "migrations.mode=hook needs an existing database" in completed.stderr
 
 

@@ -17,16 +17,16 @@ from psycopg import errors as pg_errors
 from flowforge.domain.states import RunPhase
 from flowforge.store import roles
 from flowforge.store.connection import Pool
-from flowforge.store.definitions import load_definition, publish_definition
+from flowforge.store.definitions import load_definition
 from flowforge.store.dispatch import dispatch_due, record_job_created
 from flowforge.store.errors import StoreError
 from flowforge.store.lease import Fence, acquire_lease
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import list_tasks
 from flowforge.store.retention import prune
-from flowforge.store.runs import RunRecord, create_run, get_run
+from flowforge.store.runs import RunRecord, get_run
 from flowforge.store.settle import settle_run
-from tests.store.conftest import DIAMOND, definition, failure, finish, roll_back
+from tests.store.conftest import DIAMOND, failure, finish, roll_back, start_run
 
 pytestmark = pytest.mark.store
 
@@ -61,19 +61,7 @@ async def operator_fence(pool: Pool) -> Fence:
 async def start(
     pool: Pool, fence: Fence, tasks: list[dict[str, Any]], *, namespace: str, name: str
 ) -> RunRecord:
-    spec = definition(tasks, workflow=name)
-    await publish_definition(pool, namespace=namespace, definition=spec)
-    stored = await load_definition(pool, namespace=namespace, workflow=name, version=1)
-    created = await create_run(
-        pool,
-        fence=fence,
-        namespace=namespace,
-        name=name,
-        uid=str(uuid.uuid4()),
-        definition=stored,
-        parameters={},
-    )
-    return created.run
+    return (await start_run(pool, fence, tasks, workflow=name, namespace=namespace)).run
 
 
 async def finished_run(pool: Pool, fence: Fence, *, namespace: str, name: str) -> RunRecord:

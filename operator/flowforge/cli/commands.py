@@ -340,9 +340,18 @@ def _register_operations(subparsers: Subcommands) -> None:
         handler="flowforge.cli.db:run_migrate",
         help="apply the schema migrations (a no-op when up to date)",
         description="Apply missing schema migrations in one transaction, under an advisory "
-        "lock. Refuses a database whose schema is newer than this FlowForge knows.",
+        "lock, as the flowforge_migrator role (the DSN's login must be a member once schema 4 "
+        "is in). Refuses a database whose schema is newer than this FlowForge knows.",
     )
     add_store_option(migrate)
+    migrate.add_argument(
+        "--lock-timeout",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="give up when a statement waits longer than this for a table lock, e.g. 10s "
+        "(default: wait)",
+    )
     add_output_option(migrate, forms=("json", "yaml"))
     prune = _command(
         db_commands,
@@ -350,7 +359,8 @@ def _register_operations(subparsers: Subcommands) -> None:
         handler="flowforge.cli.db:run_prune",
         help="delete finished runs' task rows and events older than a cutoff",
         description="Delete the task rows, dependency rows and events of runs that finished "
-        "before the cutoff. Runs that are not finished are never touched; the run rows stay, "
+        "before the cutoff, as the flowforge_retention role (the DSN's login must be a "
+        "member). Runs that are not finished are never touched; the run rows stay, "
         "with their final task counts.",
     )
     add_store_option(prune)

@@ -53,10 +53,11 @@ def add_finalizer(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
             {"op": "test", "path": "/metadata/finalizers", "value": list(finalizers)},
             {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
         ]
-    return [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
-        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+    version = metadata.get("resourceVersion")
+    unchanged = [] if version is None else [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version}
     ]
+    return [*unchanged, {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
 
 
 def remove_finalizer(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:

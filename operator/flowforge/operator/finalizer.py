@@ -54,9 +54,11 @@ def add_finalizer(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
             {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
         ]
     version = metadata.get("resourceVersion")
-    unchanged = [] if version is None else [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": version}
-    ]
+    unchanged = (
+        []
+        if version is None
+        else [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+    )
     return [*unchanged, {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
 
 

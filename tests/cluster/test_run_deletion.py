@@ -13,29 +13,21 @@ from flowforge.domain.api import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, RUN_
 from flowforge.store.connection import Pool
 from flowforge.store.queries import list_tasks
 from flowforge.store.reuse import find_run_by_name
-from tests.cluster.test_saga import wait_until
+from tests.cluster.test_saga import ORDER_SAGA, wait_until
 from tests.plugins.operator import OperatorProcess, RunDriver
 
 pytestmark = pytest.mark.cluster
 
-OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
 UNDO = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "4s"}}
 HANG = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "600s"}}
-FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
 
 
 def saga(workflow: str, undo: dict[str, Any]) -> dict[str, Any]:
+    """test_saga's order saga, with compensators that take ``undo``'s time."""
     return {
+        **ORDER_SAGA,
         "workflow": workflow,
-        "version": 1,
-        "taskTypes": {"ok": OK, "undo": undo, "fail": FAIL},
-        "tasks": [
-            {"key": "reserve", "type": "ok"},
-            {"key": "charge", "type": "ok", "dependsOn": ["reserve"]},
-            {"key": "ship", "type": "fail", "dependsOn": ["charge"]},
-            {"key": "release", "type": "undo", "compensateFor": "reserve"},
-            {"key": "refund", "type": "undo", "compensateFor": "charge"},
-        ],
+        "taskTypes": {**ORDER_SAGA["taskTypes"], "undo": undo},
     }
 
 
@@ -50,6 +42,17 @@ async def compensators(pool: Pool, driver: RunDriver, name: str) -> dict[str, st
     }
 
 
+async def wait_gone(
+    operator: OperatorProcess, driver: RunDriver, name: str, *, timeout: float
+) -> None:
+    await wait_until(
+        lambda: present(driver, name) is None,
+        timeout=timeout,
+        what=f"{name} to go",
+        operator=operator,
+    )
+
+
 def present(driver: RunDriver, name: str) -> dict[str, Any] | None:
     try:
         return driver.run(name)
@@ -59,7 +62,13 @@ def present(driver: RunDriver, name: str) -> dict[str, Any] | None:
         raise
 
 
-async def delete_mid_rollback(operator: OperatorProcess, driver: RunDriver, name: str) -> None:
+async def delete_mid_rollback(
+    operator: OperatorProcess, driver: RunDriver, name: str, *, undo: dict[str, Any]
+) -> None:
+    """Start a saga run whose compensators take ``undo``'s time; delete it once ``refund``
+    (the first compensator) runs."""
+    await driver.publish(saga(f"w-{name}", undo))
+    driver.create_run(name, workflow=f"w-{name}")
     await wait_until(
         lambda: (
             FINALIZER in (present(driver, name) or {}).get("metadata", {}).get("finalizers", [])
@@ -81,18 +90,14 @@ async def delete_mid_rollback(operator: OperatorProcess, driver: RunDriver, name
 async def test_deleting_a_run_mid_rollback_lets_every_compensator_finish_first(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish(saga("order", UNDO))
-    driver.create_run("o1", workflow="order")
-    await delete_mid_rollback(operator, driver, "o1")
+    await delete_mid_rollback(operator, driver, "o1", undo=UNDO)
 
     held = present(driver, "o1")
     assert held is not None and held["metadata"].get("deletionTimestamp"), held
     states = await compensators(driver.pool, driver, "o1")
     assert states["release"] in {"pending", "running"}, states  # not done yet: still held
 
-    await wait_until(
-        lambda: present(driver, "o1") is None, timeout=120, what="the run to go", operator=operator
-    )
+    await wait_gone(operator, driver, "o1", timeout=120)
     states = await compensators(driver.pool, driver, "o1")
     assert states == {"refund": "succeeded", "release": "succeeded"}, states
     run = await find_run_by_name(driver.pool, namespace=driver.namespace, name="o1")
@@ -102,9 +107,7 @@ async def test_deleting_a_run_mid_rollback_lets_every_compensator_finish_first(
 async def test_the_force_delete_annotation_skips_the_rollback_and_the_run_goes_at_once(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    await driver.publish(saga("stuck", HANG))
-    driver.create_run("s1", workflow="stuck")
-    await delete_mid_rollback(operator, driver, "s1")
+    await delete_mid_rollback(operator, driver, "s1", undo=HANG)
     await asyncio.sleep(3)
     assert present(driver, "s1") is not None  # held: refund would take ten minutes
 
@@ -116,9 +119,7 @@ async def test_the_force_delete_annotation_skips_the_rollback_and_the_run_goes_a
         "s1",
         {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}},
     )
-    await wait_until(
-        lambda: present(driver, "s1") is None, timeout=30, what="the run to go", operator=operator
-    )
+    await wait_gone(operator, driver, "s1", timeout=30)
     states = await compensators(driver.pool, driver, "s1")
     assert states == {"refund": "skipped", "release": "skipped"}, states
     run = await find_run_by_name(driver.pool, namespace=driver.namespace, name="s1")

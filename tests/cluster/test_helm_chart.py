@@ -560,6 +560,7 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
             ("get", "workflowruns.flowforge.io"),
             ("list", "workflowruns.flowforge.io"),
             ("watch", "workflowruns.flowforge.io"),
+            ("patch", "workflowruns.flowforge.io"),
             ("patch", "workflowruns.flowforge.io/status"),
             ("update", "workflowruns.flowforge.io/finalizers"),
             ("list", "workflowdefinitions.flowforge.io"),

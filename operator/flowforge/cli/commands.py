@@ -29,7 +29,6 @@ GRAPH_FORMATS = ("mermaid", "dot")  # flowforge.domain.rendering.GRAPH_FORMATS
 DIRECTIONS = ("TD", "LR")  # flowforge.domain.rendering.DIRECTIONS
 WEBHOOK_CONFIGURATION = "flowforge-admission"  # flowforge.kube.webhook_config
 OPERATOR_LEASE = "operator"  # flowforge.store.lease.DEFAULT_LEASE
-RETRY_OF_ANNOTATION = "flowforge.io/retry-of"  # flowforge.domain.api
 RUN_TYPES = ("runs", "run", "workflowruns", "workflowrun", "wfr")
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -266,7 +265,7 @@ def _register_runs(subparsers: Subcommands) -> None:
         handler="flowforge.cli.runs:retry_run",
         help="run a failed or cancelled run again, reusing what still stands",
         description="Create a new WorkflowRun RUN-retry-N with the same workflow, version and "
-        f"parameters, annotated {RETRY_OF_ANNOTATION}: RUN. Tasks of RUN that succeeded and "
+        "parameters and spec.retryOf: RUN (checked at admission). Tasks of RUN that succeeded and "
         "were not rolled back (nor depend on work that was) are not run again.",
     )
     retry.add_argument("run", metavar="RUN")

@@ -30,6 +30,7 @@ from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.client import KubeClient
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
+from flowforge.operator.run_sources import StoreRetrySources
 from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
@@ -92,7 +93,8 @@ async def serve_webhooks(
         )
         registry = kopf.OperatorRegistry()
         register_login(registry)
-        register_admission_handlers(registry, definitions=lambda: definitions)
+        runs = StoreRetrySources(pool)
+        register_admission_handlers(registry, definitions=lambda: definitions, runs=lambda: runs)
         settings = kopf.OperatorSettings()
         configure_admission_settings(
             settings, port=port, certs=certs, client_ca=client_ca, addr=addr

@@ -22,6 +22,7 @@ from flowforge.operator.admission import (
     AdmissionRequest,
     DefinitionRegistry,
     JsonPatchOperation,
+    RetrySources,
     Verdict,
     decide_definition,
     decide_run,
@@ -29,6 +30,7 @@ from flowforge.operator.admission import (
 )
 
 RegistryProvider = Callable[[], DefinitionRegistry]
+RetrySourcesProvider = Callable[[], RetrySources]
 
 
 def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -43,6 +45,12 @@ def _namespace_of(body: Mapping[str, Any] | None) -> str:
     return namespace if isinstance(namespace, str) else ""
 
 
+def _username(handler_kwargs: Mapping[str, Any]) -> str:
+    userinfo = handler_kwargs.get("userinfo")
+    username = userinfo.get("username") if isinstance(userinfo, Mapping) else None
+    return username if isinstance(username, str) else ""
+
+
 def _request(handler_kwargs: Mapping[str, Any]) -> AdmissionRequest:
     """The AdmissionReview-level facts out of kopf's handler keyword arguments."""
     old: Mapping[str, Any] | None = handler_kwargs.get("old")
@@ -53,6 +61,7 @@ def _request(handler_kwargs: Mapping[str, Any]) -> AdmissionRequest:
         new_object=_raw(new),
         old_object=_raw(old),
         dry_run=bool(handler_kwargs.get("dryrun")),
+        user=_username(handler_kwargs),
     )
 
 
@@ -66,7 +75,10 @@ def _apply_to_patch(patch: kopf.Patch, operations: tuple[JsonPatchOperation, ...
     for operation in operations:
         if operation.op not in ("add", "replace"):
             raise ValueError(f"unsupported patch operation {operation.op!r}")
-        *parents, leaf = operation.path.strip("/").split("/")
+        *parents, leaf = (
+            part.replace("~1", "/").replace("~0", "~")
+            for part in operation.path.strip("/").split("/")
+        )
         target: dict[str, Any] = patch
         for key in parents:
             target = target.setdefault(key, {})
@@ -74,12 +86,15 @@ def _apply_to_patch(patch: kopf.Patch, operations: tuple[JsonPatchOperation, ...
 
 
 def register_admission_handlers(
-    registry: kopf.OperatorRegistry, *, definitions: RegistryProvider
+    registry: kopf.OperatorRegistry,
+    *,
+    definitions: RegistryProvider,
+    runs: RetrySourcesProvider | None = None,
 ) -> None:
     """Register the three admission handlers on `registry`.
 
-    `definitions` is called per request, so the operator can open its store in a startup
-    handler after registration.
+    `definitions` (and `runs`, where `spec.retryOf` is looked up) are called per request, so
+    the operator can open its store in a startup handler after registration.
     """
 
     @kopf.on.validate(
@@ -106,7 +121,7 @@ def register_admission_handlers(
     )
     async def validate_workflow_run(**kwargs: Any) -> None:
         request = _request(kwargs)
-        _enforce(await decide_run(request, definitions()))
+        _enforce(await decide_run(request, definitions(), runs=None if runs is None else runs()))
 
     @kopf.on.mutate(
         GROUP,

@@ -11,7 +11,6 @@ Job fails with exit code 3 a few seconds later: that, and only that, is the run'
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from flowforge.domain.history import OUTCOME_KINDS
 from flowforge.store.events import run_history
 from flowforge.store.queries import recorded_jobs
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
 
 pytestmark = pytest.mark.cluster
 
@@ -77,22 +76,12 @@ def forged_pod(job_name: str, *, namespace: str, exit_code: int) -> dict[str, An
     }
 
 
-async def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def finished(batch: k8s.BatchV1Api, namespace: str, name: str) -> bool:
+def finished(batch: k8s.BatchV1Api, *, namespace: str, name: str) -> bool:
     job = batch.read_namespaced_job(name, namespace)
     return any(c.status == "True" for c in (job.status.conditions or []))
 
 
-def exists(batch: k8s.BatchV1Api, namespace: str, name: str) -> bool:
+def exists(batch: k8s.BatchV1Api, *, namespace: str, name: str) -> bool:
     try:
         batch.read_namespaced_job(name, namespace)
     except ApiException as error:
@@ -119,7 +108,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
         }
     )
     created = driver.create_run("v1", workflow="victim")
-    [job] = await wait_until(lambda: driver.jobs("v1"), timeout=60, what="the run's Job")
+    [job] = wait_for(lambda: driver.jobs("v1"), timeout=60, what="the run's Job")
     name = job.metadata.name
     batch, core = driver.batch, driver.core
 
@@ -137,7 +126,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
         attacker,
         forged_job(job, namespace=attacker, name="sleeper", pod_annotations=keeps_running),
     )
-    await wait_until(
+    wait_for(
         lambda: (
             core.list_namespaced_pod(
                 driver.namespace,
@@ -151,10 +140,10 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
     core.create_namespaced_pod(
         driver.namespace, forged_pod(name, namespace=driver.namespace, exit_code=7)
     )
-    await wait_until(
+    wait_for(
         lambda: (
-            finished(batch, attacker, name)
-            and finished(batch, driver.namespace, f"{name[:40]}-twin")
+            finished(batch, namespace=attacker, name=name)
+            and finished(batch, namespace=driver.namespace, name=f"{name[:40]}-twin")
         ),
         timeout=60,
         what="the forged Jobs to finish",
@@ -175,7 +164,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
     def forged_events() -> list[Any]:
         return [e for e in driver.events("v1") if e.reason == "ForgedJob" and e.type == "Warning"]
 
-    events = await wait_until(
+    events = wait_for(
         lambda: len(forged_events()) >= 2 and forged_events(), timeout=30, what="ForgedJob Events"
     )
     messages = " | ".join(e.message for e in events)
@@ -183,7 +172,9 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
     assert f"{driver.namespace}/{name[:40]}-twin" in messages
 
     await asyncio.sleep(5)  # two reconcile passes: the attempt is over, its Jobs are cleanable
-    assert exists(batch, attacker, "sleeper"), "the reconciler deleted a Job that is not the run's"
-    assert exists(batch, attacker, name)
-    assert exists(batch, driver.namespace, f"{name[:40]}-twin")
+    assert exists(batch, namespace=attacker, name="sleeper"), (
+        "the reconciler deleted a Job that is not the run's"
+    )
+    assert exists(batch, namespace=attacker, name=name)
+    assert exists(batch, namespace=driver.namespace, name=f"{name[:40]}-twin")
     assert any("sleeper" in e.message for e in forged_events()), messages

@@ -16,10 +16,12 @@ a few times an hour per run at most).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
@@ -63,6 +65,30 @@ def forgery_cause(
     if identity.controller_uid != context.uid:
         return "owner"
     return None
+
+
+def attempt_identity(context: RunContext, job: JobRef) -> JobIdentity:
+    """What the attempt's own Job is called and claims (its uid and controller unknown)."""
+    return JobIdentity(
+        namespace=context.namespace,
+        name=context.job_name(task_key=job.task_key, attempt=job.attempt, role=job.role),
+        run_uid=context.uid,
+        task_key=job.task_key,
+        attempt=job.attempt,
+        role=job.role,
+    )
+
+
+def found_job(claim: JobIdentity, job: Mapping[str, Any]) -> JobIdentity:
+    """The Job found under the name of the attempt ``claim``: what it claims is the attempt
+    (its labels do not matter), its namespace, uid and controller are its own."""
+    metadata = job["metadata"]
+    return dataclasses.replace(
+        claim,
+        namespace=str(metadata.get("namespace") or claim.namespace),
+        uid=metadata.get("uid"),
+        controller_uid=JobIdentity.run_controller(metadata),
+    )
 
 
 class ForgeryNotices:
@@ -134,13 +160,8 @@ class JobLauncher:
         if not job.created and job.controller_uid != context.uid:
             # the name is taken by a Job that is not the run's: never adopted; the attempt
             # waits (the reconciler tries again) until the name is free
-            claimed = JobIdentity(
-                namespace=context.namespace,
-                name=request.name,
-                run_uid=context.uid,
-                task_key=item.task_key,
-                attempt=item.attempt,
-                role=item.role,
+            claimed = dataclasses.replace(
+                attempt_identity(context, JobRef(item.task_key, item.attempt, item.role)),
                 uid=job.uid,
                 controller_uid=job.controller_uid,
             )
@@ -256,17 +277,7 @@ class JobLauncher:
             body = await self._kube.read_job(namespace=context.namespace, name=name)
             if body is None:
                 return False
-            metadata = body["metadata"]
-            found = JobIdentity(
-                namespace=str(metadata.get("namespace") or context.namespace),
-                name=name,
-                run_uid=context.uid,
-                task_key=job.task_key,
-                attempt=job.attempt,
-                role=job.role,
-                uid=metadata.get("uid"),
-                controller_uid=JobIdentity.run_controller(metadata),
-            )
+            found = found_job(attempt_identity(context, job), body)
             if not self.check(context, found, act="cleanup", recorded_uid=None):
                 return False
             uid = found.uid

@@ -22,13 +22,14 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flowforge.domain.decision import Dispatch
+from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import job_outcome, lost_outcome
 from flowforge.domain.states import TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
+from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext, RunRefusedError
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.errors import StaleEpochError
@@ -147,21 +148,14 @@ class Reconciler:
             released = released or row.state == TaskState.READY
             if row.state != TaskState.RUNNING:
                 continue
-            name = context.job_name(task_key=row.task_key, attempt=row.attempt, role=row.role)
-            identity = JobIdentity(
-                namespace=context.namespace,
-                name=name,
-                run_uid=context.uid,
-                task_key=row.task_key,
-                attempt=row.attempt,
-                role=row.role,
-            )
+            identity = attempt_identity(context, JobRef(row.task_key, row.attempt, row.role))
+            name = identity.name
             key = (row.task_key, row.attempt)
             job = jobs.get((context.namespace, name))
             if job is None and key in created:
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
-            if job is not None and not self._owned(
-                context, job, claim=identity, recorded_uid=created.get(key)
+            if job is not None and not engine.launcher.check(
+                context, found_job(identity, job), act="adopt", recorded_uid=created.get(key)
             ):
                 if key not in created:
                     continue  # the name is taken by a Job that is not the run's: it waits
@@ -204,24 +198,6 @@ class Reconciler:
             await engine.dispatch(context)  # also sets the wake-up for backoffs not over
         await engine.settle(context)
         engine.status.mark(context.run_id)
-
-    def _owned(
-        self,
-        context: RunContext,
-        job: dict[str, Any],
-        *,
-        claim: JobIdentity,
-        recorded_uid: str | None,
-    ) -> bool:
-        """Whether ``job`` (found under the name of the attempt ``claim``) is the run's."""
-        metadata = job["metadata"]
-        found = dataclasses.replace(
-            claim,
-            namespace=str(metadata.get("namespace") or claim.namespace),
-            uid=metadata.get("uid"),
-            controller_uid=JobIdentity.run_controller(metadata),
-        )
-        return self._engine.launcher.check(context, found, act="adopt", recorded_uid=recorded_uid)
 
     async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Delete the runs' own Jobs whose attempt is no longer running: unfinished ones at

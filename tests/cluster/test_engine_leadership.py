@@ -79,6 +79,7 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
             task_key="one",
             attempt=1,
             job="forged",
+            uid="forged-uid",
             created=True,
         )
 

@@ -2,7 +2,9 @@
 
 For engine-logic tests only: it keeps Jobs, WorkflowRuns, status patches and Events in
 dicts and lists, answers as the apiserver does for the cases the engine relies on
-(AlreadyExists, NotFound), and lets a test finish a Job the way the Job controller would.
+(AlreadyExists, NotFound, a failed uid precondition), gives every Job a uid, and lets a test
+finish a Job the way the Job controller would (its Pod, owned by the Job, tells the exit code)
+or forge Jobs and Pods the way an attacker would.
 It never stands in for the cluster tests, which run the same engine against a real
 kube-apiserver.
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.jobs import CreatedJob, JobIdentity
 
 Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
 
@@ -35,27 +39,33 @@ class FakeKube:
         self.events: list[PostedEvent] = []
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
+        self.pods: list[dict[str, Any]] = []
         self.before_create: Hook | None = None  # runs before a Job is stored
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
 
     # the port
 
-    async def create_job(self, manifest: Mapping[str, Any]) -> bool:
+    async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob:
         if self.before_create is not None:
             await self.before_create(manifest)
         if self.fail_creates:
             self.fail_creates -= 1
             raise ConnectionError("the apiserver is unreachable")
         key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
-        if key in self.jobs:
-            return False
-        self.jobs[key] = copy.deepcopy(dict(manifest)) | {"status": {}}
+        existing = self.jobs.get(key)
+        if existing is not None:
+            return _created(existing, created=False)
+        job = copy.deepcopy(dict(manifest)) | {"status": {}}
+        job["metadata"]["uid"] = str(uuid.uuid4())
+        self.jobs[key] = job
         self.created.append(key[1])
-        return True
+        return _created(job, created=True)
 
-    async def delete_job(self, *, namespace: str, name: str) -> bool:
-        if self.jobs.pop((namespace, name), None) is None:
+    async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
+        job = self.jobs.get((namespace, name))
+        if job is None or (uid is not None and job["metadata"]["uid"] != uid):
             return False
+        del self.jobs[(namespace, name)]
         self.deleted.append(name)
         return True
 
@@ -74,7 +84,20 @@ class FakeKube:
             and job["metadata"].get("labels", {}).get(label) == value
         ]
 
-    async def job_termination(self, *, namespace: str, job_name: str) -> TerminatedContainer | None:
+    async def job_termination(
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> TerminatedContainer | None:
+        """As the client: the newest Pod labelled for the Job that the Job controls."""
+        for pod in reversed(self.pods):  # in creation order, the newest last
+            metadata = pod["metadata"]
+            if metadata["namespace"] != namespace or metadata["labels"].get("job-name") != job_name:
+                continue
+            if not any(
+                owner["uid"] == job_uid and owner.get("controller") is True
+                for owner in metadata.get("ownerReferences") or []
+            ):
+                continue
+            return TerminatedContainer(exit_code=pod["exitCode"], reason="Error")
         return None
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
@@ -145,9 +168,16 @@ class FakeKube:
 
     # what the Job controller would do
 
-    def finish(self, name: str, *, succeeded: bool) -> dict[str, Any]:
-        """Mark the Job called ``name`` Complete or Failed; returns it as a watch would."""
-        job = next(job for (_, job_name), job in self.jobs.items() if job_name == name)
+    def finish(
+        self, name: str, *, succeeded: bool, exit_code: int | None = None, namespace: str = ""
+    ) -> dict[str, Any]:
+        """Mark the Job called ``name`` Complete or Failed; returns it as a watch would. With
+        ``exit_code``, a Pod of the Job (controlled by it) ended with that code."""
+        job = next(
+            job
+            for (job_namespace, job_name), job in self.jobs.items()
+            if job_name == name and namespace in ("", job_namespace)
+        )
         condition = "Complete" if succeeded else "Failed"
         job["status"] = {
             "startTime": "2026-12-01T10:00:00Z",
@@ -161,7 +191,44 @@ class FakeKube:
                 }
             ],
         }
+        if exit_code is not None:
+            metadata = job["metadata"]
+            owner = {"kind": "Job", "name": name, "uid": metadata["uid"], "controller": True}
+            self.add_pod(metadata["namespace"], job_name=name, exit_code=exit_code, owner=owner)
         return copy.deepcopy(job)
+
+    def add_pod(
+        self,
+        namespace: str,
+        *,
+        job_name: str,
+        exit_code: int,
+        owner: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A Pod labelled ``job-name=job_name`` whose task container ended with
+        ``exit_code``; ``owner`` its controller ownerReference (None: a Pod anyone made)."""
+        self.pods.append(
+            {
+                "metadata": {
+                    "namespace": namespace,
+                    "name": f"{job_name}-{uuid.uuid4().hex[:5]}",
+                    "labels": {"job-name": job_name},
+                    "ownerReferences": [dict(owner)] if owner else [],
+                },
+                "exitCode": exit_code,
+            }
+        )
+
+    def copy_job(self, name: str, *, namespace: str) -> dict[str, Any]:
+        """What an attacker does: a Job with a run's Job's labels, annotations and owner
+        references (``name`` is the original's), created in ``namespace`` with a uid of its
+        own. Returns it, unfinished, as the watch would."""
+        original = next(job for (_, job_name), job in self.jobs.items() if job_name == name)
+        forged = copy.deepcopy(original) | {"status": {}}
+        forged["metadata"]["namespace"] = namespace
+        forged["metadata"]["uid"] = str(uuid.uuid4())
+        self.jobs[(namespace, name)] = forged
+        return copy.deepcopy(forged)
 
     def active(self) -> list[str]:
         """Names of Jobs that exist and have not finished, in creation order."""
@@ -175,3 +242,12 @@ class FakeKube:
 
     def reasons(self) -> list[str]:
         return [event.reason for event in self.events]
+
+
+def _created(job: Mapping[str, Any], *, created: bool) -> CreatedJob:
+    metadata = job["metadata"]
+    return CreatedJob(
+        uid=metadata["uid"],
+        created=created,
+        controller_uid=JobIdentity.run_controller(metadata),
+    )

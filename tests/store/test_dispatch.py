@@ -88,23 +88,33 @@ async def test_a_cancelling_run_dispatches_nothing(store: Pool, fence: Fence) ->
     assert EventKind.TASK_DISPATCHED not in [e.kind for e in await run_history(store, run_id)]
 
 
+async def note_job(store: Pool, fence: Fence, *, run_id: int, task_key: str, created: bool) -> bool:
+    """Note the Job of the task's first attempt: named ``j-<task>``, its uid ``u-<task>``."""
+    return await record_job_created(
+        store,
+        fence=fence,
+        run_id=run_id,
+        task_key=task_key,
+        attempt=1,
+        job=f"j-{task_key}",
+        uid=f"u-{task_key}",
+        created=created,
+    )
+
+
 async def test_a_created_job_is_noted_once_per_attempt(store: Pool, fence: Fence) -> None:
     run_id = (await start_run(store, fence, FAN_OUT)).run.id
     await dispatch_due(store, fence=fence, run_id=run_id)
 
-    first = await record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-0", attempt=1, job="j-0", created=True
-    )
-    existed = await record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-0", attempt=1, job="j-0", created=False
-    )
+    first = await note_job(store, fence, run_id=run_id, task_key="root-0", created=True)
+    existed = await note_job(store, fence, run_id=run_id, task_key="root-0", created=False)
 
     assert (first, existed) == (False, False)
     assert await job_created_attempts(store, run_id) == {("root-0", 1)}
     noted = [e for e in await run_history(store, run_id) if e.kind == EventKind.TASK_JOB_CREATED]
     assert [(e.task_key, e.attempt, dict(e.detail)) for e in noted] == [
-        ("root-0", 1, {"job": "j-0", "created": True}),
-        ("root-0", 1, {"job": "j-0", "created": False}),
+        ("root-0", 1, {"job": "j-root-0", "created": True, "uid": "u-root-0"}),
+        ("root-0", 1, {"job": "j-root-0", "created": False, "uid": "u-root-0"}),
     ]
     assert {e.epoch for e in noted} == {fence.epoch}
 
@@ -114,13 +124,9 @@ async def test_a_job_created_after_its_attempt_was_cancelled_is_reported_cancell
 ) -> None:
     run_id = (await start_run(store, fence, FAN_OUT)).run.id
     await dispatch_due(store, fence=fence, run_id=run_id)
-    running = await record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-0", attempt=1, job="j-0", created=True
-    )
+    running = await note_job(store, fence, run_id=run_id, task_key="root-0", created=True)
 
     await cancel_run(store, fence=fence, run_id=run_id, reason="test")
-    late = await record_job_created(
-        store, fence=fence, run_id=run_id, task_key="root-1", attempt=1, job="j-1", created=True
-    )
+    late = await note_job(store, fence, run_id=run_id, task_key="root-1", created=True)
 
     assert (running, late) == (False, True)

@@ -55,6 +55,7 @@ TASK_IDENTITY = "flowforge_task_identity"
 PROGRESS = "flowforge_task_progress_idx"
 EDGES = "flowforge_task_dependency_pkey"
 EVENTS = "flowforge_event_run_idx"
+JOBS_CREATED = "flowforge_event_job_created_idx"
 
 
 def _plan_values(plan: Any, field: str) -> Iterator[str]:
@@ -296,10 +297,15 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (p.run_id, ["root", "sink"]),
         needs(EVENTS),
     ),
-    "queries.JOB_CREATED_ATTEMPTS_QUERY": (
-        queries.JOB_CREATED_ATTEMPTS_QUERY,
+    "queries.RECORDED_JOBS_QUERY": (
+        queries.RECORDED_JOBS_QUERY,
         lambda p: (p.run_id,),
-        needs(EVENTS),
+        needs(JOBS_CREATED),
+    ),
+    "queries.RECORDED_JOB_UID_QUERY": (
+        queries.RECORDED_JOB_UID_QUERY,
+        lambda p: (p.run_id, "root", 1),
+        needs(JOBS_CREATED),
     ),
     "queries.ROLLBACK_STEPS_QUERY": (
         queries.ROLLBACK_STEPS_QUERY,

@@ -129,7 +129,7 @@ MOVES: dict[str, tuple[Callable[[Pool, Fence, RunRecord], Awaitable[None]] | Non
     "record_job_created": (
         _running,
         lambda s, f, r: record_job_created(
-            s, fence=f, run_id=r.id, task_key="a", attempt=1, job="j", created=True
+            s, fence=f, run_id=r.id, task_key="a", attempt=1, job="j", uid="u", created=True
         ),
     ),
     "record_outcome success": (_running, lambda s, f, r: record(s, f, r, "a")),

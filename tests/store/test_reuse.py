@@ -131,7 +131,11 @@ async def test_diamond_retry_reuses_what_succeeded_and_waits_only_for_the_rest(
         (EventKind.TASK_REUSED, "a"),
         (EventKind.TASK_REUSED, "b"),
     ]
-    assert dict(history[0].detail) == {"retryOf": "diamond-1", "reused": ["a", "b"]}
+    assert dict(history[0].detail) == {
+        "retryOf": "diamond-1",
+        "reused": ["a", "b"],
+        "requestedBy": None,
+    }
     assert [dict(e.detail) for e in history[2:]] == [{"retryOf": "diamond-1"}] * 2
 
     released = await _finish(store, fence, new, "c", ok=True)

@@ -117,6 +117,7 @@ async def test_the_operator_makes_every_move_of_a_run_and_a_rollback(
         task_key="charge",
         attempt=tasks["charge"].attempt,
         job="saga-charge-1",
+        uid="uid-saga-charge-1",
         created=True,
     )
     decision = await finish(pool, fence, saga, "charge", failure())

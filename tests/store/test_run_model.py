@@ -436,6 +436,7 @@ class Checker:
             task_key=key,
             attempt=attempt,
             job=f"{key}-{attempt}",
+            uid=f"uid-{key}-{attempt}",
             created=True,
         )
 

@@ -86,3 +86,39 @@ def run_finished(phase: RunPhase) -> Notice:
         f"run finished: {phase.value}",
         warning=phase is not RunPhase.SUCCEEDED,
     )
+
+
+# why a Job that claims one of the run's attempts is not the run's own
+_NOT_OURS = {
+    "namespace": "it is in another namespace than the run",
+    "uid": "its uid is not the one recorded when the attempt's Job was created",
+    "name": "its name is not the attempt's Job name",
+    "owner": "the run is not its controller owner",
+}
+# what believing it would have done
+_WOULD = {
+    "outcome": "its outcome was not recorded",
+    "vanished": "its deletion was not taken for a lost attempt",
+    "cleanup": "it was not deleted",
+    "adopt": "it was not taken for the attempt's Job, which waits until the name is free",
+}
+
+
+def forged_job(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    task_key: str,
+    attempt: int,
+    cause: str,
+    act: str,
+) -> Notice:
+    """A Job copied this run's labels and annotations (``cause``: namespace, uid, name or
+    owner) and was ignored (``act``: outcome, vanished, cleanup or adopt)."""
+    return Notice(
+        "ForgedJob",
+        f"ignored Job {namespace}/{name} (uid {uid}) claiming task {task_key} attempt "
+        f"{attempt}: {_NOT_OURS.get(cause, cause)}; {_WOULD.get(act, act)}",
+        warning=True,
+    )

@@ -29,7 +29,7 @@ from flowforge.domain.api import (
 )
 from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
-from flowforge.kube.jobs import CONTAINER_NAME
+from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
 
 
 class TokenBucket:
@@ -77,6 +77,15 @@ def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
             return body
         finally:
             response.release_conn()
+
+
+def _created(job: Mapping[str, Any], *, created: bool) -> CreatedJob:
+    metadata = job["metadata"]
+    return CreatedJob(
+        uid=str(metadata["uid"]),
+        created=created,
+        controller_uid=JobIdentity.run_controller(metadata),
+    )
 
 
 class KubeClient:
@@ -166,26 +175,39 @@ class KubeClient:
 
     # Jobs
 
-    async def create_job(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a Job; True when created now, False when it already existed (success)."""
+    async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob:
+        """Create a Job; when one already has the name (success), report that one's uid and
+        controller instead, for the caller to judge whether it is the run's."""
         await self._job_bucket.acquire()
         namespace = manifest["metadata"]["namespace"]
-        try:
-            await self._call_critical(self._batch.create_namespaced_job, namespace, manifest)
-        except KubernetesError as error:
-            if error.conflict:
-                return False
-            raise
-        return True
+        name = manifest["metadata"]["name"]
+        for tries_left in (1, 0):
+            try:
+                response = await self._call_critical(
+                    self._batch.create_namespaced_job, namespace, manifest
+                )
+            except KubernetesError as error:
+                if not error.conflict:
+                    raise
+                existing = await self.read_job(namespace=namespace, name=name)
+                if existing is None and tries_left:
+                    continue  # deleted in between: the name is free again
+                if existing is None:
+                    raise
+                return _created(existing, created=False)
+            return _created(_json(response), created=True)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def delete_job(self, *, namespace: str, name: str) -> bool:
-        """Delete a Job and (in the background) its Pods; False when it was already gone."""
+    async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Delete a Job and (in the background) its Pods; False when it was already gone, or
+        (``uid`` given) when the Job of that name is another one."""
+        options: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
         try:
-            await self._call(
-                self._batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
-            )
+            await self._call(self._batch.delete_namespaced_job, name, namespace, body=options)
         except KubernetesError as error:
-            if error.not_found:
+            if error.not_found or (uid is not None and error.conflict):
                 return False
             raise
         return True
@@ -213,12 +235,25 @@ class KubeClient:
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
-    async def job_termination(self, *, namespace: str, job_name: str) -> TerminatedContainer | None:
-        """How the task container of the Job's newest Pod ended, when a Pod still says."""
+    async def job_termination(
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> TerminatedContainer | None:
+        """How the task container of the Job's newest Pod ended, when a Pod still says.
+
+        Only Pods the Job controls count (ownerReference uid = the Job's): a ``job-name``
+        label is only a claim, and anyone who may create a Pod here can make it.
+        """
         response = await self._call(
             self._core.list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
         )
-        pods = _json(response).get("items", [])
+        pods = [
+            pod
+            for pod in _json(response).get("items", [])
+            if any(
+                owner.get("uid") == job_uid and owner.get("controller") is True
+                for owner in pod["metadata"].get("ownerReferences") or []
+            )
+        ]
         pods.sort(key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
         for pod in reversed(pods):
             for status in (pod.get("status") or {}).get("containerStatuses") or []:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowforge.domain.api import API_VERSION, PREFIX, RUN_KIND
+from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
 from flowforge.domain.caps import config_text
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import job_name
@@ -160,7 +160,12 @@ def build_job(request: JobRequest) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class JobIdentity:
-    """Which attempt a Job runs, read back from its labels and annotations."""
+    """Which attempt a Job claims to run, read back from its labels and annotations.
+
+    Labels and annotations are only a claim: anyone who may create a Job can copy them.
+    ``uid`` (the Job's own) and ``controller_uid`` (the uid of the WorkflowRun that is its
+    controller owner, if one is) are what the operator checks before it believes the claim.
+    """
 
     namespace: str
     name: str
@@ -168,6 +173,8 @@ class JobIdentity:
     task_key: str
     attempt: int
     role: TaskRole
+    uid: str | None = field(default=None, compare=False)
+    controller_uid: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, job: Mapping[str, Any]) -> JobIdentity | None:
@@ -182,6 +189,30 @@ class JobIdentity:
                 task_key=labels[LABEL_TASK],
                 attempt=int(labels[LABEL_ATTEMPT]),
                 role=TaskRole(labels[LABEL_ROLE]),
+                uid=metadata.get("uid"),
+                controller_uid=cls.run_controller(metadata),
             )
         except (KeyError, ValueError):
             return None
+
+    @staticmethod
+    def run_controller(metadata: Mapping[str, Any]) -> str | None:
+        """The uid of the WorkflowRun that controls the object (its ownerReference with
+        ``controller: true``), or None when no WorkflowRun does."""
+        for owner in metadata.get("ownerReferences") or []:
+            group = str(owner.get("apiVersion") or "").partition("/")[0]
+            if owner.get("controller") is True and owner.get("kind") == RUN_KIND and group == GROUP:
+                uid = owner.get("uid")
+                return str(uid) if uid else None
+        return None
+
+
+@dataclass(frozen=True)
+class CreatedJob:
+    """The Job a creation left in place: the one just created (``created``), or the one that
+    already had the name, whose controller (``controller_uid``, the WorkflowRun's uid or
+    None) the caller checks before it takes the Job for its own."""
+
+    uid: str
+    created: bool
+    controller_uid: str | None

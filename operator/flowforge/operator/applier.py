@@ -5,7 +5,7 @@ Every move of the engine (``flowforge.store``: dispatch, outcome, cancel, settle
 performs its effects:
 
 1. stop the Jobs of attempts the move cancelled (their outcome is recorded first, so a
-   stopped Job is never mistaken for a lost one);
+   stopped Job is never mistaken for a lost one), only the run's own (``launcher.py``);
 2. post its Events on the WorkflowRun (spawned, so they cost the hot path nothing, and
    posted before the Events of the Jobs it creates: a failure reads before its rollback);
 3. create the Jobs of the attempts it dispatched, forward tasks and compensators alike;
@@ -20,7 +20,6 @@ reconciler doing the same again.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
@@ -64,18 +63,7 @@ class Applier:
         event that led to it arrived, for the hand-off latency of the Jobs it creates."""
         if not decision.recorded:
             return
-        if decision.stop_jobs:
-            await asyncio.gather(
-                *(
-                    self._kube.delete_job(
-                        namespace=context.namespace,
-                        name=context.job_name(
-                            task_key=job.task_key, attempt=job.attempt, role=job.role
-                        ),
-                    )
-                    for job in decision.stop_jobs
-                )
-            )
+        await self._launcher.delete_all(context, decision.stop_jobs)
         for notice in decision.notices:
             self._notifier.post(context, notice)
         await self._launcher.create_all(context, decision.create_jobs, received=received)
@@ -88,12 +76,11 @@ class Applier:
                     attempt=outcome.job.attempt,
                     role=outcome.job.role,
                 )
+                job = outcome.job
                 self._background.later(
                     self._job_ttl_seconds,
                     key=(context.run_id, name),
-                    coroutine_factory=lambda: self._kube.delete_job(
-                        namespace=context.namespace, name=name
-                    ),
+                    coroutine_factory=lambda: self._launcher.delete(context, job),
                 )
         if decision.phase is not None and decision.finished:
             metrics.RUNS_FINISHED.labels(decision.phase.value).inc()

@@ -199,16 +199,23 @@ class Engine:
         await self.applier.apply(context, decision)
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
+        """A Job finished or was deleted: record its attempt's outcome (or that it was lost)
+        if it is the run's own Job; a copy with the run's labels changes nothing."""
         identity = JobIdentity.of(job)
         if identity is None:
             return
         received = time.perf_counter()
-        outcome = await self._observed_outcome(job, identity)
-        if outcome is None and event_type != "DELETED":
+        finished = job_outcome(job.get("status") or {}) is not None
+        if not finished and event_type != "DELETED":
             return
         context = await self.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return
+        if not await self.launcher.owns(
+            context, identity, act="outcome" if finished else "vanished"
+        ):
+            return
+        outcome = await self._observed_outcome(job, identity)
         if outcome is None:
             if await self._run_gone(context):
                 # the garbage collector removes a deleted run's Jobs: not a lost attempt
@@ -236,8 +243,10 @@ class Engine:
         outcome = job_outcome(status)
         if outcome is None or outcome.succeeded or outcome.reason is not OutcomeReason.JOB_FAILED:
             return outcome
+        if identity.uid is None:
+            return outcome  # no uid, no Pod it provably owns
         container = await self.kube.job_termination(
-            namespace=identity.namespace, job_name=identity.name
+            namespace=identity.namespace, job_name=identity.name, job_uid=identity.uid
         )
         return job_outcome(status, container)
 

@@ -3,8 +3,9 @@
 ``flowforge.kube.client.KubeClient`` is the real implementation; the engine tests run the
 engine against an in-memory fake of this port and a real PostgreSQL (``tests/engine``), so
 the engine's decisions can be tested without a cluster. Every call is idempotent in the
-way the engine relies on: creating an existing Job answers False, deleting a missing one
-answers False, reading a missing object answers None.
+way the engine relies on: creating an existing Job answers ``created=False`` with the
+existing Job's uid and controller, deleting a missing one (or one whose uid is not the
+given one) answers False, reading a missing object answers None.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.jobs import CreatedJob
 
 
 class KubePort(Protocol):
-    async def create_job(self, manifest: Mapping[str, Any]) -> bool: ...
+    async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob: ...
 
-    async def delete_job(self, *, namespace: str, name: str) -> bool: ...
+    async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
+        """``uid``: delete only that Job (a precondition the apiserver checks)."""
+        ...
 
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -27,8 +31,10 @@ class KubePort(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def job_termination(
-        self, *, namespace: str, job_name: str
-    ) -> TerminatedContainer | None: ...
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> TerminatedContainer | None:
+        """How the task container ended, read only from Pods the Job (``job_uid``) controls."""
+        ...
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 

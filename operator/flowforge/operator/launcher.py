@@ -1,21 +1,32 @@
-"""Jobs of running attempts: created after the decision that dispatched them committed.
+"""Jobs of running attempts: created after the decision that dispatched them committed, and
+told apart from every other Job.
 
 A Job's name is a function of (run, task, attempt, role), so creating it twice is harmless
-(AlreadyExists counts as created) and the reconciler can always tell which Job an attempt
-should have. A ``task.job_created`` event follows every creation: that is how a Job that
-vanished is told from one that was never created.
+(AlreadyExists counts as created when the existing Job's controller is the run) and the
+reconciler can always tell which Job an attempt should have. A ``task.job_created`` event
+with the Job's uid follows every creation: that is how a Job that vanished is told from one
+that was never created, and the run's own Job from a copy. Labels and annotations are only
+a claim (anyone who may create a Job anywhere can copy them), so an outcome, a vanished
+verdict or a cleanup is accepted only for the Job in the run's namespace with the recorded
+uid (before one is recorded: the attempt's name, with the run as controller owner). Any
+other Job is a forgery: ignored, counted, and reported on the run (once per forged Job, and
+a few times an hour per run at most).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from flowforge.domain import notices
-from flowforge.domain.decision import Dispatch
+from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.states import TaskRole
-from flowforge.kube.jobs import JobRequest, build_job
+from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
@@ -23,6 +34,86 @@ from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.lease import Fence
+from flowforge.store.queries import recorded_job_uid, recorded_jobs
+
+logger = logging.getLogger(__name__)
+
+# Warning Events about forged Jobs: one per forged Job (by uid), and at most this many per
+# run in an hour, however many Jobs an attacker creates; the counter counts every one
+FORGERY_NOTICES_PER_RUN = 5
+FORGERY_NOTICE_WINDOW_SECONDS = 3600.0
+_REMEMBERED_FORGERIES = 10_000
+
+
+def forgery_cause(
+    context: RunContext, identity: JobIdentity, *, recorded_uid: str | None
+) -> str | None:
+    """Why the Job ``identity`` describes is not the run's Job for the attempt it claims
+    (``namespace``, ``uid``, ``name``, ``owner``), or None when it is. ``recorded_uid``: the
+    uid recorded when the attempt's Job was created (None: none recorded yet)."""
+    if identity.namespace != context.namespace:
+        return "namespace"
+    if identity.run_uid != context.uid:
+        return "owner"
+    if recorded_uid is not None:
+        return None if identity.uid == recorded_uid else "uid"
+    expected = context.job_name(
+        task_key=identity.task_key, attempt=identity.attempt, role=identity.role
+    )
+    if identity.name != expected:
+        return "name"
+    if identity.controller_uid != context.uid:
+        return "owner"
+    return None
+
+
+def attempt_identity(context: RunContext, job: JobRef) -> JobIdentity:
+    """What the attempt's own Job is called and claims (its uid and controller unknown)."""
+    return JobIdentity(
+        namespace=context.namespace,
+        name=context.job_name(task_key=job.task_key, attempt=job.attempt, role=job.role),
+        run_uid=context.uid,
+        task_key=job.task_key,
+        attempt=job.attempt,
+        role=job.role,
+    )
+
+
+def found_job(claim: JobIdentity, job: Mapping[str, Any]) -> JobIdentity:
+    """The Job found under the name of the attempt ``claim``: what it claims is the attempt
+    (its labels do not matter), its namespace, uid and controller are its own."""
+    metadata = job["metadata"]
+    return dataclasses.replace(
+        claim,
+        namespace=str(metadata.get("namespace") or claim.namespace),
+        uid=metadata.get("uid"),
+        controller_uid=JobIdentity.run_controller(metadata),
+    )
+
+
+class ForgeryNotices:
+    """Decides which forgeries get a Warning Event: the first sighting of each forged Job,
+    and no more than ``FORGERY_NOTICES_PER_RUN`` per run in the window."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten first
+        self._posted: dict[int, deque[float]] = {}
+
+    def allow(self, *, run_id: int, job_key: str) -> bool:
+        if job_key in self._seen:
+            return False
+        self._seen[job_key] = None
+        if len(self._seen) > _REMEMBERED_FORGERIES:
+            del self._seen[next(iter(self._seen))]
+        now = self._clock()
+        posted = self._posted.setdefault(run_id, deque())
+        while posted and now - posted[0] > FORGERY_NOTICE_WINDOW_SECONDS:
+            posted.popleft()
+        if len(posted) >= FORGERY_NOTICES_PER_RUN:
+            return False
+        posted.append(now)
+        return True
 
 
 class JobLauncher:
@@ -33,6 +124,7 @@ class JobLauncher:
         self._pool = pool
         self._fence = fence
         self._notifier = notifier
+        self.forgeries = ForgeryNotices()
 
     async def create_all(
         self, context: RunContext, dispatched: tuple[Dispatch, ...], *, received: float | None
@@ -62,10 +154,20 @@ class JobLauncher:
             parameters=context.parameters,
             timeout_seconds=item.timeout_seconds,
         )
-        created = await self._kube.create_job(build_job(request))
+        job = await self._kube.create_job(build_job(request))
         if received is not None:
             metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
-        if created:
+        if not job.created and job.controller_uid != context.uid:
+            # the name is taken by a Job that is not the run's: never adopted; the attempt
+            # waits (the reconciler tries again) until the name is free
+            claimed = dataclasses.replace(
+                attempt_identity(context, JobRef(item.task_key, item.attempt, item.role)),
+                uid=job.uid,
+                controller_uid=job.controller_uid,
+            )
+            self.report_forgery(context, claimed, cause="owner", act="adopt")
+            return
+        if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
         cancelled = await record_job_created(
             self._pool,
@@ -74,14 +176,15 @@ class JobLauncher:
             task_key=item.task_key,
             attempt=item.attempt,
             job=request.name,
-            created=created,
+            uid=job.uid,
+            created=job.created,
         )
         if cancelled:
             # a cancel committed between the dispatch and this creation and found no Job
             # to stop; its outcome (cancelled) is recorded, so the Job may go
-            await self._kube.delete_job(namespace=context.namespace, name=request.name)
+            await self._kube.delete_job(namespace=context.namespace, name=request.name, uid=job.uid)
             return
-        if not created:
+        if not job.created:
             return
         if item.role is TaskRole.COMPENSATION:
             notice = notices.compensation_started(
@@ -95,3 +198,88 @@ class JobLauncher:
                 task_key=item.task_key, attempt=item.attempt, job=request.name
             )
         self._notifier.post(context, notice)
+
+    async def owns(self, context: RunContext, identity: JobIdentity, *, act: str) -> bool:
+        """Whether the Job is the run's own for the attempt it claims (the recorded uid is
+        read from the store); a forgery is reported (``act``: what it would have caused)."""
+        recorded = None
+        if identity.namespace == context.namespace:
+            recorded = await recorded_job_uid(
+                self._pool,
+                run_id=context.run_id,
+                task_key=identity.task_key,
+                attempt=identity.attempt,
+            )
+        return self.check(context, identity, act=act, recorded_uid=recorded)
+
+    def check(
+        self, context: RunContext, identity: JobIdentity, *, act: str, recorded_uid: str | None
+    ) -> bool:
+        """``owns`` with the recorded uid already read."""
+        cause = forgery_cause(context, identity, recorded_uid=recorded_uid)
+        if cause is None:
+            return True
+        self.report_forgery(context, identity, cause=cause, act=act)
+        return False
+
+    def report_forgery(
+        self, context: RunContext, identity: JobIdentity, *, cause: str, act: str
+    ) -> None:
+        metrics.FORGED_JOBS.labels(act).inc()
+        logger.warning(
+            "ignored Job %s/%s (uid %s) claiming %s/%s task %s attempt %d: %s (%s)",
+            identity.namespace,
+            identity.name,
+            identity.uid,
+            context.namespace,
+            context.name,
+            identity.task_key,
+            identity.attempt,
+            cause,
+            act,
+        )
+        key = identity.uid or f"{identity.namespace}/{identity.name}"
+        if self.forgeries.allow(run_id=context.run_id, job_key=key):
+            notice = notices.forged_job(
+                namespace=identity.namespace,
+                name=identity.name,
+                uid=identity.uid or "unknown",
+                task_key=identity.task_key,
+                attempt=identity.attempt,
+                cause=cause,
+                act=act,
+            )
+            self._notifier.post(context, notice)
+
+    async def delete_all(self, context: RunContext, jobs: Sequence[JobRef]) -> None:
+        """Delete the run's own Jobs of these attempts (one read of the recorded uids)."""
+        if not jobs:
+            return
+        recorded = await recorded_jobs(self._pool, context.run_id)
+        await asyncio.gather(
+            *(
+                self._delete(context, job, recorded_uid=recorded.get((job.task_key, job.attempt)))
+                for job in jobs
+            )
+        )
+
+    async def delete(self, context: RunContext, job: JobRef) -> bool:
+        """Delete the attempt's Job if it is the run's own; False when there is none."""
+        recorded = await recorded_job_uid(
+            self._pool, run_id=context.run_id, task_key=job.task_key, attempt=job.attempt
+        )
+        return await self._delete(context, job, recorded_uid=recorded)
+
+    async def _delete(self, context: RunContext, job: JobRef, *, recorded_uid: str | None) -> bool:
+        name = context.job_name(task_key=job.task_key, attempt=job.attempt, role=job.role)
+        uid = recorded_uid
+        if uid is None:  # not recorded (yet): the Job of that name, if the run controls it
+            body = await self._kube.read_job(namespace=context.namespace, name=name)
+            if body is None:
+                return False
+            found = found_job(attempt_identity(context, job), body)
+            if not self.check(context, found, act="cleanup", recorded_uid=None):
+                return False
+            uid = found.uid
+        # the precondition: the apiserver deletes only that Job, never one made in between
+        return await self._kube.delete_job(namespace=context.namespace, name=name, uid=uid)

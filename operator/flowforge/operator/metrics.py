@@ -28,6 +28,13 @@ JOBS_CREATED = Counter(
     ["role"],
     registry=REGISTRY,
 )
+FORGED_JOBS = Counter(
+    "flowforge_forged_jobs_total",
+    "Jobs that claimed a run's attempt but are not the Job the operator created for it "
+    "(another namespace, another uid, another controller): ignored",
+    ["act"],  # what the Job would have caused: outcome, vanished, cleanup, adopt
+    registry=REGISTRY,
+)
 HANDOFF_LATENCY = Histogram(
     "flowforge_handoff_latency_seconds",
     "From a task's release (its dependencies satisfied, or a retry due) to its Job created",

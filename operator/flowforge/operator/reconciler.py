@@ -7,7 +7,9 @@ released tasks that are due are dispatched (and a wake-up set for the rest); run
 settled, which finishes them or starts their rollback's next compensator (after a restart,
 that is where a rollback resumes); statuses are re-projected; finished Jobs whose outcome
 is committed are deleted after the TTL. The store is read before Jobs are listed, so a Job
-created concurrently is never mistaken for a vanished one. One run's repair failing is
+created concurrently is never mistaken for a vanished one. A listed Job counts only if it is
+the run's own (``launcher.py``: same namespace, the recorded uid): a copy is never adopted,
+read for an outcome, or deleted. One run's repair failing is
 logged and counted and the pass goes on with the others.
 """
 
@@ -15,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flowforge.domain.decision import Dispatch
+from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import job_outcome, lost_outcome
 from flowforge.domain.states import TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
@@ -27,10 +30,11 @@ from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
+from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext, RunRefusedError
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.errors import StaleEpochError
-from flowforge.store.queries import TaskRecord, active_tasks, job_created_attempts, runs_by_phase
+from flowforge.store.queries import TaskRecord, active_tasks, recorded_jobs, runs_by_phase
 from flowforge.store.runs import list_active_runs
 
 logger = logging.getLogger(__name__)
@@ -77,7 +81,7 @@ class Reconciler:
         snapshots = {
             c.run_id: (
                 await active_tasks(engine.pool, c.run_id),
-                await job_created_attempts(engine.pool, c.run_id),
+                await recorded_jobs(engine.pool, c.run_id),
             )
             for c in contexts
         }
@@ -135,7 +139,7 @@ class Reconciler:
         context: RunContext,
         *,
         active: list[TaskRecord],
-        created: set[tuple[str, int]],
+        created: dict[tuple[str, int], str | None],
         jobs: dict[tuple[str, str], dict[str, Any]],
     ) -> None:
         engine = self._engine
@@ -145,24 +149,24 @@ class Reconciler:
             released = released or row.state == TaskState.READY
             if row.state != TaskState.RUNNING:
                 continue
-            name = context.job_name(task_key=row.task_key, attempt=row.attempt, role=row.role)
-            identity = JobIdentity(
-                namespace=context.namespace,
-                name=name,
-                run_uid=context.uid,
-                task_key=row.task_key,
-                attempt=row.attempt,
-                role=row.role,
-            )
+            identity = attempt_identity(context, JobRef(row.task_key, row.attempt, row.role))
+            name = identity.name
+            key = (row.task_key, row.attempt)
             job = jobs.get((context.namespace, name))
-            if job is None and (row.task_key, row.attempt) in created:
+            if job is None and key in created:
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
-                if job is None:
-                    metrics.RECONCILE_FIXES.labels("job_vanished").inc()
-                    await engine.record(
-                        context, identity=identity, outcome=lost_outcome(job=name, now=now)
-                    )
-                    continue
+            if job is not None and not engine.launcher.check(
+                context, found_job(identity, job), act="adopt", recorded_uid=created.get(key)
+            ):
+                if key not in created:
+                    continue  # the name is taken by a Job that is not the run's: it waits
+                job = None  # the run's Job is gone, a copy has its name
+            if job is None and key in created:
+                metrics.RECONCILE_FIXES.labels("job_vanished").inc()
+                await engine.record(
+                    context, identity=identity, outcome=lost_outcome(job=name, now=now)
+                )
+                continue
             if job is None:
                 metrics.RECONCILE_FIXES.labels("job_missing").inc()
                 await engine.launcher.create(
@@ -177,7 +181,7 @@ class Reconciler:
                     ),
                 )
                 continue
-            if (row.task_key, row.attempt) not in created:
+            if key not in created:
                 await record_job_created(
                     engine.pool,
                     fence=engine.fence(),
@@ -185,6 +189,7 @@ class Reconciler:
                     task_key=row.task_key,
                     attempt=row.attempt,
                     job=name,
+                    uid=str(job["metadata"]["uid"]),
                     created=False,
                 )
             if job_outcome(job.get("status") or {}) is not None:
@@ -196,11 +201,12 @@ class Reconciler:
         engine.status.mark(context.run_id)
 
     async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
-        """Delete Jobs whose attempt is no longer running: unfinished ones at once (a cancel
-        whose deletions a crash interrupted), finished ones after the TTL."""
+        """Delete the runs' own Jobs whose attempt is no longer running: unfinished ones at
+        once (a cancel whose deletions a crash interrupted), finished ones after the TTL. A
+        Job that only carries a run's labels is never deleted."""
         ttl = self._engine.settings.job_ttl_seconds
         cutoff = datetime.now(UTC) - timedelta(seconds=max(ttl, 0))
-        running: dict[str, set[tuple[str, int]] | None] = {}
+        known: dict[str, _RunJobs | None] = {}
         for job in jobs.values():
             outcome = job_outcome(job.get("status") or {})
             if outcome is not None and (
@@ -210,18 +216,38 @@ class Reconciler:
             identity = JobIdentity.of(job)
             if identity is None:
                 continue
-            if identity.run_uid not in running:
-                running[identity.run_uid] = await self._running_attempts(identity)
-            attempts = running[identity.run_uid]
-            if attempts is None or (identity.task_key, identity.attempt) in attempts:
+            if identity.run_uid not in known:
+                known[identity.run_uid] = await self._run_jobs(identity)
+            run = known[identity.run_uid]
+            if run is None or (identity.task_key, identity.attempt) in run.running:
                 continue  # a run this store does not know is not ours to clean up
+            recorded = run.recorded.get((identity.task_key, identity.attempt))
+            if not self._engine.launcher.check(
+                run.context, identity, act="cleanup", recorded_uid=recorded
+            ):
+                continue
             if outcome is None:
                 metrics.RECONCILE_FIXES.labels("orphan_job_stopped").inc()
-            await self._engine.kube.delete_job(namespace=identity.namespace, name=identity.name)
+            await self._engine.kube.delete_job(
+                namespace=identity.namespace, name=identity.name, uid=identity.uid
+            )
 
-    async def _running_attempts(self, identity: JobIdentity) -> set[tuple[str, int]] | None:
+    async def _run_jobs(self, identity: JobIdentity) -> _RunJobs | None:
         context = await self._engine.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return None
         rows = await active_tasks(self._engine.pool, context.run_id)
-        return {(row.task_key, row.attempt) for row in rows if row.state == TaskState.RUNNING}
+        return _RunJobs(
+            context=context,
+            running={(row.task_key, row.attempt) for row in rows if row.state == TaskState.RUNNING},
+            recorded=await recorded_jobs(self._engine.pool, context.run_id),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunJobs:
+    """What the cleanup needs of one run: its running attempts and its recorded Jobs."""
+
+    context: RunContext
+    running: set[tuple[str, int]]
+    recorded: dict[tuple[str, int], str | None]

@@ -5,8 +5,9 @@ path in ``outcomes.py``) on proof that every upstream succeeded; a retry is ``re
 until its backoff is over. ``dispatch_due`` moves every due one of a run to running in one
 statement, however many there are (a 10,000-task fan-out's roots), and returns what their
 Jobs need. Creating the Jobs is the caller's, after the commit; ``record_job_created`` then
-notes that a Job exists for an attempt, which is how the reconciler tells "never created"
-(create it) from "vanished" (a lost attempt).
+notes that a Job exists for an attempt, and its uid, which is how the reconciler tells "never
+created" (create it) from "vanished" (a lost attempt), and how the operator tells its own Job
+from a copy with the same labels (only the recorded uid counts).
 """
 
 from __future__ import annotations
@@ -103,9 +104,11 @@ async def record_job_created(
     task_key: str,
     attempt: int,
     job: str,
+    uid: str,
     created: bool,
 ) -> bool:
-    """Note that the Job of an attempt exists (``created`` False: it already existed).
+    """Note that the Job of an attempt exists, and its uid (``created`` False: it already
+    existed, and the caller checked that it is the run's).
     One fenced statement, one round trip. Returns whether the attempt was cancelled meanwhile: a
     cancel that committed between the dispatch and the Job's creation found no Job to
     delete, so the caller deletes the one it just made."""
@@ -119,7 +122,7 @@ async def record_job_created(
                 "run": run_id,
                 "key": task_key,
                 "attempt": attempt,
-                "detail": Jsonb({"job": job, "created": created}),
+                "detail": Jsonb({"job": job, "created": created, "uid": uid}),
             },
         )
         row = await cursor.fetchone()

@@ -6,7 +6,8 @@ Each query is served by one index (asserted by ``tests/store/test_indexes.py``):
   state)``, index-only.
 - ``list_tasks``: ``flowforge_task_identity (run_id, task_key)``; ``active_tasks``:
   ``flowforge_task_progress_idx``.
-- ``job_created_attempts`` / ``latest_outcomes``: ``flowforge_event_run_idx``.
+- ``latest_outcomes``: ``flowforge_event_run_idx``; ``recorded_jobs`` /
+  ``job_created_attempts`` / ``recorded_job_uid``: ``flowforge_event_job_created_idx``.
 - ``find_run_id_by_uid``: ``flowforge_run_identity``.
 """
 
@@ -176,17 +177,44 @@ async def latest_outcomes(
         return {str(key): dict(detail) for key, detail in await cursor.fetchall()}
 
 
-JOB_CREATED_ATTEMPTS_QUERY = (
-    "SELECT DISTINCT task_key, attempt FROM flowforge_event "
-    f"WHERE run_id = %s AND kind = '{EventKind.TASK_JOB_CREATED}'"
+# the newest uid recorded for each attempt whose Job was created (None: created before uids
+# were recorded)
+RECORDED_JOBS_QUERY = (
+    "SELECT DISTINCT ON (task_key, attempt) task_key, attempt, detail->>'uid' "
+    f"FROM flowforge_event WHERE run_id = %s AND kind = '{EventKind.TASK_JOB_CREATED}' "
+    "ORDER BY task_key, attempt, detail->>'uid' IS NULL, id DESC"
 )
+RECORDED_JOB_UID_QUERY = (
+    "SELECT detail->>'uid' FROM flowforge_event "
+    f"WHERE run_id = %s AND kind = '{EventKind.TASK_JOB_CREATED}' AND task_key = %s "
+    "AND attempt = %s AND detail ? 'uid' ORDER BY id DESC LIMIT 1"
+)
+
+
+async def recorded_jobs(pool: Pool, run_id: int) -> dict[tuple[str, int], str | None]:
+    """(task, attempt) -> the uid of its Job, for every attempt whose Job was created (the
+    uid is None for a Job recorded before uids were): tells "vanished" from "never
+    created", and the run's own Jobs from copies."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(RECORDED_JOBS_QUERY, (run_id,))
+        return {
+            (str(key), int(attempt)): None if uid is None else str(uid)
+            for key, attempt, uid in await cursor.fetchall()
+        }
 
 
 async def job_created_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:
     """(task, attempt) pairs whose Job was created: tells "vanished" from "never created"."""
+    return set(await recorded_jobs(pool, run_id))
+
+
+async def recorded_job_uid(pool: Pool, *, run_id: int, task_key: str, attempt: int) -> str | None:
+    """The uid of the Job created for the attempt (None: none recorded, or recorded before
+    uids were)."""
     async with pool.connection() as connection:
-        cursor = await connection.execute(JOB_CREATED_ATTEMPTS_QUERY, (run_id,))
-        return {(str(key), int(attempt)) for key, attempt in await cursor.fetchall()}
+        cursor = await connection.execute(RECORDED_JOB_UID_QUERY, (run_id, task_key, attempt))
+        row = await cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | None:

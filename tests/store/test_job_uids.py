@@ -1,0 +1,56 @@
+"""The uid of each attempt's Job, recorded with ``task.job_created`` and read back (schema 3).
+
+The operator believes an outcome only from the Job whose uid it recorded; these reads are
+what it compares with, so they must answer the newest uid recorded for the attempt, and None
+(not a wrong uid) for a Job recorded before uids were.
+"""
+
+from __future__ import annotations
+
+import pytest
+from psycopg.types.json import Jsonb
+
+from flowforge.domain.history import EventKind
+from flowforge.store.connection import Pool
+from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.lease import Fence
+from flowforge.store.queries import job_created_attempts, recorded_job_uid, recorded_jobs
+from tests.store.conftest import start_run
+
+pytestmark = pytest.mark.store
+
+TASKS = [{"key": "a"}, {"key": "b"}, {"key": "c"}]
+
+
+async def test_the_newest_recorded_uid_of_each_attempt_is_read_back(
+    store: Pool, fence: Fence
+) -> None:
+    run_id = (await start_run(store, fence, TASKS)).run.id
+    await dispatch_due(store, fence=fence, run_id=run_id)
+    async with store.connection() as connection:  # as an operator before schema 3 wrote it
+        await connection.execute(
+            "INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail) "
+            "VALUES (%s, 'c', 1, %s, %s, %s)",
+            (run_id, EventKind.TASK_JOB_CREATED, fence.epoch, Jsonb({"job": "j-c"})),
+        )
+    for key, uid in (("a", "uid-a"), ("b", "uid-b-old"), ("b", "uid-b")):
+        await record_job_created(
+            store,
+            fence=fence,
+            run_id=run_id,
+            task_key=key,
+            attempt=1,
+            job=f"j-{key}",
+            uid=uid,
+            created=uid.endswith("old"),
+        )
+
+    assert await recorded_jobs(store, run_id) == {
+        ("a", 1): "uid-a",
+        ("b", 1): "uid-b",
+        ("c", 1): None,
+    }
+    assert await job_created_attempts(store, run_id) == {("a", 1), ("b", 1), ("c", 1)}
+    assert await recorded_job_uid(store, run_id=run_id, task_key="b", attempt=1) == "uid-b"
+    assert await recorded_job_uid(store, run_id=run_id, task_key="c", attempt=1) is None
+    assert await recorded_job_uid(store, run_id=run_id, task_key="a", attempt=2) is None

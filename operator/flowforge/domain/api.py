@@ -12,7 +12,7 @@ from typing import Final
 GROUP: Final = "flowforge.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
-CATEGORY: Final = "flowforge"  # `kubectl get flowforge` lists both kinds
+CATEGORY: Final = "flowforge"  # `kubectl get flowforge` lists every kind
 
 DEFINITION_KIND: Final = "WorkflowDefinition"
 DEFINITION_PLURAL: Final = "workflowdefinitions"
@@ -29,3 +29,9 @@ RUN_CRD: Final = f"{RUN_PLURAL}.{GROUP}"
 PREFIX: Final = GROUP
 FINALIZER: Final = f"{PREFIX}/finalizer"
 RETRY_OF_ANNOTATION: Final = f"{PREFIX}/retry-of"  # on a run created by `flowforge retry OLD`
+
+# Written by cluster admins only (as a ResourceQuota); read by admission.
+POLICY_KIND: Final = "FlowForgePolicy"
+POLICY_PLURAL: Final = "flowforgepolicies"
+POLICY_SHORT_NAME: Final = "ffpolicy"
+POLICY_CRD: Final = f"{POLICY_PLURAL}.{GROUP}"

@@ -8,70 +8,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowforge.domain.api import (
-    API_VERSION,
-    CATEGORY,
-    GROUP,
-    POLICY_CRD,
-    POLICY_KIND,
-    POLICY_PLURAL,
-    POLICY_SHORT_NAME,
-    VERSION,
-)
+from flowforge.domain.api import POLICY_KIND, POLICY_PLURAL, POLICY_SHORT_NAME
 from flowforge.domain.policy_spec import POLICY_SPEC_SCHEMA
-from flowforge.kube.crdgen import to_structural
+from flowforge.kube.crdgen import _column, _crd, _resource_schema, to_structural
 
 Schema = dict[str, Any]
 
 
-def _column(name: str, json_path: str, description: str, kind: str = "string") -> Schema:
-    return {"name": name, "type": kind, "jsonPath": json_path, "description": description}
-
-
 def flowforge_policy_crd() -> Schema:
-    schema: Schema = {
-        "type": "object",
-        "description": "What the Jobs of this namespace's workflows may use (ServiceAccounts, "
+    schema = _resource_schema(
+        kind=POLICY_KIND,
+        description="What the Jobs of this namespace's workflows may use (ServiceAccounts, "
         "registries, tolerations, node selectors) and lower caps. Written by cluster admins "
         "only; every FlowForgePolicy of a namespace applies.",
-        "properties": {
-            "apiVersion": {
-                "type": "string",
-                "description": f"Versioned schema of this object: {API_VERSION}.",
-            },
-            "kind": {"type": "string", "description": f"The REST resource kind: {POLICY_KIND}."},
-            "metadata": {"type": "object"},
-            "spec": to_structural(POLICY_SPEC_SCHEMA),
-        },
-    }
+        spec=to_structural(POLICY_SPEC_SCHEMA),
+        status={},
+    )
+    del schema["properties"]["status"]  # nothing reports on a policy
+    del schema["required"]  # an empty spec is the default policy, spelt out
     columns = [
-        _column("ServiceAccounts", ".spec.serviceAccounts", "ServiceAccounts tasks may use."),
-        _column("Registries", ".spec.registries", "Image globs tasks may use."),
-        _column("Age", ".metadata.creationTimestamp", "Time since creation.", "date"),
+        _column(
+            "ServiceAccounts", "string", ".spec.serviceAccounts", "ServiceAccounts tasks may use."
+        ),
+        _column("Registries", "string", ".spec.registries", "Image globs tasks may use."),
+        _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
     ]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": POLICY_CRD},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": POLICY_KIND,
-                "listKind": f"{POLICY_KIND}List",
-                "plural": POLICY_PLURAL,
-                "singular": POLICY_KIND.lower(),
-                "shortNames": [POLICY_SHORT_NAME],
-                "categories": [CATEGORY],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
+    crd = _crd(
+        kind=POLICY_KIND,
+        plural=POLICY_PLURAL,
+        short_name=POLICY_SHORT_NAME,
+        schema=schema,
+        columns=columns,
+    )
+    del crd["spec"]["versions"][0]["subresources"]  # no status subresource either
+    return crd

@@ -264,9 +264,7 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         ]
     assert len(roles) == len(operator_roles) + len(webhook_roles)
     cluster_roles = {
-        m["metadata"]["name"].rsplit("-", 2)[-2]
-        + "-"
-        + m["metadata"]["name"].rsplit("-", 1)[-1]: m["rules"]
+        "-".join(m["metadata"]["name"].split("-")[-2:]): m["rules"]
         for m in manifests
         if m["kind"] == "ClusterRole"
     }

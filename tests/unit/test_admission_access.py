@@ -209,3 +209,41 @@ async def test_a_failed_review_reaches_every_waiter() -> None:
     assert all(isinstance(result, AccessReviewUnavailable) for result in results)
     with pytest.raises(AccessReviewUnavailable):
         await reviewer.allowed(ALICE, namespace="n", permission=CREATE_JOBS)
+
+
+async def test_policies_that_cannot_be_listed_deny_naming_why() -> None:
+    async def list_policies(namespace: str) -> list[dict[str, Any]]:
+        raise ConnectionError("apiserver down")
+
+    async def load_definition(**_: Any) -> DefinitionSpec | None:
+        return None
+
+    access = AccessChecks(
+        reviewer=CachedAccessReviewer(FakeAuthorizer(JOBS).review),
+        list_policies=list_policies,
+        load_definition=load_definition,
+    )
+    verdict = await decide_definition_access(
+        create("WorkflowDefinition", definition_spec()), user=ALICE, checks=access
+    )
+    assert not verdict.allowed and verdict.code == 503
+    assert "the FlowForgePolicy objects of namespace team-a cannot be read" in verdict.message
+
+
+async def test_only_creation_is_checked_and_a_malformed_object_is_left_to_admission() -> None:
+    access = checks(FakeAuthorizer())
+    update = AdmissionRequest(
+        operation="UPDATE",
+        namespace=NAMESPACE,
+        new_object=wrap("WorkflowRun", {"workflow": "etl", "version": 1, "cancel": True}),
+        old_object=wrap("WorkflowRun", {"workflow": "etl", "version": 1}),
+        dry_run=False,
+    )
+    assert (await decide_run_access(update, user=ALICE, checks=access)).allowed
+    for spec in (None, {"workflow": 3}, {"workflow": "etl", "version": "1"}):
+        request = create("WorkflowRun", spec)
+        assert (await decide_run_access(request, user=ALICE, checks=access)).allowed
+    cyclic = definition_spec()
+    cyclic["tasks"][0]["dependsOn"] = ["load"]
+    request = create("WorkflowDefinition", cyclic)
+    assert (await decide_definition_access(request, user=ALICE, checks=access)).allowed

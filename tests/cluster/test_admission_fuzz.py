@@ -8,6 +8,7 @@ go straight to the server over HTTPS (trusting only the test CA), as the apiserv
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from typing import Any
@@ -20,6 +21,7 @@ from flowforge.domain.api import (
     DEFINITION_KIND,
     DEFINITION_PLURAL,
     GROUP,
+    REQUESTED_BY_ANNOTATION,
     RUN_KIND,
     RUN_PLURAL,
     VERSION,
@@ -222,6 +224,11 @@ run_specs = st.one_of(
 )
 
 
+def _patched(response: dict[str, Any]) -> list[tuple[str, Any]]:
+    operations = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return [(operation["path"], operation["value"]) for operation in operations]
+
+
 @FUZZ_SETTINGS
 @given(spec=run_specs)
 def test_run_verdicts_never_crash(
@@ -231,7 +238,12 @@ def test_run_verdicts_never_crash(
     review = admission_review(obj, kind="WorkflowRun", namespace=FUZZ_RUN_NAMESPACE)
     mutation = post_review(webhook_https, MUTATE_RUN_HANDLER_ID, review)
     assert mutation["allowed"] is True, mutation
-    assert "patch" not in mutation
+    # only who asks is recorded: a malformed spec is left for the validating webhook
+    assert _patched(mutation) == [
+        ("/metadata/annotations", {REQUESTED_BY_ANNOTATION: "fuzzer"})
+    ] or _patched(mutation) == [("/metadata/annotations/flowforge.io~1requested-by", "fuzzer")], (
+        mutation
+    )
     validation = post_review(webhook_https, VALIDATE_RUN_HANDLER_ID, review)
     assert_denied_with_message(validation)
     shape_ok = isinstance(spec, dict)

@@ -19,7 +19,6 @@ import yaml
 
 from flowforge.cli.main import main
 from flowforge.cli.output import EXIT_UNAVAILABLE
-from flowforge.domain.api import RETRY_OF_ANNOTATION
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
@@ -177,7 +176,7 @@ async def test_list_show_graph_logs_and_retry_of_a_failed_diamond(
     assert "workflowrun.flowforge.io/d1-retry-1 created" in retried.out
     assert "reusing 2 tasks (a, b)" in retried.out
     body = driver.run("d1-retry-1")
-    assert body["metadata"]["annotations"][RETRY_OF_ANNOTATION] == "d1"
+    assert body["spec"]["retryOf"] == "d1"
     assert body["spec"]["parameters"] == {"date": "2026-11-30"}
     assert (body["spec"]["workflow"], body["spec"]["version"]) == ("diamond", 1)
 
@@ -204,7 +203,7 @@ async def test_retry_runs_only_what_did_not_succeed(
     }
     second = await cli("retry", "d1-retry-1", *dsn, "-o", "json")
     assert second.json()["metadata"]["name"] == "d1-retry-2", second.err
-    assert second.json()["metadata"]["annotations"][RETRY_OF_ANNOTATION] == "d1-retry-1"
+    assert second.json()["spec"]["retryOf"] == "d1-retry-1"
 
 
 async def test_cancel_stops_a_run_and_errors_are_one_line(

@@ -166,6 +166,15 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
     assert ("PodDisruptionBudget" in kinds) is (option != "single-replicas")
 
 
+def _template_refused(helm: Helm, *assignments: str) -> subprocess.CompletedProcess[str]:
+    settings = [part for assignment in assignments for part in ("--set", assignment)]
+    completed = helm.run(
+        "template", "ff", str(CHART), "--kube-version", KUBE_VERSION, *settings, check=False
+    )
+    assert completed.returncode != 0
+    return completed
+
+
 @pytest.mark.parametrize(
     ("assignment", "complaint"),
     [
@@ -184,21 +193,14 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
         ("webhook.networkPolicy.enabled=maybe", "at '/webhook/networkPolicy/enabled'"),
         ("image.digest=sha256:abc", "at '/image/digest'"),
         ("webhook.certManager.issuerRef.kind=Vault", "at '/webhook/certManager/issuerRef/kind'"),
+        ("migrations.mode=job", "at '/migrations/mode'"),
+        ("database.components.retention.existingSecret=x", "additional properties 'retention'"),
     ],
 )
 def test_schema_refuses_bad_values_naming_the_value(
     helm: Helm, assignment: str, complaint: str
 ) -> None:
-    completed = helm.run(
-        "template",
-        "ff",
-        str(CHART),
-        "--kube-version",
-        KUBE_VERSION,
-        "--set",
-        assignment,
-        check=False,
-    )
+    completed = _template_refused(helm, assignment)
     assert completed.returncode != 0
     assert "values don't meet the specifications of the schema" in completed.stderr
     assert complaint in completed.stderr, completed.stderr
@@ -326,11 +328,69 @@ def test_pods_migrate_the_store_before_starting(helm: Helm) -> None:
     pods = dict(_pod_specs(helm.template({})))
     for name in ("ff-flowforge-operator", "ff-flowforge-webhook"):
         (init,) = pods[name]["initContainers"]
-        assert init["command"] == ["flowforge", "db", "migrate"]
+        assert init["command"][:3] == ["flowforge", "db", "migrate"]
         assert init["env"][0]["valueFrom"]["secretKeyRef"] == {
             "name": "flowforge-database",
             "key": "dsn",
         }
+
+
+def _dsn_secret(container: dict[str, Any]) -> dict[str, Any]:
+    (dsn,) = [env for env in container["env"] if env["name"] == "FLOWFORGE_DSN"]
+    reference: dict[str, Any] = dsn["valueFrom"]["secretKeyRef"]
+    return reference
+
+
+def test_each_component_reads_its_own_dsn_and_a_hook_job_migrates_as_the_migrator(
+    helm: Helm,
+) -> None:
+    manifests = helm.template(
+        {
+            "migrations": {"mode": "hook", "lockTimeoutSeconds": 7},
+            "database": {
+                "components": {
+                    "migrator": {"existingSecret": "ff-migrator", "secretKey": "url"},
+                    "operator": {"existingSecret": "ff-operator"},
+                    "webhook": {"existingSecret": "ff-webhook"},
+                }
+            },
+        }
+    )
+    pods = dict(_pod_specs(manifests))
+    (job,) = [m for m in manifests if m["kind"] == "Job"]
+    (migrate,) = job["spec"]["template"]["spec"]["containers"]
+
+    for name, secret in (
+        ("ff-flowforge-operator", "ff-operator"),
+        ("ff-flowforge-webhook", "ff-webhook"),
+    ):
+        assert "initContainers" not in pods[name], name
+        (main,) = pods[name]["containers"]
+        assert _dsn_secret(main) == {"name": secret, "key": "dsn"}
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert migrate["command"] == ["flowforge", "db", "migrate", "--lock-timeout", "7s"]
+    assert _dsn_secret(migrate) == {"name": "ff-migrator", "key": "url"}
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_init_containers_migrate_as_the_migrator_when_it_has_its_own_secret(helm: Helm) -> None:
+    pods = dict(
+        _pod_specs(
+            helm.template(
+                {"database": {"components": {"migrator": {"existingSecret": "ff-migrator"}}}}
+            )
+        )
+    )
+    for name in ("ff-flowforge-operator", "ff-flowforge-webhook"):
+        (init,) = pods[name]["initContainers"]
+        (main,) = pods[name]["containers"]
+        assert _dsn_secret(init) == {"name": "ff-migrator", "key": "dsn"}
+        assert _dsn_secret(main) == {"name": "flowforge-database", "key": "dsn"}
+
+
+def test_a_migration_hook_refuses_the_bundled_database(helm: Helm) -> None:
+    completed = _template_refused(helm, "migrations.mode=hook", "database.bundled.enabled=true")
+    assert "migrations.mode=hook needs an existing database" in completed.stderr
 
 
 # On the apiserver
@@ -523,6 +583,7 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
             ("get", "workflowruns.flowforge.io"),
             ("list", "workflowruns.flowforge.io"),
             ("watch", "workflowruns.flowforge.io"),
+            ("patch", "workflowruns.flowforge.io"),
             ("patch", "workflowruns.flowforge.io/status"),
             ("update", "workflowruns.flowforge.io/finalizers"),
             ("list", "workflowdefinitions.flowforge.io"),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.api import FORCE_DELETE_ANNOTATION, GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.validation import parse_definition
 from flowforge.store.connection import Pool
 from flowforge.store.errors import RunNotFoundError
@@ -408,7 +409,7 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
     assert not duplicates, duplicates
 
 
-async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store(
+async def test_a_forced_deletion_during_its_rollback_ends_it_cancelled_in_the_store(
     operator: OperatorProcess, driver: RunDriver, engine_store: Pool
 ) -> None:
     await driver.publish(
@@ -435,8 +436,17 @@ async def test_deleting_a_run_during_its_rollback_ends_it_cancelled_in_the_store
     while not await undo_b_running():
         assert time.monotonic() < deadline, operator.log_tail()
         await asyncio.sleep(0.2)
+    # annotated before it is deleted: the deletion skips the rollback (test_run_deletion.py
+    # has the deletion that waits for it); with the WorkflowRun gone its Jobs go too
+    driver.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        driver.namespace,
+        RUN_PLURAL,
+        "g1",
+        {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}},
+    )
     driver.delete_run("g1")
-    # with the WorkflowRun gone its Jobs go too: the rest of the rollback cannot run
     while True:
         run = await find_run(engine_store, namespace=driver.namespace, name="g1", uid=uid)
         if run.finished_at is not None:

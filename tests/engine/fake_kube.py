@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
@@ -91,6 +91,39 @@ class FakeKube:
         if run is None:
             return False
         run["status"] = {**run.get("status", {}), **status}
+        return True
+
+    async def json_patch_run(
+        self, *, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """The JSON patch operations the engine sends on a run's finalizers: test, add
+        (``-`` appends) and remove, on paths under ``/metadata``."""
+        run = self.runs.get((namespace, name))
+        if run is None:
+            return False
+        patched = copy.deepcopy(run)
+        for operation in operations:
+            *parents, leaf = operation["path"].strip("/").split("/")
+            target: Any = patched
+            for part in parents:
+                target = target[int(part)] if isinstance(target, list) else target[part]
+            if operation["op"] == "test":
+                current = target[int(leaf)] if isinstance(target, list) else target.get(leaf)
+                if current != operation["value"]:
+                    raise AssertionError(f"JSON patch test failed: {operation}")
+            elif operation["op"] == "add" and isinstance(target, list):
+                target.insert(len(target) if leaf == "-" else int(leaf), operation["value"])
+            elif operation["op"] == "add":
+                target[leaf] = copy.deepcopy(operation["value"])
+            elif operation["op"] == "remove":
+                del target[int(leaf) if isinstance(target, list) else leaf]
+            else:
+                raise AssertionError(f"unsupported JSON patch operation {operation}")
+        self.runs[(namespace, name)] = patched
+        if patched["metadata"].get("deletionTimestamp") and not patched["metadata"].get(
+            "finalizers"
+        ):
+            del self.runs[(namespace, name)]  # the apiserver lets it go
         return True
 
     async def patch_definition_status(

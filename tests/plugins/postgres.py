@@ -5,15 +5,20 @@ in a temporary directory, with durability off (``fsync``) since test data is thr
 ``FLOWFORGE_TEST_DSN`` (a role allowed to CREATE DATABASE) replaces it. The schema is
 migrated once into a template database; each test gets ``CREATE DATABASE ... TEMPLATE``,
 which copies files instead of replaying migrations.
+
+Roles are global to the server, so ``login_role_dsn`` creates its login roles idempotently
+(the same name in every test, a member of the group roles of migration 4) and a test's
+database decides what they may do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -114,3 +119,28 @@ async def store(store_dsn: str) -> AsyncIterator[Pool]:
         yield pool
     finally:
         await pool.close()
+
+
+def ensure_login_role(admin_dsn: str, login: str, *, member_of: str) -> None:
+    """A login role (password ``login``) that is a member of ``member_of``; idempotent."""
+    with psycopg.connect(admin_dsn, autocommit=True) as connection:
+        with contextlib.suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            connection.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(login), sql.Literal(login)
+                )
+            )
+        connection.execute(
+            sql.SQL("GRANT {} TO {}").format(sql.Identifier(member_of), sql.Identifier(login))
+        )
+
+
+@pytest.fixture
+def login_role_dsn(postgres_server_dsn: str, store_dsn: str) -> Callable[..., str]:
+    """``login_role_dsn(login, member_of=group)``: the test database's DSN as that login."""
+
+    def connect_as(login: str, *, member_of: str) -> str:
+        ensure_login_role(postgres_server_dsn, login, member_of=member_of)
+        return make_conninfo(store_dsn, user=login, password=login)
+
+    return connect_as

@@ -75,14 +75,15 @@ async def start_run(
     tasks: Sequence[Mapping[str, Any]],
     *,
     workflow: str = "etl",
+    namespace: str = NAMESPACE,
 ) -> StartedRun:
     spec = definition(tasks, workflow=workflow)
-    await publish_definition(pool, namespace=NAMESPACE, definition=spec)
-    stored = await load_definition(pool, namespace=NAMESPACE, workflow=workflow, version=1)
+    await publish_definition(pool, namespace=namespace, definition=spec)
+    stored = await load_definition(pool, namespace=namespace, workflow=workflow, version=1)
     created = await create_run(
         pool,
         fence=fence,
-        namespace=NAMESPACE,
+        namespace=namespace,
         name=f"{workflow}-run",
         uid=str(uuid.uuid4()),
         definition=stored,

@@ -14,7 +14,6 @@ from flowforge.store.definitions import (
     PublishedDefinition,
     list_versions,
     load_definition,
-    newest_version,
     publish_definition,
 )
 from flowforge.store.errors import DefinitionNotFoundError, StoredDefinitionInvalidError
@@ -103,8 +102,6 @@ async def test_versions_are_listed_and_the_newest_found(store: Pool) -> None:
         )
 
     assert await list_versions(store, namespace=NAMESPACE, workflow="etl") == [1, 2, 3]
-    assert await newest_version(store, namespace=NAMESPACE, workflow="etl") == 3
-    assert await newest_version(store, namespace=NAMESPACE, workflow="other") is None
     newest = await load_definition(store, namespace=NAMESPACE, workflow="etl")
     assert newest.spec.version == 3
     with pytest.raises(DefinitionNotFoundError):

@@ -18,11 +18,15 @@ from flowforge.store.runs import ACTIVE_RUNS_QUERY
 pytestmark = pytest.mark.store
 
 
+def known_versions() -> tuple[int, ...]:
+    return tuple(migration.version for migration in known_migrations())
+
+
 async def test_applying_migrations_twice_is_a_no_op(empty_database_dsn: str) -> None:
     first = await migrate(empty_database_dsn)
     second = await migrate(empty_database_dsn)
 
-    assert first.applied == tuple(range(1, newest_known_version() + 1))
+    assert first.applied == known_versions()
     assert second.applied == ()
     assert second.schema_version == newest_known_version()
 
@@ -30,10 +34,10 @@ async def test_applying_migrations_twice_is_a_no_op(empty_database_dsn: str) -> 
 async def test_concurrent_migrators_apply_each_file_once(empty_database_dsn: str) -> None:
     reports = await asyncio.gather(*(migrate(empty_database_dsn) for _ in range(4)))
 
-    assert sorted(len(report.applied) for report in reports) == [0, 0, 0, newest_known_version()]
+    assert sorted(len(report.applied) for report in reports) == [0, 0, 0, len(known_versions())]
     with psycopg.connect(empty_database_dsn) as connection:
         rows = connection.execute("SELECT version FROM flowforge_schema_migration").fetchall()
-    assert [version for (version,) in rows] == list(range(1, newest_known_version() + 1))
+    assert tuple(sorted(version for (version,) in rows)) == known_versions()
 
 
 async def test_a_schema_newer_than_known_is_refused_with_a_message(
@@ -91,7 +95,7 @@ async def test_schema_2_spells_the_phases_of_existing_runs_as_kubernetes_does(
 
     report = await migrate(empty_database_dsn)
 
-    assert report.applied == tuple(range(2, newest_known_version() + 1))
+    assert report.applied == known_versions()[1:]
     with psycopg.connect(empty_database_dsn) as connection:
         rows = connection.execute("SELECT name, phase FROM flowforge_run").fetchall()
         connection.execute("SET enable_seqscan = off")

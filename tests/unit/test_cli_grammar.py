@@ -14,7 +14,7 @@ import pytest
 from flowforge.cli import commands
 from flowforge.cli.lazy import LazyHandler
 from flowforge.cli.main import build_parser, main
-from flowforge.domain import api, rendering
+from flowforge.domain import rendering
 from flowforge.kube import webhook_config
 from flowforge.store import lease
 
@@ -110,7 +110,6 @@ def test_the_parser_s_copies_of_heavy_modules_values_match_them() -> None:
     assert commands.DIRECTIONS == rendering.DIRECTIONS
     assert commands.WEBHOOK_CONFIGURATION == webhook_config.CONFIGURATION_NAME
     assert commands.OPERATOR_LEASE == lease.DEFAULT_LEASE
-    assert commands.RETRY_OF_ANNOTATION == api.RETRY_OF_ANNOTATION
 
 
 def test_every_handler_names_a_function_that_exists() -> None:

@@ -7,15 +7,12 @@ from flowforge.domain.states import (
     RUN_TRANSITIONS,
     TASK_TRANSITIONS,
     TERMINAL_COMPENSATION_STATES,
+    TERMINAL_RUN_PHASES,
     TERMINAL_TASK_STATES,
     UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
     TaskState,
-    can_move_compensation,
-    can_move_run,
-    can_move_task,
-    is_terminal_run_phase,
     sql_list,
 )
 
@@ -27,11 +24,11 @@ def test_every_state_has_a_transition_entry() -> None:
 
 
 def test_terminal_states_are_exactly_those_without_a_way_out() -> None:
-    assert {p for p in RunPhase if is_terminal_run_phase(p)} == {
+    assert {
         RunPhase.SUCCEEDED,
         RunPhase.FAILED,
         RunPhase.CANCELLED,
-    }
+    } == TERMINAL_RUN_PHASES
     assert {
         TaskState.SUCCEEDED,
         TaskState.FAILED,
@@ -51,34 +48,36 @@ def test_unresolved_task_states_hold_the_run_open() -> None:
 
 def test_a_released_task_starts_at_once_or_waits_until_dispatched() -> None:
     # the success hot path releases and dispatches in one statement: waiting -> running
-    assert can_move_task(TaskState.WAITING, TaskState.RUNNING)
-    assert can_move_task(TaskState.WAITING, TaskState.READY)
-    assert can_move_task(TaskState.READY, TaskState.RUNNING)
+    assert TaskState.RUNNING in TASK_TRANSITIONS[TaskState.WAITING]
+    assert TaskState.READY in TASK_TRANSITIONS[TaskState.WAITING]
+    assert TaskState.RUNNING in TASK_TRANSITIONS[TaskState.READY]
 
 
 def test_only_a_task_that_has_not_run_can_be_reused() -> None:
-    reusable_from = {s for s in TaskState if can_move_task(s, TaskState.SUCCEEDED)}
+    reusable_from = {s for s in TaskState if (TaskState.SUCCEEDED in TASK_TRANSITIONS[s])}
     assert reusable_from == {TaskState.WAITING, TaskState.READY, TaskState.RUNNING}
 
 
 def test_a_retry_goes_from_running_back_to_ready() -> None:
-    assert can_move_task(TaskState.RUNNING, TaskState.READY)
-    assert can_move_compensation(CompensationState.RUNNING, CompensationState.PENDING)
+    assert TaskState.READY in TASK_TRANSITIONS[TaskState.RUNNING]
+    assert CompensationState.PENDING in COMPENSATION_TRANSITIONS[CompensationState.RUNNING]
 
 
 def test_only_waiting_tasks_are_skipped() -> None:
-    skippable = {s for s in TaskState if can_move_task(s, TaskState.SKIPPED)}
+    skippable = {s for s in TaskState if (TaskState.SKIPPED in TASK_TRANSITIONS[s])}
     assert skippable == {TaskState.WAITING}
 
 
 def test_finished_runs_never_move_again() -> None:
     for finished in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED):
-        assert not any(can_move_run(finished, target) for target in RunPhase)
+        assert not any((target in RUN_TRANSITIONS[finished]) for target in RunPhase)
 
 
 def test_a_compensator_runs_only_once_triggered() -> None:
-    assert not can_move_compensation(CompensationState.NOT_TRIGGERED, CompensationState.RUNNING)
-    assert can_move_compensation(CompensationState.NOT_TRIGGERED, CompensationState.PENDING)
+    assert (
+        CompensationState.RUNNING not in COMPENSATION_TRANSITIONS[CompensationState.NOT_TRIGGERED]
+    )
+    assert CompensationState.PENDING in COMPENSATION_TRANSITIONS[CompensationState.NOT_TRIGGERED]
 
 
 def test_run_phases_are_spelled_as_kubernetes_spells_them() -> None:

@@ -95,16 +95,40 @@ app.kubernetes.io/component: {{ .component }}
       key: {{ include "flowforge.databaseSecretKey" . }}
 {{- end -}}
 
-{{/* The init container that applies the schema migrations before the main container. */}}
+{{/* FLOWFORGE_DSN of one component (dict "context" . "component" "operator"): its own
+  Secret (database.components.<component>) when set, else the shared one. Each component's
+  login role is a member of its group role (store/roles.py in the FlowForge package). */}}
+{{- define "flowforge.componentDsnEnv" -}}
+{{- $context := .context -}}
+{{- $own := index $context.Values.database.components .component | default dict -}}
+- name: FLOWFORGE_DSN
+  valueFrom:
+    secretKeyRef:
+      {{- if and $own.existingSecret (not $context.Values.database.bundled.enabled) }}
+      name: {{ $own.existingSecret }}
+      key: {{ $own.secretKey | default "dsn" }}
+      {{- else }}
+      name: {{ include "flowforge.databaseSecretName" $context }}
+      key: {{ include "flowforge.databaseSecretKey" $context }}
+      {{- end }}
+{{- end -}}
+
+{{/* The migrate command, bounded by the lock timeout. */}}
+{{- define "flowforge.migrateCommand" -}}
+[flowforge, db, migrate, --lock-timeout, {{ printf "%ds" (int .Values.migrations.lockTimeoutSeconds) | quote }}]
+{{- end -}}
+
+{{/* The init container that applies the schema migrations before the main container
+  (migrations.mode initContainer), as the migrator. */}}
 {{- define "flowforge.migrateInitContainer" -}}
-{{- if .Values.migrations.enabled }}
+{{- if and .Values.migrations.enabled (eq .Values.migrations.mode "initContainer") }}
 initContainers:
   - name: migrate
     image: {{ include "flowforge.image" . }}
     imagePullPolicy: {{ .Values.image.pullPolicy }}
-    command: [flowforge, db, migrate]
+    command: {{ include "flowforge.migrateCommand" . }}
     env:
-      {{- include "flowforge.dsnEnv" . | nindent 6 }}
+      {{- include "flowforge.componentDsnEnv" (dict "context" . "component" "migrator") | nindent 6 }}
     securityContext:
       {{- toYaml .Values.containerSecurityContext | nindent 6 }}
     resources:

@@ -29,7 +29,6 @@ GRAPH_FORMATS = ("mermaid", "dot")  # flowforge.domain.rendering.GRAPH_FORMATS
 DIRECTIONS = ("TD", "LR")  # flowforge.domain.rendering.DIRECTIONS
 WEBHOOK_CONFIGURATION = "flowforge-admission"  # flowforge.kube.webhook_config
 OPERATOR_LEASE = "operator"  # flowforge.store.lease.DEFAULT_LEASE
-RETRY_OF_ANNOTATION = "flowforge.io/retry-of"  # flowforge.domain.api
 RUN_TYPES = ("runs", "run", "workflowruns", "workflowrun", "wfr")
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -266,7 +265,7 @@ def _register_runs(subparsers: Subcommands) -> None:
         handler="flowforge.cli.runs:retry_run",
         help="run a failed or cancelled run again, reusing what still stands",
         description="Create a new WorkflowRun RUN-retry-N with the same workflow, version and "
-        f"parameters, annotated {RETRY_OF_ANNOTATION}: RUN. Tasks of RUN that succeeded and "
+        "parameters and spec.retryOf: RUN (checked at admission). Tasks of RUN that succeeded and "
         "were not rolled back (nor depend on work that was) are not run again.",
     )
     retry.add_argument("run", metavar="RUN")
@@ -340,9 +339,18 @@ def _register_operations(subparsers: Subcommands) -> None:
         handler="flowforge.cli.db:run_migrate",
         help="apply the schema migrations (a no-op when up to date)",
         description="Apply missing schema migrations in one transaction, under an advisory "
-        "lock. Refuses a database whose schema is newer than this FlowForge knows.",
+        "lock, as the flowforge_migrator role (the DSN's login must be a member once schema 4 "
+        "is in). Refuses a database whose schema is newer than this FlowForge knows.",
     )
     add_store_option(migrate)
+    migrate.add_argument(
+        "--lock-timeout",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="give up when a statement waits longer than this for a table lock, e.g. 10s "
+        "(default: wait)",
+    )
     add_output_option(migrate, forms=("json", "yaml"))
     prune = _command(
         db_commands,
@@ -350,7 +358,8 @@ def _register_operations(subparsers: Subcommands) -> None:
         handler="flowforge.cli.db:run_prune",
         help="delete finished runs' task rows and events older than a cutoff",
         description="Delete the task rows, dependency rows and events of runs that finished "
-        "before the cutoff. Runs that are not finished are never touched; the run rows stay, "
+        "before the cutoff, as the flowforge_retention role (the DSN's login must be a "
+        "member). Runs that are not finished are never touched; the run rows stay, "
         "with their final task counts.",
     )
     add_store_option(prune)

@@ -1,6 +1,8 @@
 """``flowforge db migrate | prune``: schema migrations and retention of the PostgreSQL store.
 
-The DSN comes from ``--dsn`` or the environment variable ``FLOWFORGE_DSN``.
+The DSN comes from ``--dsn`` or the environment variable ``FLOWFORGE_DSN``. ``migrate`` runs
+as ``flowforge_migrator`` and ``prune`` as ``flowforge_retention`` (``store/roles.py``): the
+DSN's login must be a member of that group role.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from flowforge.store.retention import PruneReport, prune
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    report = asyncio.run(migrate(store_dsn(args)))
+    report = asyncio.run(migrate(store_dsn(args), lock_timeout=args.lock_timeout))
     if report.applied:
         applied = ", ".join(str(version) for version in report.applied)
         text = f"applied migrations {applied}; schema is at version {report.schema_version}\n"

@@ -28,7 +28,6 @@ from flowforge.cli.run_report import RunReport, load_report, report_text, runs_t
 from flowforge.domain.api import (
     API_VERSION,
     GROUP,
-    RETRY_OF_ANNOTATION,
     RUN_KIND,
     RUN_PLURAL,
     VERSION,
@@ -195,11 +194,12 @@ def retry_run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": RUN_KIND,
-        "metadata": {"annotations": {RETRY_OF_ANNOTATION: old.name}},
+        "metadata": {},
         "spec": {
             "workflow": old.workflow,
             "version": old.version,
             "parameters": dict(old.parameters),
+            "retryOf": old.name,
         },
     }
     with kube_client(args) as api:

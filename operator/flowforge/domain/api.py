@@ -28,7 +28,14 @@ RUN_CRD: Final = f"{RUN_PLURAL}.{GROUP}"
 # kopf's own bookkeeping annotations use the same prefix.
 PREFIX: Final = GROUP
 FINALIZER: Final = f"{PREFIX}/finalizer"
-RETRY_OF_ANNOTATION: Final = f"{PREFIX}/retry-of"  # on a run created by `flowforge retry OLD`
+# Retired: a retry is `spec.retryOf` (checked at admission); admission refuses a new run that
+# still carries this annotation, and the operator ignores it.
+RETRY_OF_ANNOTATION: Final = f"{PREFIX}/retry-of"
+# Set on every new run by the mutating webhook to the requesting user; nobody else may set or
+# change it (the validating webhook refuses that). The operator records it with a retry.
+REQUESTED_BY_ANNOTATION: Final = f"{PREFIX}/requested-by"
+# "true" on a run being deleted: skip the rollback and let the object go at once.
+FORCE_DELETE_ANNOTATION: Final = f"{PREFIX}/force-delete"
 
 # Written by cluster admins only (as a ResourceQuota); read by admission.
 POLICY_KIND: Final = "FlowForgePolicy"

@@ -49,10 +49,6 @@ class DependencyGraph:
         """The tasks ``key`` depends on directly."""
         return self._dependencies[key]
 
-    def dependents_of(self, key: str) -> frozenset[str]:
-        """The tasks that depend on ``key`` directly."""
-        return frozenset(self._dependents[key])
-
     def find_cycle(self) -> tuple[str, ...] | None:
         """A cycle as ``(a, b, ..., a)`` where each key depends on the next, or None.
 

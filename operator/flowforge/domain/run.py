@@ -9,6 +9,7 @@ resources expect; the pydantic attributes are snake_case.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from flowforge.domain.api import FINALIZER, FORCE_DELETE_ANNOTATION
 from flowforge.domain.caps import (
     MAX_PARAMETER_VALUE_LENGTH,
     MAX_PARAMETERS,
@@ -27,6 +29,8 @@ MAX_TASK_SUMMARIES = 100
 MAX_COMPENSATION_STEPS = 100
 MAX_CONDITIONS = 16
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# a WorkflowRun's metadata.name: a DNS-1123 subdomain
+RUN_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class _WireModel(BaseModel):
@@ -59,11 +63,43 @@ class RunSpec(_WireModel):
         f"{MAX_PARAMETERS_TOTAL_LENGTH} in total; no two names may map to the same "
         "FLOWFORGE_PARAM_<NAME> variable, as `a-b` and `a_b` would).",
     )
+    retry_of: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=RUN_NAME_PATTERN,
+        description="Name of a finished, unsuccessful (Failed or Cancelled) run in the same "
+        "namespace that this run retries, with identical parameters: the tasks of that run "
+        "whose work still stands are reused instead of run again. Checked at creation; "
+        "cannot change after creation.",
+    )
     cancel: bool = Field(
         default=False,
         description="Set to true to cancel the run: no new task starts, running tasks are "
         "stopped and the compensators of succeeded tasks run in reverse dependency order.",
     )
+
+
+# Kubernetes' own finalizer of a foreground deletion: the garbage collector deletes the run's
+# Jobs before the run, so no compensator could run any more.
+FOREGROUND_DELETION = "foregroundDeletion"
+
+
+def deletion_forced(metadata: Mapping[str, Any]) -> bool:
+    """The run's deletion skips the rollback: the escape annotation, or a foreground
+    deletion (its Jobs are deleted first)."""
+    annotations = metadata.get("annotations") or {}
+    finalizers = metadata.get("finalizers") or []
+    return (
+        str(annotations.get(FORCE_DELETE_ANNOTATION, "")).lower() == "true"
+        or FOREGROUND_DELETION in finalizers
+    )
+
+
+def deletion_waits_for_rollback(metadata: Mapping[str, Any]) -> bool:
+    """A run being deleted stays (with its Jobs) until its rollback has settled: FlowForge's
+    finalizer holds it and nobody forced the deletion."""
+    return FINALIZER in (metadata.get("finalizers") or []) and not deletion_forced(metadata)
 
 
 class ConditionStatus(StrEnum):
@@ -110,10 +146,6 @@ class RunProgress(_WireModel):
         default=0, ge=0, description="Tasks never started because an upstream task failed."
     )
     cancelled: int = Field(default=0, ge=0, description="Tasks stopped by a cancel request.")
-
-    def display(self) -> str:
-        """The `succeeded/total` text shown in the Progress printer column."""
-        return f"{self.succeeded}/{self.total}"
 
 
 class TaskSummary(_WireModel):

@@ -135,22 +135,6 @@ ACTIVE_TASK_STATES: frozenset[StrEnum] = frozenset(
 RELEASED_TASK_STATES = frozenset({TaskState.READY, TaskState.RUNNING})
 
 
-def is_terminal_run_phase(phase: RunPhase) -> bool:
-    return phase in TERMINAL_RUN_PHASES
-
-
-def can_move_run(current: RunPhase, target: RunPhase) -> bool:
-    return target in RUN_TRANSITIONS[current]
-
-
-def can_move_task(current: TaskState, target: TaskState) -> bool:
-    return target in TASK_TRANSITIONS[current]
-
-
-def can_move_compensation(current: CompensationState, target: CompensationState) -> bool:
-    return target in COMPENSATION_TRANSITIONS[current]
-
-
 def sql_list(values: Iterable[StrEnum]) -> str:
     """``('a', 'b')``: a set of state values as an SQL list, sorted so a query's text (and
     so its prepared plan) is the same every time. The values are this module's own

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -277,6 +277,28 @@ class KubeClient:
     ) -> bool:
         """Merge-patch the run's status subresource; False when the run is gone."""
         return await self._patch_status(RUN_PLURAL, namespace=namespace, name=name, status=status)
+
+    async def json_patch_run(
+        self, *, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """JSON-patch the run object (e.g. its finalizers); False when it is gone. A failed
+        ``test`` operation (a stale view) raises a KubernetesError with status 422."""
+        try:
+            await self._call(
+                self._custom.patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                RUN_PLURAL,
+                name,
+                [dict(operation) for operation in operations],
+                _content_type="application/json-patch+json",
+            )
+        except KubernetesError as error:
+            if error.not_found:
+                return False
+            raise
+        return True
 
     async def patch_definition_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

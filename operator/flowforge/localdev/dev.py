@@ -181,12 +181,13 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             f"crd/{DEFINITION_CRD}",
             f"crd/{RUN_CRD}",
         )
-    with step("store schema"):
+    with step("store roles (a login per component) and schema, migrated as the migrator"):
         from flowforge.store.migrate import migrate
 
-        report = asyncio.run(migrate(server.dsn))
+        dsns = postgres.provision(server.dsn)
+        report = asyncio.run(migrate(dsns["migrator"]))
         print(f"    schema version {report.schema_version}")
-    env = _child_environment(cluster, server.dsn)
+    env = _child_environment(cluster, dsns["webhook"])
     with step("admission webhooks"):
         port_file = state_dir / WEBHOOK_PORT_FILE
         running = _running_pid(state_dir / "webhooks.pid")
@@ -205,7 +206,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                 "--client-ca",
                 str(cluster.webhook_client.ca_cert_path),
                 "--dsn",
-                server.dsn,
+                dsns["webhook"],
                 "--kubeconfig",
                 str(cluster.kubeconfig),
             ],
@@ -227,14 +228,14 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                 "-m",
                 "flowforge.operator",
                 "--dsn",
-                server.dsn,
+                dsns["operator"],
                 "--kubeconfig",
                 str(cluster.kubeconfig),
                 "--job-ttl",
                 "-1",
             ],
             state_dir=state_dir,
-            env=env,
+            env=_child_environment(cluster, dsns["operator"]),
         )
     if apply_examples:
         with step("examples (an ETL diamond; a saga whose failing step is rolled back)"):
@@ -249,7 +250,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                     )
         print()
         print(kubectl(cluster, "get", RUN_PLURAL, "-A").stdout)
-    _print_next_steps(state_dir, cluster, server.dsn)
+    _print_next_steps(state_dir, cluster, dsns)
     return 0
 
 
@@ -265,11 +266,13 @@ def _apply_with_retry(cluster: Cluster, manifest: Path, *, attempts: int = 10) -
         time.sleep(1.0)
 
 
-def _print_next_steps(state_dir: Path, cluster: Cluster, dsn: str) -> None:
+def _print_next_steps(state_dir: Path, cluster: Cluster, dsns: dict[str, str]) -> None:
     print(
         "FlowForge is running locally. Next:\n"
         f"  export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH\n"
-        f"  export FLOWFORGE_DSN='{dsn}'\n"
+        "  # the admin's DSN (the schema's owner); each process has its own role\n"
+        f"  export FLOWFORGE_DSN='{dsns['migrator']}'\n"
+        f"  flowforge db prune --older-than 30d --dsn '{dsns['retention']}'\n"
         "  kubectl get flowforge                    # definitions and runs\n"
         "  kubectl describe wfr order-1001          # conditions and events of the rollback\n"
         "  flowforge describe run order-1001        # the history, from PostgreSQL\n"

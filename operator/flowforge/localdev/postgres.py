@@ -8,11 +8,17 @@ and ``DIR`` is handed to it; every parent of ``DIR`` must be traversable by that
 
     python -m flowforge.localdev.postgres up --dir DIR
     python -m flowforge.localdev.postgres down --dir DIR
+
+``provision`` (``make dev``) gives each FlowForge component its own login role, a member of
+its group role (``flowforge.store.roles``), and a ``flowforge`` database owned by the
+migrator's login, so migrations run as the migrator from the first one on; it returns a DSN
+per component. The server trusts local connections, so the logins need no password.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import pwd
@@ -24,7 +30,22 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from flowforge.store import roles
+
 SUPERUSER = "postgres"
+DEV_DATABASE = "flowforge"
+# component -> (its login role, the group role it is a member of)
+COMPONENT_LOGINS: dict[str, tuple[str, str]] = {
+    "migrator": ("ff_migrator", roles.MIGRATOR),
+    "operator": ("ff_operator", roles.OPERATOR),
+    "webhook": ("ff_webhook", roles.WEBHOOK),
+    "retention": ("ff_retention", roles.RETENTION),
+    "reporting": ("ff_reporting", roles.REPORTING),
+}
 FALLBACK_SERVICE_ACCOUNT = "flowforge-pg"
 BINARY_DIRECTORIES = (Path("/usr/lib/postgresql/15/bin"),)
 DSN_FILE = "dsn"
@@ -266,6 +287,49 @@ def stop(directory: Path) -> bool:
     while (data_directory / "postmaster.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return True
+
+
+def _create_role(
+    connection: psycopg.Connection[tuple[object, ...]], statement: sql.Composed
+) -> None:
+    # it may exist: roles are global to the server and outlive a database
+    with contextlib.suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+        connection.execute(statement)
+
+
+def provision(admin_dsn: str, *, database: str = DEV_DATABASE) -> dict[str, str]:
+    """Group roles, a login per component and the database (idempotent), through the
+    superuser's ``admin_dsn``; returns component -> DSN."""
+    migrator_login = COMPONENT_LOGINS["migrator"][0]
+    with psycopg.connect(admin_dsn, autocommit=True) as connection:
+        for group in roles.ALL_ROLES:
+            _create_role(
+                connection, sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(group))
+            )
+        # as migration 4 would (the server reads as reporting, narrowed per transaction)
+        connection.execute(
+            sql.SQL("GRANT {} TO {}").format(
+                sql.Identifier(roles.REPORTING), sql.Identifier(roles.SERVER)
+            )
+        )
+        for login, group in COMPONENT_LOGINS.values():
+            _create_role(connection, sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            connection.execute(
+                sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login))
+            )
+        exists = connection.execute(
+            "SELECT FROM pg_database WHERE datname = %s", (database,)
+        ).fetchone()
+        if exists is None:
+            connection.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(database), sql.Identifier(migrator_login)
+                )
+            )
+    return {
+        component: make_conninfo(admin_dsn, user=login, dbname=database)
+        for component, (login, _group) in COMPONENT_LOGINS.items()
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,16 +14,19 @@ two different contents for one version must not both be admitted).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
 from flowforge.domain.caps import parameter_errors
 from flowforge.domain.errors import DefinitionError, InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.run import RunSpec
+from flowforge.domain.states import RunPhase
 from flowforge.domain.validation import parse_definition
 
 # A denial listing 10,000 errors helps nobody and bloats the apiserver's response.
@@ -65,12 +68,30 @@ class DefinitionRegistry(Protocol):
 
 
 @dataclass(frozen=True)
+class RetrySource:
+    """What the store holds about the run a new run retries (``spec.retryOf``)."""
+
+    phase: str
+    workflow: str
+    parameters: Mapping[str, Any]
+
+
+class RetrySources(Protocol):
+    """What run admission reads (never writes) about the runs of the store."""
+
+    async def run_named(self, *, namespace: str, name: str) -> RetrySource | None:
+        """The newest run of that name in the namespace, or None."""
+        ...
+
+
+@dataclass(frozen=True)
 class AdmissionRequest:
     operation: str
     namespace: str
     new_object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
     dry_run: bool
+    user: str = ""  # request.userInfo.username: who asks
 
 
 @dataclass(frozen=True)
@@ -256,36 +277,77 @@ async def runnable_versions(
     return sorted({*published, *(other.version for other in persisted)})
 
 
+_REQUESTED_BY_PATH = "/metadata/annotations/" + REQUESTED_BY_ANNOTATION.replace("/", "~1")
+_REQUESTED_BY_FIELD = f"metadata.annotations[{REQUESTED_BY_ANNOTATION}]"
+
+
+def _annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
 async def decide_run_mutation(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
-    """On CREATE, pin the newest version (published or persisted) when the run names none.
+    """On CREATE, record who asks (``flowforge.io/requested-by``, whatever the object said)
+    and pin the newest version (published or persisted) when the run names none.
 
     Anything malformed is left untouched for the validating webhook to deny with a full message.
     """
     if request.operation != "CREATE":
         return Verdict.allow()
+    patch: list[JsonPatchOperation] = []
+    if request.user:
+        patch.append(JsonPatchOperation(op="add", path=_REQUESTED_BY_PATH, value=request.user))
     spec = _spec_of(request.new_object)
     if not isinstance(spec, Mapping) or spec.get("version") is not None:
-        return Verdict.allow()
+        return Verdict.allow(*patch)
     workflow = spec.get("workflow")
     if not isinstance(workflow, str) or not workflow:
-        return Verdict.allow()
+        return Verdict.allow(*patch)
     versions = await runnable_versions(registry, namespace=request.namespace, workflow=workflow)
-    if not versions:
-        return Verdict.allow()
-    return Verdict.allow(JsonPatchOperation(op="add", path="/spec/version", value=max(versions)))
+    if versions:
+        patch.append(JsonPatchOperation(op="add", path="/spec/version", value=max(versions)))
+    return Verdict.allow(*patch)
 
 
-async def decide_run(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+async def decide_run(
+    request: AdmissionRequest,
+    registry: DefinitionRegistry,
+    *,
+    runs: RetrySources | None = None,
+) -> Verdict:
+    """``runs`` is where ``spec.retryOf`` is looked up; without it a retry is refused."""
     if request.operation == "CREATE":
-        return await _decide_run_create(request, registry)
+        return await _decide_run_create(request, registry, runs)
     if request.operation == "UPDATE":
         return _decide_run_update(request)
     return Verdict.allow()
 
 
-async def _decide_run_create(request: AdmissionRequest, registry: DefinitionRegistry) -> Verdict:
+def _requester_error(request: AdmissionRequest) -> str | None:
+    """Only the mutating webhook writes who asked: a value set by anyone else is refused."""
+    claimed = _annotations_of(request.new_object).get(REQUESTED_BY_ANNOTATION)
+    if claimed is None or not request.user or claimed == request.user:
+        return None
+    return (
+        f"{_REQUESTED_BY_FIELD}: is set by FlowForge to the requesting user ({request.user!r}) "
+        f"and cannot be set to {claimed!r}"
+    )
+
+
+async def _decide_run_create(
+    request: AdmissionRequest, registry: DefinitionRegistry, runs: RetrySources | None
+) -> Verdict:
     spec = _spec_of(request.new_object)
     errors = _run_shape_errors(spec)
+    if RETRY_OF_ANNOTATION in _annotations_of(request.new_object):
+        errors.append(
+            f"metadata.annotations[{RETRY_OF_ANNOTATION}]: no longer supported; "
+            "name the run to retry in spec.retryOf"
+        )
+    requester = _requester_error(request)
+    if requester is not None:
+        errors.append(requester)
     if errors:
         return Verdict.deny("invalid WorkflowRun:\n" + "\n".join(errors), code=CODE_INVALID)
     assert isinstance(spec, Mapping)
@@ -310,10 +372,75 @@ async def _decide_run_create(request: AdmissionRequest, registry: DefinitionRegi
             f"namespace {request.namespace!r}; published versions: {_format_versions(versions)}",
             code=CODE_NOT_FOUND,
         )
+    retry_of: str | None = spec.get("retryOf")
+    if retry_of is not None:
+        return await _decide_retry(request, spec=spec, retry_of=retry_of, runs=runs)
+    return Verdict.allow()
+
+
+RETRYABLE_PHASES = frozenset({RunPhase.FAILED, RunPhase.CANCELLED})
+
+
+def canonical_json(value: Any) -> str:
+    """One text per JSON value: key order and spacing never matter."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+async def _decide_retry(
+    request: AdmissionRequest,
+    *,
+    spec: Mapping[str, Any],
+    retry_of: str,
+    runs: RetrySources | None,
+) -> Verdict:
+    """A retry names a finished, unsuccessful run of the same workflow in the review's
+    namespace, with identical parameters."""
+    namespace = request.namespace
+    name = (request.new_object or {}).get("metadata", {}).get("name")
+    if retry_of == name:
+        return Verdict.deny("spec.retryOf: a run cannot retry itself", code=CODE_INVALID)
+    if runs is None:
+        return Verdict.deny(
+            "spec.retryOf: retries cannot be checked by this webhook", code=CODE_FORBIDDEN
+        )
+    source = await runs.run_named(namespace=namespace, name=retry_of)
+    if source is None:
+        return Verdict.deny(
+            f"spec.retryOf: no run named {retry_of!r} in namespace {namespace!r} (a retry "
+            "names a run of its own namespace)",
+            code=CODE_NOT_FOUND,
+        )
+    if source.phase not in RETRYABLE_PHASES:
+        still = (
+            "succeeded: there is nothing to retry"
+            if source.phase == RunPhase.SUCCEEDED
+            else (f"is still {source.phase}: wait for it to finish, or cancel it")
+        )
+        return Verdict.deny(f"spec.retryOf: run {retry_of!r} {still}", code=CODE_CONFLICT)
+    if source.workflow != spec["workflow"]:
+        return Verdict.deny(
+            f"spec.retryOf: run {retry_of!r} runs workflow {source.workflow!r}, not "
+            f"{spec['workflow']!r}",
+            code=CODE_INVALID,
+        )
+    if canonical_json(dict(source.parameters)) != canonical_json(
+        dict(spec.get("parameters") or {})
+    ):
+        return Verdict.deny(
+            f"spec.retryOf: run {retry_of!r} ran with other parameters; a retry runs with "
+            f"identical spec.parameters ({canonical_json(dict(source.parameters))})",
+            code=CODE_INVALID,
+        )
     return Verdict.allow()
 
 
 def _decide_run_update(request: AdmissionRequest) -> Verdict:
+    old_requester = _annotations_of(request.old_object).get(REQUESTED_BY_ANNOTATION)
+    if _annotations_of(request.new_object).get(REQUESTED_BY_ANNOTATION) != old_requester:
+        return Verdict.deny(
+            f"{_REQUESTED_BY_FIELD}: records who created the run and cannot change",
+            code=CODE_FORBIDDEN,
+        )
     old_spec = _spec_of(request.old_object)
     new_spec = _spec_of(request.new_object)
     if old_spec == new_spec:

@@ -23,6 +23,7 @@ from flowforge.domain.execution import (
     job_outcome,
     lost_outcome,
 )
+from flowforge.domain.run import deletion_waits_for_rollback
 from flowforge.domain.states import RunPhase
 from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
@@ -221,7 +222,11 @@ class Engine:
         return (
             body is None
             or body["metadata"].get("uid") != context.uid
-            or bool(body["metadata"].get("deletionTimestamp"))
+            # being deleted, unless its finalizer holds it for the rollback (finalizer.py)
+            or (
+                bool(body["metadata"].get("deletionTimestamp"))
+                and not deletion_waits_for_rollback(body["metadata"])
+            )
         )
 
     async def _observed_outcome(

@@ -1,11 +1,12 @@
 """kopf handlers of the run engine.
 
-WorkflowRuns and Jobs are both watched with ``@kopf.on.event``: no kopf annotations or
-finalizers are written onto either, so a standby operator (which sees every event too and
-ignores it) leaves no "handled" marks that would hide work from the leader, and deleting a
-run never waits for an operator. Every handler is idempotent (a 410 re-list replays every
-object); the reconciler is the backstop for anything an event missed, and runs at once when
-this operator becomes the leader.
+WorkflowRuns and Jobs are both watched with ``@kopf.on.event``: kopf writes no annotations
+or finalizers of its own onto either, so a standby operator (which sees every event too and
+ignores it) leaves no "handled" marks that would hide work from the leader. The one mark is
+FlowForge's own finalizer on a run, added and removed by the leader (``finalizer.py``):
+deleting a run waits until its rollback has settled. Every handler is idempotent (a 410
+re-list replays every object); the reconciler is the backstop for anything an event missed,
+and runs at once when this operator becomes the leader.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import Any
 
 import kopf
 
-from flowforge.domain.api import DEFINITION_PLURAL, FINALIZER, GROUP, PREFIX, RUN_PLURAL, VERSION
+from flowforge.domain.api import DEFINITION_PLURAL, GROUP, PREFIX, RUN_PLURAL, VERSION
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
+from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.publishing import PendingPublisher, publish_object
 from flowforge.operator.reconciler import Reconciler
@@ -36,7 +38,8 @@ logger = logging.getLogger("flowforge.operator")
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = FINALIZER
+    # kopf would own its finalizer for change handlers (there are none); never ours
+    settings.persistence.finalizer = f"{PREFIX}/kopf-finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PREFIX, key="last-handled-configuration"
@@ -141,7 +144,7 @@ async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") == "DELETED":
         await _guarded(engine, name, engine.run_deleted(body))
         return
-    await _guarded(engine, name, engine.start_run(body))
+    await _guarded(engine, name, observe_run(engine, body))
 
 
 @kopf.on.event(GROUP, VERSION, DEFINITION_PLURAL)

@@ -9,7 +9,7 @@ answers False, reading a missing object answers None.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
@@ -36,6 +36,10 @@ class KubePort(Protocol):
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def json_patch_run(
+        self, *, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]
     ) -> bool: ...
 
     async def patch_definition_status(

@@ -26,6 +26,7 @@ from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
+from flowforge.operator.finalizer import observe_run
 from flowforge.operator.runs import RunContext, RunRefusedError
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.errors import StaleEpochError
@@ -69,7 +70,7 @@ class Reconciler:
             for body in await engine.kube.list_runs(namespace=namespace):
                 seen_uids.add(body["metadata"]["uid"])
                 with contextlib.suppress(RunRefusedError):
-                    await engine.start_run(body)
+                    await observe_run(engine, body)  # also finishes a deletion left stuck
         run_ids = await self._active_run_ids()
         contexts = [await engine.runs.by_id(run_id) for run_id in run_ids]
         # the store first, then the Jobs: a Job created in between is listed, never "lost"

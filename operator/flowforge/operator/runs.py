@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flowforge.domain.api import RETRY_OF_ANNOTATION
+from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name
 from flowforge.domain.states import TaskRole
@@ -95,7 +95,9 @@ class RunCache:
             uid=uid,
             definition=definition,
             parameters=parameters,
-            retry_of=(metadata.get("annotations") or {}).get(RETRY_OF_ANNOTATION),
+            # admitted: a finished, unsuccessful run of this namespace, same parameters
+            retry_of=spec.get("retryOf"),
+            requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
         )
         self._definitions[definition.id] = definition
         context = RunContext(

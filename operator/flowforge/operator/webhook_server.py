@@ -32,6 +32,7 @@ from flowforge.operator.access_review import CachedAccessReviewer
 from flowforge.operator.admission_access import AccessChecks
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
+from flowforge.operator.run_sources import StoreRetrySources
 from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
@@ -94,13 +95,14 @@ async def serve_webhooks(
         )
         registry = kopf.OperatorRegistry()
         register_login(registry)
+        runs = StoreRetrySources(pool)
         access = AccessChecks(
             reviewer=CachedAccessReviewer(kube.review_access),
             list_policies=lambda namespace: kube.list_policies(namespace=namespace),
             load_definition=definitions.load_definition,
         )
         register_admission_handlers(
-            registry, definitions=lambda: definitions, access=lambda: access
+            registry, definitions=lambda: definitions, runs=lambda: runs, access=lambda: access
         )
         settings = kopf.OperatorSettings()
         configure_admission_settings(

@@ -23,6 +23,7 @@ from flowforge.operator.admission import (
     AdmissionRequest,
     DefinitionRegistry,
     JsonPatchOperation,
+    RetrySources,
     Verdict,
     decide_definition,
     decide_run,
@@ -35,6 +36,7 @@ from flowforge.operator.admission_access import (
 )
 
 RegistryProvider = Callable[[], DefinitionRegistry]
+RetrySourcesProvider = Callable[[], RetrySources]
 AccessProvider = Callable[[], AccessChecks]
 
 
@@ -50,6 +52,12 @@ def _namespace_of(body: Mapping[str, Any] | None) -> str:
     return namespace if isinstance(namespace, str) else ""
 
 
+def _username(handler_kwargs: Mapping[str, Any]) -> str:
+    userinfo = handler_kwargs.get("userinfo")
+    username = userinfo.get("username") if isinstance(userinfo, Mapping) else None
+    return username if isinstance(username, str) else ""
+
+
 def _request(handler_kwargs: Mapping[str, Any]) -> AdmissionRequest:
     """The AdmissionReview-level facts out of kopf's handler keyword arguments."""
     old: Mapping[str, Any] | None = handler_kwargs.get("old")
@@ -60,6 +68,7 @@ def _request(handler_kwargs: Mapping[str, Any]) -> AdmissionRequest:
         new_object=_raw(new),
         old_object=_raw(old),
         dry_run=bool(handler_kwargs.get("dryrun")),
+        user=_username(handler_kwargs),
     )
 
 
@@ -73,7 +82,10 @@ def _apply_to_patch(patch: kopf.Patch, operations: tuple[JsonPatchOperation, ...
     for operation in operations:
         if operation.op not in ("add", "replace"):
             raise ValueError(f"unsupported patch operation {operation.op!r}")
-        *parents, leaf = operation.path.strip("/").split("/")
+        *parents, leaf = (
+            part.replace("~1", "/").replace("~0", "~")
+            for part in operation.path.strip("/").split("/")
+        )
         target: dict[str, Any] = patch
         for key in parents:
             target = target.setdefault(key, {})
@@ -86,12 +98,17 @@ def _user(handler_kwargs: Mapping[str, Any]) -> UserInfo | None:
 
 
 def register_admission_handlers(
-    registry: kopf.OperatorRegistry, *, definitions: RegistryProvider, access: AccessProvider
+    registry: kopf.OperatorRegistry,
+    *,
+    definitions: RegistryProvider,
+    access: AccessProvider,
+    runs: RetrySourcesProvider | None = None,
 ) -> None:
     """Register the three admission handlers on `registry`.
 
-    `definitions` and `access` are called per request, so the operator can open its store in
-    a startup handler after registration.
+    `definitions`, `access` (who asks, the namespace's policies) and `runs` (where
+    `spec.retryOf` is looked up) are called per request, so the operator can open its store
+    in a startup handler after registration.
     """
 
     @kopf.on.validate(
@@ -119,7 +136,7 @@ def register_admission_handlers(
     )
     async def validate_workflow_run(**kwargs: Any) -> None:
         request = _request(kwargs)
-        _enforce(await decide_run(request, definitions()))
+        _enforce(await decide_run(request, definitions(), runs=None if runs is None else runs()))
         _enforce(await decide_run_access(request, user=_user(kwargs), checks=access()))
 
     @kopf.on.mutate(

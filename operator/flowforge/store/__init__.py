@@ -12,8 +12,14 @@ Tables (``migrations/0001_initial.sql``)
   ``attempt``/``max_attempts``, ``pending_dependencies`` (upstreams not yet succeeded),
   ``not_before`` (retry backoff), ``topological_index`` (rollback order).
 - ``flowforge_task_dependency``: the run's edges (upstream task row -> dependent task row).
-- ``flowforge_event``: the append-only history (a trigger refuses UPDATE).
+- ``flowforge_event``: the append-only history (triggers refuse UPDATE, and DELETE and
+  TRUNCATE to all but retention).
 - ``flowforge_schema_migration``: applied migration versions (``migrate.py``).
+- ``flowforge_reporting_grant``: which namespaces each reporting login may read (schema 4).
+
+Roles (``migrations/0004_roles.sql``, ``roles.py`` with the threat model): migrator (owns
+everything), operator (no DELETE/TRUNCATE), webhook (read-only), retention (the only one
+that deletes history), reporting and server (row-level security by namespace).
 
 States (``flowforge.domain.states``, mirrored by CHECK constraints)
 -------------------------------------------------------------------

@@ -197,14 +197,3 @@ async def list_versions(pool: Pool, *, namespace: str, workflow: str) -> list[in
             (namespace, workflow),
         )
         return [int(version) for (version,) in await cursor.fetchall()]
-
-
-async def newest_version(pool: Pool, *, namespace: str, workflow: str) -> int | None:
-    async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "SELECT version FROM flowforge_definition WHERE namespace = %s AND workflow = %s "
-            "ORDER BY version DESC LIMIT 1",
-            (namespace, workflow),
-        )
-        row = await cursor.fetchone()
-    return None if row is None else int(row[0])

@@ -5,6 +5,10 @@ a CHECK guarantees it) before the cutoff are considered; a run that is not finis
 never touched. The run row itself stays, stamped ``pruned_at`` and keeping its final task
 counts in ``final_counts`` so its progress can still be shown. Runs are pruned in batches,
 each in its own transaction, locked with SKIP LOCKED so two pruners do not collide.
+
+Every batch runs as ``flowforge_retention`` (``SET LOCAL ROLE``), the only role that may
+delete history (``roles.py``); a login that is not a member is refused before anything is
+touched, with the GRANT that would allow it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import dataclasses
 from datetime import timedelta
 
 from flowforge.store.connection import Connection, Pool
+from flowforge.store.errors import StoreError
+from flowforge.store.roles import RETENTION, is_member, set_local_role
 from flowforge.store.transaction import in_transaction
 
 PRUNABLE_QUERY = (
@@ -43,11 +49,26 @@ class PruneReport:
         )
 
 
+async def _check_retention_role(pool: Pool) -> None:
+    async with pool.connection() as connection:
+        if await is_member(connection, RETENTION):
+            return
+        cursor = await connection.execute("SELECT current_user")
+        row = await cursor.fetchone()
+    login = row[0] if row else "?"
+    raise StoreError(
+        f"role {login} may not prune: deleting history is for {RETENTION} only; "
+        f"an administrator can allow it with: GRANT {RETENTION} TO {login}"
+    )
+
+
 async def prune(pool: Pool, *, older_than: timedelta, batch_size: int = 200) -> PruneReport:
+    await _check_retention_role(pool)
     total = PruneReport()
     while True:
 
         async def prune_batch(connection: Connection) -> PruneReport:
+            await set_local_role(connection, RETENTION)
             cursor = await connection.execute(PRUNABLE_QUERY, (older_than, batch_size))
             run_ids = [int(run_id) for (run_id,) in await cursor.fetchall()]
             if not run_ids:

@@ -1,6 +1,7 @@
 """Reuse: a retry of a finished run does not run again the work of the old one that stands.
 
-``flowforge retry OLD`` creates a new WorkflowRun annotated ``flowforge.io/retry-of: OLD``.
+``flowforge retry OLD`` creates a new WorkflowRun with ``spec.retryOf: OLD`` (admission
+checks that OLD is a finished, unsuccessful run of the namespace with the same parameters).
 When the operator creates the new run's rows (``runs.create_run``), every forward task
 of OLD that is *reusable* starts ``succeeded`` (event ``task.reused``) instead of running
 again, and the other tasks wait only for their upstreams that are not reused; all of it in
@@ -151,9 +152,11 @@ async def reused_for(
     run_id: int,
     definition: StoredDefinition,
     retry_of: str,
+    requested_by: str | None = None,
 ) -> frozenset[str]:
     """Inside the transaction creating run ``run_id`` as a retry of the run named
-    ``retry_of``: the forward tasks it reuses (empty for another definition version)."""
+    ``retry_of``: the forward tasks it reuses (empty for another definition version); the
+    ``run.retry_of`` event records who asked (``requestedBy``)."""
     source = await _find_by_name(connection, namespace=definition.namespace, name=retry_of)
     if source is None or source.id == run_id:
         return frozenset()
@@ -165,6 +168,7 @@ async def reused_for(
             epoch=fence.epoch,
             detail={
                 "retryOf": retry_of,
+                "requestedBy": requested_by,
                 "reused": [],
                 "note": "another definition version: nothing reused",
             },
@@ -176,6 +180,6 @@ async def reused_for(
         run_id=run_id,
         kind=EventKind.RUN_RETRY_OF,
         epoch=fence.epoch,
-        detail={"retryOf": retry_of, "reused": sorted(reused)},
+        detail={"retryOf": retry_of, "requestedBy": requested_by, "reused": sorted(reused)},
     )
     return reused

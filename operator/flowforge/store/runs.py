@@ -88,10 +88,12 @@ async def create_run(
     definition: StoredDefinition,
     parameters: Mapping[str, Any] | None = None,
     retry_of: str | None = None,
+    requested_by: str | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
-    for a retry (``retry_of`` names the old run) the reusable tasks of the old run start
-    succeeded (``reuse.py``). Creating it again returns the existing run."""
+    for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
+    reusable tasks of the old run start succeeded (``reuse.py``). Creating it again returns
+    the existing run."""
 
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
@@ -110,7 +112,12 @@ async def create_run(
         reused: frozenset[str] = frozenset()
         if retry_of:
             reused = await reused_for(
-                connection, fence=fence, run_id=run.id, definition=definition, retry_of=retry_of
+                connection,
+                fence=fence,
+                run_id=run.id,
+                definition=definition,
+                retry_of=retry_of,
+                requested_by=requested_by,
             )
         await _insert_graph(
             connection,

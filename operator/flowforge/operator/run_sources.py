@@ -1,0 +1,22 @@
+"""What run admission reads about runs: the store's runs by name, read-only (SELECT)."""
+
+from __future__ import annotations
+
+from flowforge.operator.admission import RetrySource
+from flowforge.store.connection import Pool
+from flowforge.store.reuse import find_run_by_name
+
+
+class StoreRetrySources:
+    """Implements `flowforge.operator.admission.RetrySources` on a store pool."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def run_named(self, *, namespace: str, name: str) -> RetrySource | None:
+        run = await find_run_by_name(self._pool, namespace=namespace, name=name)
+        if run is None:
+            return None
+        return RetrySource(
+            phase=str(run.phase), workflow=run.workflow, parameters=dict(run.parameters)
+        )

@@ -53,7 +53,14 @@ async def test_a_forged_review_with_the_apiservers_certificate_changes_nothing(
 ) -> None:
     result = webhook_https.post(VALIDATE_DEFINITION_HANDLER_ID, forged_definition(namespace))
     assert result.status == 200, result.body[:300]
-    # valid content is admitted (it is a question, not a command) and nothing is written
+    # the forged user may not create Jobs there, so it is refused, naming the permission
+    denied = result.json()["response"]
+    assert denied["allowed"] is False
+    assert "user fuzzer may not create jobs" in denied["status"]["message"]
+    # forging an admin gets the content admitted (a question, not a command): nothing written
+    review = json.loads(forged_definition(namespace))
+    review["request"]["userInfo"] = {"username": "forged-admin", "groups": ["system:masters"]}
+    result = webhook_https.post(VALIDATE_DEFINITION_HANDLER_ID, json.dumps(review).encode())
     assert result.json()["response"]["allowed"] is True
     assert await list_versions(webhook_store, namespace=namespace, workflow="etl") == []
     assert names_of(cluster, namespace, "workflowdefinitions") == []

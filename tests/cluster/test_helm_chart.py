@@ -255,23 +255,46 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
     assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
     webhook_roles = [r for r in roles if r["metadata"]["name"].endswith("-webhook-read")]
     assert sorted(r["metadata"]["namespace"] for r in webhook_roles) == ["team-a", "team-b"]
-    # the webhook reads definitions (runs applied with theirs) and writes nothing
+    # the webhook reads definitions (runs applied with theirs) and policies, and writes nothing
     for role in webhook_roles:
         assert role["rules"] == [
-            {"apiGroups": ["flowforge.io"], "resources": ["workflowdefinitions"], "verbs": ["list"]}
-        ]
-    assert len(roles) == len(operator_roles) + len(webhook_roles)
-    cluster_roles = [m for m in manifests if m["kind"] == "ClusterRole"]
-    # the only cluster-wide right left is kopf's read-only CRD watch
-    assert [r["rules"] for r in cluster_roles] == [
-        [
             {
-                "apiGroups": ["apiextensions.k8s.io"],
-                "resources": ["customresourcedefinitions"],
-                "verbs": ["list", "watch"],
+                "apiGroups": ["flowforge.io"],
+                "resources": ["workflowdefinitions", "flowforgepolicies"],
+                "verbs": ["list"],
             }
         ]
+    assert len(roles) == len(operator_roles) + len(webhook_roles)
+    cluster_roles = {
+        "-".join(m["metadata"]["name"].split("-")[-2:]): m["rules"]
+        for m in manifests
+        if m["kind"] == "ClusterRole"
+    }
+    # FlowForge's own accounts hold two cluster-wide rights: kopf's read-only CRD watch and
+    # the webhook's SubjectAccessReviews; the tenant roles are for admins to bind
+    assert sorted(cluster_roles) == [
+        "crd-watch", "serviceaccount-user", "webhook-review", "workflow-editor", "workflow-viewer"
+    ]  # fmt: skip
+    assert cluster_roles["crd-watch"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"],
+        }
     ]
+    assert cluster_roles["webhook-review"] == [
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        }
+    ]
+    bound = sorted(
+        "-".join(m["roleRef"]["name"].split("-")[-2:])
+        for m in manifests
+        if m["kind"] == "ClusterRoleBinding"
+    )
+    assert bound == ["crd-watch", "webhook-review"]
     operator = next(
         m
         for m in manifests
@@ -809,7 +832,8 @@ def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
                 "namespace": namespace,
                 "operation": "CREATE",
                 "dryRun": False,
-                "userInfo": {"username": "someone", "groups": ["system:authenticated"]},
+                # an admin: the webhook's account must be able to review their access
+                "userInfo": {"username": "an-admin", "groups": ["system:masters"]},
                 "object": {
                     "apiVersion": "flowforge.io/v1alpha1",
                     "kind": "WorkflowDefinition",

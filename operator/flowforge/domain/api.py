@@ -12,7 +12,7 @@ from typing import Final
 GROUP: Final = "flowforge.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
-CATEGORY: Final = "flowforge"  # `kubectl get flowforge` lists both kinds
+CATEGORY: Final = "flowforge"  # `kubectl get flowforge` lists every kind
 
 DEFINITION_KIND: Final = "WorkflowDefinition"
 DEFINITION_PLURAL: Final = "workflowdefinitions"
@@ -36,3 +36,9 @@ RETRY_OF_ANNOTATION: Final = f"{PREFIX}/retry-of"
 REQUESTED_BY_ANNOTATION: Final = f"{PREFIX}/requested-by"
 # "true" on a run being deleted: skip the rollback and let the object go at once.
 FORCE_DELETE_ANNOTATION: Final = f"{PREFIX}/force-delete"
+
+# Written by cluster admins only (as a ResourceQuota); read by admission.
+POLICY_KIND: Final = "FlowForgePolicy"
+POLICY_PLURAL: Final = "flowforgepolicies"
+POLICY_SHORT_NAME: Final = "ffpolicy"
+POLICY_CRD: Final = f"{POLICY_PLURAL}.{GROUP}"

@@ -50,6 +50,7 @@ class ContainerTemplate(BaseModel):
     service_account_name: str | None = None
     node_selector: dict[str, str] | None = None
     tolerations: tuple[dict[str, Any], ...] | None = None
+    automount_service_account_token: bool | None = None
 
 
 class TaskSpec(BaseModel):

@@ -138,6 +138,11 @@ CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
             "maxLength": 253,
             "pattern": DNS1123_SUBDOMAIN_PATTERN,
         },
+        "automountServiceAccountToken": {
+            "type": "boolean",
+            "description": "Mount the ServiceAccount's API token into the task's Pod; not "
+            "mounted unless true.",
+        },
         "nodeSelector": _string_map(
             "Node labels the task's Pod must be scheduled on.",
             max_value_length=253,

@@ -23,6 +23,7 @@ from flowforge.domain.api import (
     API_VERSION,
     DEFINITION_PLURAL,
     GROUP,
+    POLICY_PLURAL,
     RUN_KIND,
     RUN_PLURAL,
     VERSION,
@@ -392,3 +393,15 @@ class KubeClient:
             "count": 1,
         }
         await self._call(self._core.create_namespaced_event, namespace, body)
+
+    # Admission's reads: the namespace's policies, and what a user may do
+
+    async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's FlowForgePolicy objects (read from the apiserver, not a cache)."""
+        return await self._list(POLICY_PLURAL, namespace=namespace)
+
+    async def review_access(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a SubjectAccessReview; its ``status`` says whether the user may."""
+        authorization = k8s.AuthorizationV1Api(self._api)
+        response = await self._call(authorization.create_subject_access_review, dict(body))
+        return _json(response)

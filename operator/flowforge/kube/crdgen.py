@@ -344,8 +344,10 @@ def workflow_run_crd() -> Schema:
 
 def rendered_crds() -> dict[str, str]:
     """File name -> YAML text of every CRD, deterministic."""
+    from flowforge.kube.policy_crd import flowforge_policy_crd  # it builds on this module
+
     rendered = {}
-    for crd in (workflow_definition_crd(), workflow_run_crd()):
+    for crd in (workflow_definition_crd(), workflow_run_crd(), flowforge_policy_crd()):
         text = yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
         rendered[f"{crd['metadata']['name']}.yaml"] = HEADER + text
     return rendered

@@ -7,6 +7,7 @@ module does not depend on how the domain models it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -104,19 +105,45 @@ def _environment(request: JobRequest) -> list[dict[str, Any]]:
     return env
 
 
+# Pod Security `restricted` (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+# every Pod runs as a non-root user with the runtime's seccomp profile, no privilege
+# escalation and no capabilities. An image whose USER is root still starts (as TASK_USER).
+TASK_USER = 65532
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": TASK_USER,
+    "runAsGroup": TASK_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def build_job(request: JobRequest) -> dict[str, Any]:
-    """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``."""
+    """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``, with
+    restricted security defaults; the ServiceAccount token is mounted only when the template
+    asks (``automountServiceAccountToken: true``)."""
     template = request.template
     labels = job_labels(request)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": template["image"],
         "env": _environment(request),
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
     for key in ("command", "args", "resources"):
         if template.get(key):
             container[key] = template[key]
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": template.get("automountServiceAccountToken") is True,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "containers": [container],
+    }
     for key in ("serviceAccountName", "nodeSelector", "tolerations"):
         if template.get(key):
             pod_spec[key] = template[key]

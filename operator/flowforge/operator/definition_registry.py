@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from flowforge.domain.errors import InvalidDefinitionError
+from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.validation import parse_definition
 from flowforge.operator.admission import PersistedDefinition
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions, load_definition
@@ -63,3 +66,24 @@ class StoreDefinitionRegistry:
 
     async def persisted(self, *, namespace: str, workflow: str) -> Sequence[PersistedDefinition]:
         return persisted_definitions(await self._list_definitions(namespace), workflow=workflow)
+
+    async def load_definition(
+        self, *, namespace: str, workflow: str, version: int
+    ) -> DefinitionSpec | None:
+        """The definition a run of that version would run: published, or persisted and about
+        to be published; None when neither (or it does not validate)."""
+        try:
+            stored = await load_definition(
+                self._pool, namespace=namespace, workflow=workflow, version=version
+            )
+        except DefinitionNotFoundError:
+            pass
+        else:
+            return stored.spec
+        for other in await self.persisted(namespace=namespace, workflow=workflow):
+            if other.version == version:
+                try:
+                    return parse_definition(other.spec)
+                except InvalidDefinitionError:
+                    return None
+        return None

@@ -10,8 +10,8 @@ apply them with `flowforge.kube.webhook_config.apply_webhook_configurations`.
 If DIR holds no certificate, a CA and a serving certificate for 127.0.0.1 are generated there.
 With --client-ca only clients presenting a certificate signed by that CA (the apiserver) get
 past the TLS handshake; `--client-ca none` serves anyone, for a cluster that cannot present one.
-Admission reads the store (published definitions) and the apiserver (WorkflowDefinition
-objects), and writes neither.
+Admission reads the store (published definitions) and the apiserver (WorkflowDefinition and
+FlowForgePolicy objects, SubjectAccessReviews of the requesting user), and writes neither.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import kopf
 
 from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.client import KubeClient
+from flowforge.operator.access_review import CachedAccessReviewer
+from flowforge.operator.admission_access import AccessChecks
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
 from flowforge.operator.run_sources import StoreRetrySources
@@ -94,7 +96,14 @@ async def serve_webhooks(
         registry = kopf.OperatorRegistry()
         register_login(registry)
         runs = StoreRetrySources(pool)
-        register_admission_handlers(registry, definitions=lambda: definitions, runs=lambda: runs)
+        access = AccessChecks(
+            reviewer=CachedAccessReviewer(kube.review_access),
+            list_policies=lambda namespace: kube.list_policies(namespace=namespace),
+            load_definition=definitions.load_definition,
+        )
+        register_admission_handlers(
+            registry, definitions=lambda: definitions, runs=lambda: runs, access=lambda: access
+        )
         settings = kopf.OperatorSettings()
         configure_admission_settings(
             settings, port=port, certs=certs, client_ca=client_ca, addr=addr

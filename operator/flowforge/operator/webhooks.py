@@ -18,6 +18,7 @@ from flowforge.kube.webhook_config import (
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
 )
+from flowforge.operator.access_review import UserInfo
 from flowforge.operator.admission import (
     AdmissionRequest,
     DefinitionRegistry,
@@ -28,9 +29,15 @@ from flowforge.operator.admission import (
     decide_run,
     decide_run_mutation,
 )
+from flowforge.operator.admission_access import (
+    AccessChecks,
+    decide_definition_access,
+    decide_run_access,
+)
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
+AccessProvider = Callable[[], AccessChecks]
 
 
 def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -85,16 +92,23 @@ def _apply_to_patch(patch: kopf.Patch, operations: tuple[JsonPatchOperation, ...
         target[leaf] = operation.value
 
 
+def _user(handler_kwargs: Mapping[str, Any]) -> UserInfo | None:
+    """Who asked: the review's request.userInfo, as the apiserver authenticated them."""
+    return UserInfo.from_review(handler_kwargs.get("userinfo"))
+
+
 def register_admission_handlers(
     registry: kopf.OperatorRegistry,
     *,
     definitions: RegistryProvider,
+    access: AccessProvider,
     runs: RetrySourcesProvider | None = None,
 ) -> None:
     """Register the three admission handlers on `registry`.
 
-    `definitions` (and `runs`, where `spec.retryOf` is looked up) are called per request, so
-    the operator can open its store in a startup handler after registration.
+    `definitions`, `access` (who asks, the namespace's policies) and `runs` (where
+    `spec.retryOf` is looked up) are called per request, so the operator can open its store
+    in a startup handler after registration.
     """
 
     @kopf.on.validate(
@@ -109,6 +123,7 @@ def register_admission_handlers(
     async def validate_workflow_definition(**kwargs: Any) -> None:
         request = _request(kwargs)
         _enforce(await decide_definition(request, definitions()))
+        _enforce(await decide_definition_access(request, user=_user(kwargs), checks=access()))
 
     @kopf.on.validate(
         GROUP,
@@ -122,6 +137,7 @@ def register_admission_handlers(
     async def validate_workflow_run(**kwargs: Any) -> None:
         request = _request(kwargs)
         _enforce(await decide_run(request, definitions(), runs=None if runs is None else runs()))
+        _enforce(await decide_run_access(request, user=_user(kwargs), checks=access()))
 
     @kopf.on.mutate(
         GROUP,

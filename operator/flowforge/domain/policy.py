@@ -1,0 +1,305 @@
+"""The namespace policy (FlowForgePolicy) and its pure evaluation against definitions and runs.
+
+A FlowForgePolicy is written by cluster admins only (as a ResourceQuota is): the chart's
+tenant roles may read it, never write it. It lists what the Jobs of a namespace's workflows
+may use: ServiceAccounts, image registries (globs), tolerations and node selectors, and caps
+that lower (never raise) the hard limits of `flowforge.domain.caps`.
+
+Every policy of a namespace applies (their intersection). A namespace with none gets
+`DEFAULT_POLICY`: only the `default` ServiceAccount, any registry, no tolerations and no
+nodeSelector, the hard caps.
+
+Evaluation returns every violation, each naming the field of the definition (or run) and
+the policy that refuses it, e.g.
+``spec.taskTypes.py.image: registry evil.io is not allowed by policy team-a/flowforge``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from flowforge.domain.caps import config_text, nesting_depth
+from flowforge.domain.models import ContainerTemplate, DefinitionSpec
+from flowforge.domain.policy_spec import PolicyCaps, PolicySpec, TolerationRule
+
+DEFAULT_SERVICE_ACCOUNT: Final = "default"
+ANY: Final = "*"
+
+# A container image reference as the kubelet reads it (the distribution reference grammar).
+_DOMAIN = (
+    r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"(?::[0-9]+)?"
+)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_DEFAULT_REGISTRY: Final = "docker.io"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One FlowForgePolicy object: where it lives and what it says."""
+
+    namespace: str
+    name: str
+    spec: PolicySpec
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.name else self.namespace
+
+    @classmethod
+    def default(cls, namespace: str) -> Policy:
+        return cls(namespace=namespace, name="", spec=PolicySpec())
+
+    def describe(self) -> str:
+        if not self.name:
+            return f"the default policy of namespace {self.namespace} (it has no FlowForgePolicy)"
+        return f"policy {self.label}"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One field a policy refuses."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    registry: str
+    repository: str  # registry/path, without tag or digest
+
+
+def parse_image(image: str) -> ImageReference | None:
+    """The registry and repository of ``image``, normalised as the kubelet pulls it
+    (``busybox`` is ``docker.io/library/busybox``); None when it is not a valid reference."""
+    match = _IMAGE.fullmatch(image)
+    if match is None:
+        return None
+    domain, path = match.group("domain"), match.group("path")
+    if domain is not None and not ("." in domain or ":" in domain or domain == "localhost"):
+        if domain != domain.lower():
+            return None  # an upper-case first component is neither a host nor a path
+        path, domain = f"{domain}/{path}", None
+    registry = (domain or _DEFAULT_REGISTRY).lower()
+    if registry == _DEFAULT_REGISTRY and "/" not in path:
+        path = f"library/{path}"
+    return ImageReference(registry=registry, repository=f"{registry}/{path}")
+
+
+def registry_allowed(reference: ImageReference, patterns: Iterable[str]) -> bool:
+    """A pattern without ``/`` matches the registry host, one with ``/`` the repository
+    (``ghcr.io/acme/*``); globs as in fnmatch, case-insensitive for the host."""
+    for pattern in patterns:
+        lowered = pattern.lower() if "/" not in pattern else pattern
+        subject = reference.repository if "/" in pattern else reference.registry
+        if fnmatch.fnmatchcase(subject, lowered):
+            return True
+    return False
+
+
+def _tolerated(toleration: Mapping[str, Any], rule: TolerationRule) -> bool:
+    key = str(toleration.get("key") or "")
+    if rule.key != ANY and rule.key != key:
+        return False
+    if toleration.get("operator") == "Exists":
+        if rule.values is not None:
+            return False
+    elif rule.values is not None and str(toleration.get("value") or "") not in rule.values:
+        return False
+    effect = str(toleration.get("effect") or "")
+    return rule.effects is None or (effect != "" and effect in rule.effects)
+
+
+def _describe_toleration(toleration: Mapping[str, Any]) -> str:
+    key = toleration.get("key") or "(any key)"
+    operator = toleration.get("operator") or "Equal"
+    value = "" if operator == "Exists" else f"={toleration.get('value') or ''}"
+    effect = toleration.get("effect") or "(any effect)"
+    return f"{key} {operator}{value} {effect}"
+
+
+def template_violations(
+    template: ContainerTemplate, *, path: str, policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies refuse in one task type's template (``path`` names it)."""
+    found: list[Violation] = []
+    reference = parse_image(template.image)
+    account = template.service_account_name or DEFAULT_SERVICE_ACCOUNT
+    for policy in policies:
+        spec, by = policy.spec, policy.describe()
+        if reference is None:
+            if spec.registries != [ANY]:
+                found.append(
+                    Violation(
+                        f"{path}.image",
+                        f"is not a valid image reference ({by} allows only some registries)",
+                    )
+                )
+        elif not registry_allowed(reference, spec.registries):
+            found.append(
+                Violation(
+                    f"{path}.image",
+                    f"registry {reference.registry} is not allowed by {by} (image "
+                    f"{reference.repository}; allowed: {', '.join(spec.registries) or 'none'})",
+                )
+            )
+        if account not in spec.service_accounts:
+            named = "" if template.service_account_name else " (none named: the default)"
+            found.append(
+                Violation(
+                    f"{path}.serviceAccountName",
+                    f"serviceaccount {account!r}{named} is not allowed by {by} (allowed: "
+                    f"{', '.join(spec.service_accounts) or 'none'})",
+                )
+            )
+        for index, toleration in enumerate(template.tolerations or ()):
+            if not any(_tolerated(toleration, rule) for rule in spec.tolerations):
+                found.append(
+                    Violation(
+                        f"{path}.tolerations[{index}]",
+                        f"toleration {_describe_toleration(toleration)} is not allowed by {by}",
+                    )
+                )
+        for key in sorted(template.node_selector or {}):
+            value = (template.node_selector or {})[key]
+            allowed = spec.node_selector.get(key)
+            if allowed is None:
+                message = f"node label {key!r} is not allowed by {by}"
+            elif ANY not in allowed and value not in allowed:
+                message = (
+                    f"value {value!r} of node label {key!r} is not allowed by {by} "
+                    f"(allowed: {', '.join(allowed) or 'none'})"
+                )
+            else:
+                continue
+            found.append(Violation(f"{path}.nodeSelector.{key}", message))
+    return found
+
+
+def _cap(policies: Sequence[Policy], field: str) -> tuple[int, Policy] | None:
+    """The lowest value of one cap over the policies that set it, and the policy."""
+    best: tuple[int, Policy] | None = None
+    for policy in policies:
+        value = getattr(policy.spec.caps, field)
+        if value is not None and (best is None or value < best[0]):
+            best = (value, policy)
+    return best
+
+
+def _over(
+    policies: Sequence[Policy], field: str, *, actual: int, path: str, what: str
+) -> list[Violation]:
+    cap = _cap(policies, field)
+    if cap is None or actual <= cap[0]:
+        return []
+    limit, policy = cap
+    return [Violation(path, f"has {actual} {what}; {policy.describe()} allows at most {limit}")]
+
+
+def definition_violations(
+    definition: DefinitionSpec, policies: Sequence[Policy]
+) -> list[Violation]:
+    """Every violation of ``definition`` against the namespace's policies (in field order).
+
+    ``policies`` empty means the namespace has none: pass ``[Policy.default(namespace)]``.
+    """
+    found: list[Violation] = []
+    for name in sorted(definition.task_types):
+        found.extend(
+            template_violations(
+                definition.task_types[name], path=f"spec.taskTypes.{name}", policies=policies
+            )
+        )
+    found += _over(
+        policies, "max_tasks", actual=len(definition.tasks), path="spec.tasks", what="tasks"
+    )
+    edges = sum(len(task.depends_on) for task in definition.tasks)
+    found += _over(
+        policies, "max_edges", actual=edges, path="spec.tasks", what="dependsOn entries in total"
+    )
+    depth_cap = _cap(policies, "max_config_depth")
+    for index, task in enumerate(definition.tasks):
+        path = f"spec.tasks[{index}].config"
+        if depth_cap is not None:
+            depth = nesting_depth(task.config, limit=depth_cap[0])
+            found += _over(
+                policies, "max_config_depth", actual=depth, path=path, what="levels of nesting"
+            )
+        size = len(config_text(task.config))
+        found += _over(policies, "max_config_bytes", actual=size, path=path, what="bytes as JSON")
+    return found
+
+
+def parameter_violations(
+    parameters: Mapping[str, str], policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies' caps refuse in a run's parameters."""
+    found = _over(
+        policies,
+        "max_parameters",
+        actual=len(parameters),
+        path="spec.parameters",
+        what="parameters",
+    )
+    total = sum(len(name) + len(value) for name, value in parameters.items())
+    found += _over(
+        policies,
+        "max_parameters_total_length",
+        actual=total,
+        path="spec.parameters",
+        what="characters in names and values",
+    )
+    for name in sorted(parameters):
+        found += _over(
+            policies,
+            "max_parameter_value_length",
+            actual=len(parameters[name]),
+            path=f"spec.parameters[{name}]",
+            what="characters",
+        )
+    return found
+
+
+def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
+    """(field path, ServiceAccount) for every task type naming one other than ``default``:
+    the requester must be allowed to ``use`` each (a Pod naming none runs as ``default``,
+    which anyone who may create Jobs gets anyway)."""
+    return sorted(
+        (f"spec.taskTypes.{name}.serviceAccountName", template.service_account_name)
+        for name, template in definition.task_types.items()
+        if template.service_account_name
+        and template.service_account_name != DEFAULT_SERVICE_ACCOUNT
+    )
+
+
+def policies_or_default(policies: Sequence[Policy], *, namespace: str) -> list[Policy]:
+    return list(policies) or [Policy.default(namespace)]
+
+
+__all__ = [
+    "DEFAULT_SERVICE_ACCOUNT",
+    "ImageReference",
+    "Policy",
+    "PolicyCaps",
+    "PolicySpec",
+    "TolerationRule",
+    "Violation",
+    "definition_violations",
+    "named_service_accounts",
+    "parameter_violations",
+    "parse_image",
+    "policies_or_default",
+    "registry_allowed",
+]

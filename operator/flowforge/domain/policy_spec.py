@@ -1,0 +1,151 @@
+"""The ``spec`` of a FlowForgePolicy as a pydantic model, and its JSON Schema (the CRD's).
+
+Caps may only lower the hard limits of `flowforge.domain.caps`: each is bounded by its
+hard limit in the schema, so the apiserver refuses a policy that tries to raise one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from flowforge.domain.caps import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_EDGES,
+    MAX_PARAMETER_VALUE_LENGTH,
+    MAX_PARAMETERS,
+    MAX_PARAMETERS_TOTAL_LENGTH,
+    MAX_TASKS,
+)
+
+MAX_POLICY_ENTRIES: Final = 256
+_SA_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_EFFECT_PATTERN: Final = r"^(NoSchedule|PreferNoSchedule|NoExecute)$"
+
+
+class _PolicyModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class TolerationRule(_PolicyModel):
+    """A toleration tasks may carry."""
+
+    key: str = Field(
+        min_length=1,
+        max_length=316,
+        description="The taint key tasks may tolerate; `*` allows any key, including the "
+        "empty key that tolerates every taint.",
+    )
+    values: list[str] | None = Field(
+        default=None,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Values an `Equal` toleration may name; omitted allows any value and "
+        "operator `Exists`.",
+    )
+    effects: list[str] | None = Field(
+        default=None,
+        max_length=3,
+        description="Effects the toleration may name (NoSchedule, PreferNoSchedule, "
+        "NoExecute); omitted allows any effect, including none (all effects).",
+    )
+
+
+class PolicyCaps(_PolicyModel):
+    """Lower caps than FlowForge's hard limits; an omitted cap is the hard limit."""
+
+    max_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS, description="Tasks.")
+    max_edges: int | None = Field(
+        default=None, ge=0, le=MAX_EDGES, description="dependsOn entries over all tasks."
+    )
+    max_parameters: int | None = Field(
+        default=None, ge=0, le=MAX_PARAMETERS, description="Parameters of a run."
+    )
+    max_parameter_value_length: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PARAMETER_VALUE_LENGTH,
+        description="Characters of one parameter value.",
+    )
+    max_parameters_total_length: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PARAMETERS_TOTAL_LENGTH,
+        description="Characters of all parameter names and values together.",
+    )
+    max_config_bytes: int | None = Field(
+        default=None, ge=2, le=MAX_CONFIG_BYTES, description="Bytes of a task's config as JSON."
+    )
+    max_config_depth: int | None = Field(
+        default=None, ge=1, le=MAX_CONFIG_DEPTH, description="Nesting levels of a task's config."
+    )
+
+
+class PolicySpec(_PolicyModel):
+    """What the Jobs of this namespace's workflows may use (every policy of it applies)."""
+
+    # A namespace with none allows only the `default` ServiceAccount, any registry, no
+    # tolerations and no nodeSelector: the defaults of these fields.
+
+    service_accounts: list[str] = Field(
+        default_factory=lambda: ["default"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="ServiceAccounts task types may name (`default` is what a task type "
+        "naming none runs as). Whoever publishes or runs a workflow must also hold verb "
+        "`use` on each named ServiceAccount.",
+    )
+    registries: list[str] = Field(
+        default_factory=lambda: ["*"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="Image globs: without `/` a registry host (`ghcr.io`, `*.corp.example`), "
+        "with `/` a repository (`docker.io/library/*`). `busybox` is "
+        "`docker.io/library/busybox`. Default: any.",
+    )
+    tolerations: list[TolerationRule] = Field(
+        default_factory=list,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Tolerations task types may carry. Default: none.",
+    )
+    node_selector: dict[str, list[str]] = Field(
+        default_factory=dict,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Node label keys task types may select on, each with the values allowed "
+        "(`*`: any). Default: none.",
+    )
+    caps: PolicyCaps = Field(
+        default_factory=PolicyCaps,
+        description="Caps lower than FlowForge's hard limits (never higher).",
+    )
+
+
+def _with_item_bounds(schema: dict[str, Any]) -> dict[str, Any]:
+    """Bound every string of the policy (pydantic does not say it for list items)."""
+    string_lists = {"serviceAccounts": _SA_PATTERN, "registries": None}
+    properties = schema["properties"]
+    for name, pattern in string_lists.items():
+        items: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 512}
+        if pattern is not None:
+            items["pattern"] = pattern
+        properties[name]["items"] = items
+    properties["nodeSelector"]["additionalProperties"] = {
+        "type": "array",
+        "maxItems": MAX_POLICY_ENTRIES,
+        "items": {"type": "string", "maxLength": 63},
+    }
+    rule = schema["$defs"]["TolerationRule"]["properties"]
+    for branch in rule["values"]["anyOf"]:
+        if branch.get("type") == "array":
+            branch["items"] = {"type": "string", "maxLength": 63}
+    for branch in rule["effects"]["anyOf"]:
+        if branch.get("type") == "array":
+            branch["items"] = {"type": "string", "pattern": _EFFECT_PATTERN}
+    return schema
+
+
+POLICY_SPEC_SCHEMA: Final[dict[str, Any]] = _with_item_bounds(
+    PolicySpec.model_json_schema(by_alias=True, mode="validation")
+)

@@ -1,0 +1,214 @@
+"""Admission checks of who asks and what the namespace's policy allows.
+
+Whoever publishes a WorkflowDefinition or creates a WorkflowRun gets Jobs created for them by
+the operator, so they must themselves be allowed what those Jobs need: ``create`` on
+``jobs.batch`` in the namespace and ``use`` on every ServiceAccount the definition names
+(a custom verb: the chart's ClusterRole ``flowforge-serviceaccount-user`` grants it, bound
+per ServiceAccount). And the definition must pass every FlowForgePolicy of the namespace
+(`flowforge.domain.policy`). Both are checked again for each run, so a policy tightened or a
+permission revoked after publishing stops new runs.
+
+These run after the decisions in `admission.py` allowed the request; a denial names every
+missing permission and every field the policy refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from flowforge.domain.errors import InvalidDefinitionError
+from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.policy import (
+    Policy,
+    PolicySpec,
+    definition_violations,
+    named_service_accounts,
+    parameter_violations,
+    policies_or_default,
+)
+from flowforge.domain.validation import parse_definition
+from flowforge.operator.access_review import (
+    CREATE_JOBS,
+    AccessReviewUnavailable,
+    Permission,
+    UserInfo,
+    use_service_account,
+)
+from flowforge.operator.admission import (
+    CODE_FORBIDDEN,
+    MAX_LISTED_ERRORS,
+    AdmissionRequest,
+    Verdict,
+)
+
+CODE_UNAVAILABLE = 503
+
+ListPolicies = Callable[[str], Awaitable[list[dict[str, Any]]]]
+LoadDefinition = Callable[..., Awaitable[DefinitionSpec | None]]
+
+
+class AccessReviewer(Protocol):
+    async def missing(
+        self, user: UserInfo, *, namespace: str, permissions: Sequence[Permission]
+    ) -> list[Permission]: ...
+
+
+@dataclass(frozen=True)
+class AccessChecks:
+    """What the checks read: SubjectAccessReviews, the namespace's FlowForgePolicy objects,
+    and (for a run) its definition, published or persisted:
+    ``load_definition(namespace=, workflow=, version=)``."""
+
+    reviewer: AccessReviewer
+    list_policies: ListPolicies
+    load_definition: LoadDefinition
+
+
+def read_policies(
+    objects: Sequence[Mapping[str, Any]], *, namespace: str
+) -> tuple[list[Policy], list[str]]:
+    """The namespace's policies, and a problem for each object that cannot be read (a policy
+    that cannot be read refuses everything: it fails closed)."""
+    policies: list[Policy] = []
+    problems: list[str] = []
+    for obj in objects:
+        metadata = obj.get("metadata") or {}
+        name = str(metadata.get("name") or "?")
+        try:
+            spec = PolicySpec.model_validate(obj.get("spec") or {})
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            problems.append(
+                f"FlowForgePolicy {namespace}/{name} is invalid (spec.{where}: {first['msg']}); "
+                "nothing runs in this namespace until a cluster admin fixes it"
+            )
+            continue
+        policies.append(Policy(namespace=namespace, name=name, spec=spec))
+    return policies, problems
+
+
+def _missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:
+    if permission.resource == "serviceaccounts":
+        action = f"use serviceaccount {permission.name!r}"
+    else:
+        action = f"{permission.verb} {permission.resource}"
+    return (
+        f"user {user.username} may not {action} in namespace {namespace} "
+        f"({permission.describe()}){why}"
+    )
+
+
+async def _decide_access(
+    checks: AccessChecks,
+    *,
+    user: UserInfo | None,
+    namespace: str,
+    definition: DefinitionSpec,
+    parameters: Mapping[str, str],
+    action: str,
+) -> Verdict:
+    if user is None:
+        return Verdict.deny(
+            f"the request names no user, so nobody may {action}", code=CODE_FORBIDDEN
+        )
+    accounts = named_service_accounts(definition)
+    needed: dict[Permission, str] = {CREATE_JOBS: ": the operator creates its Jobs for you"}
+    for path, account in accounts:
+        needed.setdefault(use_service_account(account), f" (named by {path})")
+    try:
+        objects = await checks.list_policies(namespace)
+    except Exception as error:
+        return Verdict.deny(
+            f"cannot {action} now: the FlowForgePolicy objects of namespace {namespace} cannot "
+            f"be read ({type(error).__name__}: {error}); try again",
+            code=CODE_UNAVAILABLE,
+        )
+    policies, problems = read_policies(objects, namespace=namespace)
+    try:
+        missing = await checks.reviewer.missing(user, namespace=namespace, permissions=list(needed))
+    except AccessReviewUnavailable as error:
+        return Verdict.deny(f"cannot {action} now: {error}; try again", code=CODE_UNAVAILABLE)
+    lines = [_missing_line(user, p, namespace=namespace, why=needed[p]) for p in missing]
+    lines += problems
+    in_force = policies_or_default(policies, namespace=namespace)
+    violations = definition_violations(definition, in_force)
+    violations += parameter_violations(parameters, in_force)
+    lines += [str(violation) for violation in violations]
+    if not lines:
+        return Verdict.allow()
+    listed = lines[:MAX_LISTED_ERRORS]
+    if len(lines) > MAX_LISTED_ERRORS:
+        listed.append(f"... and {len(lines) - MAX_LISTED_ERRORS} more")
+    return Verdict.deny(
+        f"refused: {user.username} may not {action} in namespace {namespace}:\n"
+        + "\n".join(listed),
+        code=CODE_FORBIDDEN,
+    )
+
+
+def _spec(obj: Mapping[str, Any] | None) -> Any:
+    return obj.get("spec") if isinstance(obj, Mapping) else None
+
+
+async def decide_definition_access(
+    request: AdmissionRequest, *, user: UserInfo | None, checks: AccessChecks
+) -> Verdict:
+    """On CREATE: the publisher may create Jobs and use each ServiceAccount named, and the
+    definition passes the namespace's policies. (A spec never changes on UPDATE.)"""
+    if request.operation != "CREATE":
+        return Verdict.allow()
+    try:
+        definition = parse_definition(_spec(request.new_object))
+    except InvalidDefinitionError:
+        return Verdict.allow()  # admission.decide_definition has denied it, naming why
+    return await _decide_access(
+        checks,
+        user=user,
+        namespace=request.namespace,
+        definition=definition,
+        parameters={},
+        action="publish this WorkflowDefinition",
+    )
+
+
+async def decide_run_access(
+    request: AdmissionRequest, *, user: UserInfo | None, checks: AccessChecks
+) -> Verdict:
+    """On CREATE: whoever starts the run may create Jobs and use each ServiceAccount of its
+    definition, and definition and parameters pass the namespace's policies as they are now."""
+    if request.operation != "CREATE":
+        return Verdict.allow()
+    spec = _spec(request.new_object)
+    if not isinstance(spec, Mapping):
+        return Verdict.allow()  # admission.decide_run has denied it
+    workflow, version = spec.get("workflow"), spec.get("version")
+    if not isinstance(workflow, str) or type(version) is not int:
+        return Verdict.allow()  # likewise
+    definition = await checks.load_definition(
+        namespace=request.namespace, workflow=workflow, version=version
+    )
+    if definition is None:
+        return Verdict.deny(
+            f"spec.version: workflow {workflow!r} version {version} cannot be read to check "
+            "who may run it",
+            code=CODE_FORBIDDEN,
+        )
+    raw_parameters = spec.get("parameters")
+    parameters = (
+        {str(k): str(v) for k, v in raw_parameters.items()}
+        if isinstance(raw_parameters, Mapping)
+        else {}
+    )
+    return await _decide_access(
+        checks,
+        user=user,
+        namespace=request.namespace,
+        definition=definition,
+        parameters=parameters,
+        action=f"run workflow {workflow!r} version {version}",
+    )

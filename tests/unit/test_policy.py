@@ -1,0 +1,239 @@
+"""The namespace policy's pure evaluation (`flowforge.domain.policy`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from flowforge.domain.caps import MAX_CONFIG_DEPTH, MAX_TASKS
+from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.policy import (
+    Policy,
+    PolicySpec,
+    definition_violations,
+    named_service_accounts,
+    parameter_violations,
+    parse_image,
+    policies_or_default,
+    registry_allowed,
+)
+from flowforge.domain.validation import parse_definition
+
+
+def definition(template: dict[str, Any] | None = None, **extra: Any) -> DefinitionSpec:
+    spec: dict[str, Any] = {
+        "workflow": "w",
+        "version": 1,
+        "taskTypes": {"py": {"image": "busybox:1.36", **(template or {})}},
+        "tasks": [{"key": "a", "type": "py"}, {"key": "b", "type": "py", "dependsOn": ["a"]}],
+        **extra,
+    }
+    return parse_definition(spec)
+
+
+def policy(**spec: Any) -> Policy:
+    return Policy(namespace="team-a", name="flowforge", spec=PolicySpec.model_validate(spec))
+
+
+def messages(definition_spec: DefinitionSpec, *policies: Policy) -> list[str]:
+    return [str(v) for v in definition_violations(definition_spec, list(policies))]
+
+
+def test_the_default_policy_allows_the_default_account_any_registry_and_nothing_else() -> None:
+    default = policies_or_default([], namespace="team-a")
+    assert messages(definition({"image": "evil.io/x:1"}), *default) == []
+    refused = messages(
+        definition(
+            {
+                "serviceAccountName": "builder",
+                "tolerations": [{"operator": "Exists"}],
+                "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+            }
+        ),
+        *default,
+    )
+    assert refused == [
+        "spec.taskTypes.py.serviceAccountName: serviceaccount 'builder' is not allowed by the "
+        "default policy of namespace team-a (it has no FlowForgePolicy) (allowed: default)",
+        "spec.taskTypes.py.tolerations[0]: toleration (any key) Exists (any effect) is not "
+        "allowed by the default policy of namespace team-a (it has no FlowForgePolicy)",
+        "spec.taskTypes.py.nodeSelector.node-role.kubernetes.io/control-plane: node label "
+        "'node-role.kubernetes.io/control-plane' is not allowed by the default policy of "
+        "namespace team-a (it has no FlowForgePolicy)",
+    ]
+
+
+def test_a_forbidden_registry_is_named_with_the_field_and_the_policy() -> None:
+    refused = messages(definition({"image": "evil.io/miner:1"}), policy(registries=["ghcr.io"]))
+    assert refused == [
+        "spec.taskTypes.py.image: registry evil.io is not allowed by policy team-a/flowforge "
+        "(image evil.io/miner; allowed: ghcr.io)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("image", "registry", "repository"),
+    [
+        ("busybox", "docker.io", "docker.io/library/busybox"),
+        ("busybox:1.36", "docker.io", "docker.io/library/busybox"),
+        ("acme/app", "docker.io", "docker.io/acme/app"),
+        ("ghcr.io/acme/app:v1", "ghcr.io", "ghcr.io/acme/app"),
+        ("GHCR.io/acme/app", "ghcr.io", "ghcr.io/acme/app"),
+        ("localhost/app", "localhost", "localhost/app"),
+        ("registry:5000/app", "registry:5000", "registry:5000/app"),
+        ("evil.io/x@sha256:" + "a" * 64, "evil.io", "evil.io/x"),
+    ],
+)
+def test_images_are_read_as_the_kubelet_pulls_them(
+    image: str, registry: str, repository: str
+) -> None:
+    reference = parse_image(image)
+    assert reference is not None
+    assert (reference.registry, reference.repository) == (registry, repository)
+
+
+@pytest.mark.parametrize(
+    "image", ["", "UPPER/app", "a//b", "docker.io/../evil", "evil.io/x y", "x:tag:tag", "/x"]
+)
+def test_an_image_that_is_no_reference_is_refused_when_registries_are_limited(
+    image: str,
+) -> None:
+    assert parse_image(image) is None
+    template = definition().task_types["py"].model_copy(update={"image": image})
+    spec = definition().model_copy(update={"task_types": {"py": template}})
+    assert messages(spec, policy(registries=["docker.io"])) == [
+        "spec.taskTypes.py.image: is not a valid image reference (policy team-a/flowforge "
+        "allows only some registries)"
+    ]
+
+
+def test_glob_patterns_match_the_host_without_a_slash_and_the_repository_with_one() -> None:
+    busybox = parse_image("busybox")
+    acme = parse_image("ghcr.io/acme/app")
+    assert busybox is not None and acme is not None
+    assert registry_allowed(busybox, ["docker.io"])
+    assert registry_allowed(busybox, ["docker.io/library/*"])
+    assert not registry_allowed(busybox, ["docker.io/acme/*"])
+    assert registry_allowed(acme, ["*.io"]) and not registry_allowed(acme, ["ghcr.io/other/*"])
+    # a host pattern never matches a longer host that merely starts like it
+    lookalike = parse_image("ghcr.io.evil.com/acme/app")
+    assert lookalike is not None and not registry_allowed(lookalike, ["ghcr.io"])
+
+
+def test_tolerations_and_node_selectors_pass_only_as_listed() -> None:
+    allowed = policy(
+        tolerations=[{"key": "gpu", "values": ["a100"], "effects": ["NoSchedule"]}],
+        nodeSelector={"pool": ["batch", "spot"], "zone": ["*"]},
+    )
+    ok = definition(
+        {
+            "tolerations": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}],
+            "nodeSelector": {"pool": "spot", "zone": "eu-1"},
+        }
+    )
+    assert messages(ok, allowed) == []
+    bad = definition(
+        {
+            "tolerations": [
+                {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "gpu", "value": "a100"},
+                {"operator": "Exists"},
+            ],
+            "nodeSelector": {"pool": "system"},
+        }
+    )
+    paths = [v.path for v in definition_violations(bad, [allowed])]
+    assert paths == [
+        "spec.taskTypes.py.tolerations[0]",
+        "spec.taskTypes.py.tolerations[1]",
+        "spec.taskTypes.py.tolerations[2]",
+        "spec.taskTypes.py.nodeSelector.pool",
+    ]
+
+
+def test_caps_lower_the_hard_limits_and_name_the_field() -> None:
+    strict = policy(caps={"maxTasks": 1, "maxEdges": 0, "maxConfigDepth": 2})
+    spec = definition(
+        tasks=[
+            {"key": "a", "type": "py", "config": {"x": {"y": {"z": 1}}}},
+            {"key": "b", "type": "py", "dependsOn": ["a"]},
+        ]
+    )
+    assert messages(spec, strict) == [
+        "spec.tasks: has 2 tasks; policy team-a/flowforge allows at most 1",
+        "spec.tasks: has 1 dependsOn entries in total; policy team-a/flowforge allows at most 0",
+        "spec.tasks[0].config: has 3 levels of nesting; policy team-a/flowforge allows at most 2",
+    ]
+    assert [
+        str(v)
+        for v in parameter_violations(
+            {"a": "xyz"}, [policy(caps={"maxParameters": 0, "maxParameterValueLength": 2})]
+        )
+    ] == [
+        "spec.parameters: has 1 parameters; policy team-a/flowforge allows at most 0",
+        "spec.parameters[a]: has 3 characters; policy team-a/flowforge allows at most 2",
+    ]
+
+
+@pytest.mark.parametrize(
+    "caps", [{"maxTasks": MAX_TASKS + 1}, {"maxConfigDepth": MAX_CONFIG_DEPTH + 1}, {"x": 1}]
+)
+def test_a_policy_cannot_raise_a_hard_limit_or_invent_a_cap(caps: dict[str, int]) -> None:
+    with pytest.raises(ValidationError):
+        PolicySpec.model_validate({"caps": caps})
+
+
+def test_only_service_accounts_other_than_default_need_use() -> None:
+    spec = parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "taskTypes": {
+                "a": {"image": "x", "serviceAccountName": "builder"},
+                "b": {"image": "x", "serviceAccountName": "default"},
+                "c": {"image": "x"},
+            },
+            "tasks": [{"key": "t", "type": "a"}],
+        }
+    )
+    assert named_service_accounts(spec) == [("spec.taskTypes.a.serviceAccountName", "builder")]
+
+
+accounts = st.lists(st.sampled_from(["default", "builder", "deployer", "ci"]), max_size=4)
+
+
+@given(first=accounts, second=accounts, used=st.sampled_from(["builder", "deployer", "ci"]))
+def test_every_policy_applies_so_adding_one_never_allows_more(
+    first: list[str], second: list[str], used: str
+) -> None:
+    spec = definition({"serviceAccountName": used})
+    one = definition_violations(spec, [policy(serviceAccounts=first)])
+    both = definition_violations(
+        spec,
+        [
+            policy(serviceAccounts=first),
+            Policy(namespace="team-a", name="p2", spec=PolicySpec(service_accounts=second)),
+        ],
+    )
+    assert (not one) == (used in first)
+    assert (not both) == (used in first and used in second)
+    assert set(one) <= set(both)
+
+
+@given(
+    st.integers(min_value=1, max_value=MAX_CONFIG_DEPTH),
+    st.integers(min_value=1, max_value=MAX_CONFIG_DEPTH),
+)
+def test_a_config_passes_exactly_when_it_fits_the_depth_cap(depth: int, cap: int) -> None:
+    config: dict[str, Any] = {}
+    cursor = config
+    for _ in range(depth - 1):
+        cursor["n"] = {}
+        cursor = cursor["n"]
+    spec = definition(tasks=[{"key": "a", "type": "py", "config": config}])
+    found = definition_violations(spec, [policy(caps={"maxConfigDepth": cap})])
+    assert (not found) == (depth <= cap)

@@ -113,6 +113,10 @@ class Engine:
             return
         if uid not in self._started:
             await self.dispatch(context)
+            # the first sighting in this process (e.g. after a restart) re-projects the
+            # status even when nothing was dispatched: a run that finished while no
+            # operator was there to patch its object would otherwise show Running
+            self.status.mark(context.run_id)
             self._started.add(uid)
 
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:

@@ -236,7 +236,9 @@ class KubeClient:
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
-    async def job_pods(self, *, namespace: str, job_name: str, job_uid: str) -> list[dict[str, Any]]:
+    async def job_pods(
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> list[dict[str, Any]]:
         """The Pods the Job controls (ownerReference uid = the Job's), oldest first: a
         ``job-name`` label is only a claim, and anyone who may create a Pod here can make it."""
         response = await self._call(

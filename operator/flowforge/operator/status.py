@@ -96,11 +96,12 @@ class StatusWriter:
                         if made
                         else None,
                         exit_code=outcome.get("exitCode"),
-                        message=(
-                            delayed.get((row.task_key, row.attempt), "")
-                            if state is TaskState.RUNNING
-                            else row.last_error or ""
-                        )[:1024],
+                        message=_task_message(
+                            state,
+                            delayed=delayed.get((row.task_key, row.attempt), ""),
+                            error=row.last_error or "",
+                            reason=str(outcome.get("reason") or ""),
+                        ),
                         started_at=row.started_at,
                         finished_at=row.finished_at,
                     )
@@ -112,6 +113,9 @@ class StatusWriter:
             failure = (
                 f"task {', '.join(failed)} failed" if failed else f"{counts.failed} tasks failed"
             )
+            why = [s.message for s in summaries if s.state is TaskState.FAILED and s.message]
+            if len(failed) == 1 and why:
+                failure += f": {why[0]}"
         return project_status(
             StatusInput(
                 phase=record.phase,
@@ -142,6 +146,16 @@ class StatusWriter:
         await self._kube.patch_run_status(
             namespace=context.namespace, name=context.name, status=body
         )
+
+
+def _task_message(state: TaskState, *, delayed: str, error: str, reason: str) -> str:
+    """A task's line in the status: why its Job is not created yet while it runs; why it
+    failed (the outcome's reason first: ``Unschedulable: 0/3 nodes ...``)."""
+    if state is TaskState.RUNNING:
+        return delayed[:1024]
+    if state is TaskState.FAILED and reason and error and not error.startswith(reason):
+        return f"{reason}: {error}"[:1024]
+    return error[:1024]
 
 
 def _step(row: RollbackStep) -> CompensationStep:

@@ -50,7 +50,7 @@ class Harness:
         *,
         task_type: Mapping[str, Any] | None = None,
     ) -> RunContext:
-        document = {
+        document: dict[str, Any] = {
             "workflow": name,
             "version": 1,
             "taskTypes": {"py": {"image": "python:3.12-slim", **(task_type or {})}},

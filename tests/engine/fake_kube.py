@@ -14,8 +14,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import uuid
-from datetime import UTC, datetime, timedelta
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer

@@ -181,7 +181,8 @@ async def test_a_pod_that_cannot_be_scheduled_fails_after_the_pending_timeout(
     failed = [e for e in harness.kube.events if e.reason == "TaskFailed"]
     assert failed and "Unschedulable" in failed[0].message
     status = await harness.engine.status.project(run)
-    assert any("Unschedulable: 0/1 nodes" in (c.get("message") or "") for c in status["conditions"])
+    messages = [c.get("message") or "" for c in status["conditions"]]
+    assert any("Unschedulable" in text and "0/1 nodes" in text for text in messages)
     first = next(task for task in status["tasks"] if task["name"] == "first")
     assert first["message"].startswith("Unschedulable: the Pod of Job")
 

@@ -59,7 +59,7 @@ class Harness:
         await publish_definition(
             self.pool, namespace=NAMESPACE, definition=parse_definition(document)
         )
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "flowforge.io/v1alpha1",
             "kind": "WorkflowRun",
             "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},

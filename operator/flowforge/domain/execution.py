@@ -237,7 +237,7 @@ def pod_started(pod: Mapping[str, Any]) -> bool:
     if status.get("phase") in ("Running", "Succeeded", "Failed"):
         return True
     return any(
-        (container.get("state") or {}).get(state)
+        (container.get("state") or {}).get(state) is not None
         for container in [
             *(status.get("initContainerStatuses") or []),
             *(status.get("containerStatuses") or []),

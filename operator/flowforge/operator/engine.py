@@ -291,6 +291,8 @@ class Engine:
                 backoff=self.settings.backoff,
             )
         decided_at = time.perf_counter()
+        if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
+            self.background.cancel((context.run_id, f"start:{identity.name}"))
         await self.applier.apply(context, decision, received=received)
         if received is not None and decision.create_jobs:
             done = time.perf_counter()

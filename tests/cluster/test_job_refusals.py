@@ -6,7 +6,6 @@ attempt after ``pendingTimeoutSeconds`` with the scheduler's reason."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,12 +13,17 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.operator import (
+    OperatorProcess,
+    RunDriver,
+    fresh_namespace,
+    wait_for,
+    wait_for_leader,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -42,23 +46,7 @@ async def outcome_details(driver: RunDriver, name: str, body: dict[str, Any]) ->
 
 @pytest.fixture
 def other_namespace(kube_api: k8s.ApiClient, engine_namespace: str) -> Iterator[str]:
-    core = k8s.CoreV1Api(kube_api)
-    name = f"other-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-
-    def has_default_service_account() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    wait_for(has_default_service_account, timeout=30, what="default ServiceAccount")
-    yield name
-    with contextlib.suppress(ApiException):
-        core.delete_namespace(name)
+    yield from fresh_namespace(kube_api, f"other-{uuid.uuid4().hex[:8]}")
 
 
 def job_quota(api: k8s.ApiClient, namespace: str, *, jobs: int) -> None:

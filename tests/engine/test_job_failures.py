@@ -10,6 +10,7 @@ from typing import Any
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.errors import KubernetesRefusal, KubernetesUnavailable
 from flowforge.kube.jobs import LABEL_TASK
+from flowforge.operator.runs import RunContext
 from flowforge.store.queries import latest_outcomes
 from tests.engine.conftest import Harness
 
@@ -32,6 +33,16 @@ def refuse(task_key: str, error: Exception) -> Any:
     return answer
 
 
+async def start_refused(
+    harness: Harness, name: str, spec: list[dict[str, Any]], *, task_key: str, error: Exception
+) -> RunContext:
+    """Start a run whose ``task_key`` Jobs the apiserver answers with ``error``."""
+    harness.kube.create_error = refuse(task_key, error)
+    run = await harness.start(name, spec)
+    await harness.settle_background()
+    return run
+
+
 async def wait_until(condition: Any, *, timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not await condition():
@@ -41,9 +52,8 @@ async def wait_until(condition: Any, *, timeout: float = 5.0) -> None:
 async def test_an_invalid_job_fails_the_attempt_with_the_apiservers_message(
     harness: Harness,
 ) -> None:
-    harness.kube.create_error = refuse("first", KubernetesRefusal(INVALID, status=422, reason=""))
-    run = await harness.start("invalid", PAIR)
-    await harness.settle_background()
+    invalid = KubernetesRefusal(INVALID, status=422, reason="")
+    run = await start_refused(harness, "invalid", PAIR, task_key="first", error=invalid)
 
     states = await harness.states(run)
     assert states == {"first": TaskState.FAILED, "second": TaskState.SKIPPED}
@@ -57,11 +67,10 @@ async def test_an_invalid_job_fails_the_attempt_with_the_apiservers_message(
 
 
 async def test_a_refusal_is_retried_like_any_failed_attempt(harness: Harness) -> None:
-    harness.kube.create_error = refuse(
-        "a", KubernetesRefusal("pods are forbidden: violates PodSecurity", status=403, reason="")
+    forbidden = KubernetesRefusal("pods are forbidden: violates PodSecurity", status=403, reason="")
+    run = await start_refused(
+        harness, "forbidden", [{"key": "a", "retries": 1}], task_key="a", error=forbidden
     )
-    run = await harness.start("forbidden", [{"key": "a", "retries": 1}])
-    await harness.settle_background()
     assert (await harness.states(run))["a"] == TaskState.READY  # waiting for its backoff
     assert "TaskRetrying" in harness.kube.reasons()
     harness.kube.create_error = None
@@ -77,9 +86,8 @@ async def test_a_refusal_is_retried_like_any_failed_attempt(harness: Harness) ->
 async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     harness: Harness,
 ) -> None:
-    harness.kube.create_error = refuse("c", KubernetesRefusal(QUOTA, status=403, reason=""))
-    run = await harness.start("quota", FAN_OUT)
-    await harness.settle_background()
+    quota = KubernetesRefusal(QUOTA, status=403, reason="")
+    run = await start_refused(harness, "quota", FAN_OUT, task_key="c", error=quota)
     assert sorted(harness.kube.active()) == sorted(
         [harness.job_of("a"), harness.job_of("b")]
     )  # the others ran
@@ -109,11 +117,8 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
 
 
 async def test_an_unavailable_apiserver_delays_the_job(harness: Harness) -> None:
-    harness.kube.create_error = refuse(
-        "a", KubernetesUnavailable("503 Service Unavailable", status=503, reason="")
-    )
-    run = await harness.start("outage", [{"key": "a"}])
-    await harness.settle_background()
+    outage = KubernetesUnavailable("503 Service Unavailable", status=503, reason="")
+    run = await start_refused(harness, "outage", [{"key": "a"}], task_key="a", error=outage)
     assert (await harness.states(run))["a"] == TaskState.RUNNING
     assert "JobCreationDelayed" in harness.kube.reasons()
     harness.kube.create_error = None
@@ -127,9 +132,8 @@ async def test_an_unavailable_apiserver_delays_the_job(harness: Harness) -> None
 
 
 async def test_a_delayed_creation_of_a_cancelled_attempt_is_dropped(harness: Harness) -> None:
-    harness.kube.create_error = refuse("a", KubernetesRefusal(QUOTA, status=403, reason=""))
-    run = await harness.start("dropped", [{"key": "a"}])
-    await harness.settle_background()
+    quota = KubernetesRefusal(QUOTA, status=403, reason="")
+    run = await start_refused(harness, "dropped", [{"key": "a"}], task_key="a", error=quota)
     await harness.engine.cancel(run, reason="spec.cancel is true")
     harness.kube.create_error = None
     await asyncio.sleep(0.3)  # past the next try

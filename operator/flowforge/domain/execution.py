@@ -136,6 +136,22 @@ class TerminatedContainer:
     message: str = ""
 
 
+def container_termination(
+    pods: Sequence[Mapping[str, Any]], *, container: str
+) -> TerminatedContainer | None:
+    """How ``container`` of the newest of ``pods`` (oldest first) that tells it ended."""
+    for pod in reversed(pods):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated")
+            if status.get("name") == container and terminated:
+                return TerminatedContainer(
+                    exit_code=terminated.get("exitCode"),
+                    reason=terminated.get("reason") or "",
+                    message=terminated.get("message") or "",
+                )
+    return None
+
+
 def _condition_true(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
     for condition in conditions:
         if condition.get("type") == kind and condition.get("status") == "True":

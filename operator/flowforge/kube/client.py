@@ -28,7 +28,7 @@ from flowforge.domain.api import (
     RUN_PLURAL,
     VERSION,
 )
-from flowforge.domain.execution import TerminatedContainer
+from flowforge.domain.execution import TerminatedContainer, container_termination
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
 
@@ -259,16 +259,7 @@ class KubeClient:
     ) -> TerminatedContainer | None:
         """How the task container of the Job's newest Pod ended, when a Pod still says."""
         pods = await self.job_pods(namespace=namespace, job_name=job_name, job_uid=job_uid)
-        for pod in reversed(pods):
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                terminated = (status.get("state") or {}).get("terminated")
-                if status.get("name") == CONTAINER_NAME and terminated:
-                    return TerminatedContainer(
-                        exit_code=terminated.get("exitCode"),
-                        reason=terminated.get("reason") or "",
-                        message=terminated.get("message") or "",
-                    )
-        return None
+        return container_termination(pods, container=CONTAINER_NAME)
 
     # WorkflowRuns
 

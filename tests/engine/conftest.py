@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.decision import JobRef
 from flowforge.domain.execution import BackoffPolicy
+from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.jobs import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
 from flowforge.operator.engine import Engine
@@ -41,17 +43,23 @@ class Harness:
     engine: Engine
     reconciler: Reconciler
 
-    async def start(self, name: str, tasks: Sequence[Mapping[str, Any]]) -> RunContext:
-        document = {
+    async def start(
+        self,
+        name: str,
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        task_type: Mapping[str, Any] | None = None,
+    ) -> RunContext:
+        document: dict[str, Any] = {
             "workflow": name,
             "version": 1,
-            "taskTypes": {"py": {"image": "python:3.12-slim"}},
+            "taskTypes": {"py": {"image": "python:3.12-slim", **(task_type or {})}},
             "tasks": [{"type": "py", **task} for task in tasks],
         }
         await publish_definition(
             self.pool, namespace=NAMESPACE, definition=parse_definition(document)
         )
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "flowforge.io/v1alpha1",
             "kind": "WorkflowRun",
             "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
@@ -71,6 +79,9 @@ class Harness:
             if labels[LABEL_TASK] == task_key and labels[LABEL_ATTEMPT] == str(attempt):
                 return name
         raise AssertionError(f"no Job for {task_key} attempt {attempt}: {sorted(self.kube.jobs)}")
+
+    def ref(self, task_key: str, *, attempt: int = 1) -> JobRef:
+        return JobRef(task_key, attempt, TaskRole.FORWARD)
 
     def job_of_created(self, task_key: str, *, attempt: int = 1) -> str:
         """The name of a Job that was created for the attempt, even if it is gone now."""
@@ -110,6 +121,7 @@ async def harness(store: Pool) -> AsyncIterator[Harness]:
         dsn="",
         job_ttl_seconds=-1,
         backoff=BackoffPolicy(first_delay_seconds=0.05, jitter=0.0),
+        job_creation_retry=BackoffPolicy(first_delay_seconds=0.05, cap_seconds=0.2),
         identity="engine-test",
     )
     leadership = Leadership(

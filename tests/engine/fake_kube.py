@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
@@ -42,6 +43,8 @@ class FakeKube:
         self.pods: list[dict[str, Any]] = []
         self.before_create: Hook | None = None  # runs before a Job is stored
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
+        # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
+        self.create_error: Callable[[Mapping[str, Any]], Exception | None] | None = None
 
     # the port
 
@@ -51,12 +54,16 @@ class FakeKube:
         if self.fail_creates:
             self.fail_creates -= 1
             raise ConnectionError("the apiserver is unreachable")
+        error = None if self.create_error is None else self.create_error(manifest)
+        if error is not None:
+            raise error
         key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
         existing = self.jobs.get(key)
         if existing is not None:
             return _created(existing, created=False)
         job = copy.deepcopy(dict(manifest)) | {"status": {}}
         job["metadata"]["uid"] = str(uuid.uuid4())
+        job["metadata"]["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.jobs[key] = job
         self.created.append(key[1])
         return _created(job, created=True)
@@ -97,8 +104,23 @@ class FakeKube:
                 for owner in metadata.get("ownerReferences") or []
             ):
                 continue
-            return TerminatedContainer(exit_code=pod["exitCode"], reason="Error")
+            if "exitCode" in pod:
+                return TerminatedContainer(exit_code=pod["exitCode"], reason="Error")
         return None
+
+    async def job_pods(
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(pod)
+            for pod in self.pods
+            if pod["metadata"]["namespace"] == namespace
+            and pod["metadata"]["labels"].get("job-name") == job_name
+            and any(
+                owner["uid"] == job_uid and owner.get("controller") is True
+                for owner in pod["metadata"].get("ownerReferences") or []
+            )
+        ]
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         run = self.runs.get((namespace, name))
@@ -218,6 +240,35 @@ class FakeKube:
                 "exitCode": exit_code,
             }
         )
+
+    def add_waiting_pod(self, job_name: str, *, status: Mapping[str, Any]) -> None:
+        """A Pod of the Job (controlled by it) that has not started, with ``status``."""
+        job = next(job for (_, name), job in self.jobs.items() if name == job_name)
+        metadata = job["metadata"]
+        self.pods.append(
+            {
+                "metadata": {
+                    "namespace": metadata["namespace"],
+                    "name": f"{job_name}-{uuid.uuid4().hex[:5]}",
+                    "labels": {"job-name": job_name},
+                    "ownerReferences": [
+                        {
+                            "kind": "Job",
+                            "name": job_name,
+                            "uid": metadata["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "status": dict(status),
+            }
+        )
+
+    def age_job(self, job_name: str, *, seconds: float) -> None:
+        """Make the Job look created ``seconds`` ago."""
+        job = next(job for (_, name), job in self.jobs.items() if name == job_name)
+        moment = datetime.now(UTC) - timedelta(seconds=seconds)
+        job["metadata"]["creationTimestamp"] = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def copy_job(self, name: str, *, namespace: str) -> dict[str, Any]:
         """What an attacker does: a Job with a run's Job's labels, annotations and owner

@@ -99,9 +99,13 @@ def engine_crds(kube_api: k8s.ApiClient) -> list[str]:
 def engine_namespace(
     kube_api: k8s.ApiClient, engine_crds: list[str], request: pytest.FixtureRequest
 ) -> Iterator[str]:
-    core = k8s.CoreV1Api(kube_api)
     slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:30].strip("-")
-    name = f"e-{slug}-{uuid.uuid4().hex[:6]}"
+    yield from fresh_namespace(kube_api, f"e-{slug}-{uuid.uuid4().hex[:6]}")
+
+
+def fresh_namespace(kube_api: k8s.ApiClient, name: str) -> Iterator[str]:
+    """Create the namespace, wait for its default ServiceAccount, yield it, delete it."""
+    core = k8s.CoreV1Api(kube_api)
     core.create_namespace({"metadata": {"name": name}})
 
     def has_default_service_account() -> bool:

@@ -106,6 +106,15 @@ class OutcomeReason(StrEnum):
     JOB_FAILED = "JobFailed"
     LOST = "JobVanished"
     CANCELLED = "Cancelled"
+    JOB_REFUSED = "JobRefused"  # the apiserver refused the Job for good (invalid, forbidden)
+    # the Pod did not start within pendingTimeoutSeconds; the Pod's own reason
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    ERR_IMAGE_PULL = "ErrImagePull"
+    INVALID_IMAGE_NAME = "InvalidImageName"
+    CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
+    CREATE_CONTAINER_ERROR = "CreateContainerError"
+    POD_NOT_STARTED = "PodNotStarted"  # any other reason (it is in the message)
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,22 @@ class TerminatedContainer:
     exit_code: int | None
     reason: str = ""
     message: str = ""
+
+
+def container_termination(
+    pods: Sequence[Mapping[str, Any]], *, container: str
+) -> TerminatedContainer | None:
+    """How ``container`` of the newest of ``pods`` (oldest first) that tells it ended."""
+    for pod in reversed(pods):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated")
+            if status.get("name") == container and terminated:
+                return TerminatedContainer(
+                    exit_code=terminated.get("exitCode"),
+                    reason=terminated.get("reason") or "",
+                    message=terminated.get("message") or "",
+                )
+    return None
 
 
 def _condition_true(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
@@ -197,6 +222,93 @@ def job_outcome(
         started_at=started,
         finished_at=finished,
     )
+
+
+def refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
+    """The apiserver refused to create the attempt's Job, and sending it again will not help."""
+    return AttemptOutcome(
+        succeeded=False,
+        reason=OutcomeReason.JOB_REFUSED,
+        message=f"Job {job} was refused: {message}",
+        finished_at=now,
+    )
+
+
+def _container_waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    status = pod.get("status") or {}
+    for container in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason and reason != "PodInitializing":
+            return reason, str(waiting.get("message") or "")
+    return None
+
+
+def pod_started(pod: Mapping[str, Any]) -> bool:
+    """Whether a Pod got as far as running a container (it is, or did)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    return any(
+        (container.get("state") or {}).get(state) is not None
+        for container in [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]
+        for state in ("running", "terminated")
+    )
+
+
+def not_started_outcome(
+    pods: Sequence[Mapping[str, Any]], *, job: str, timeout_seconds: float, now: datetime
+) -> AttemptOutcome | None:
+    """The outcome of an attempt whose Job's Pods (those it controls) have not started within
+    ``timeout_seconds``: the newest Pod's own reason (``Unschedulable`` from its PodScheduled
+    condition, or a container's waiting reason) and message; None when one has started."""
+    if any(pod_started(pod) for pod in pods):
+        return None
+    reason, message = "", ""
+    newest = sorted(pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
+    for pod in reversed(newest):
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if scheduled is not None and scheduled.get("status") == "False":
+            reason = str(scheduled.get("reason") or "Unschedulable")
+            message = str(scheduled.get("message") or "")
+            break
+        waiting = _container_waiting(pod)
+        if waiting is not None:
+            reason, message = waiting
+            break
+    known = {member.value: member for member in OutcomeReason}
+    kind = known.get(reason, OutcomeReason.POD_NOT_STARTED)
+    if kind not in _POD_REASONS:
+        kind = OutcomeReason.POD_NOT_STARTED
+    what = f"the Pod of Job {job} did not start within {timeout_seconds:g} s"
+    if not pods:
+        detail = "no Pod was created"
+    else:
+        detail = (f"{reason}: " if kind is OutcomeReason.POD_NOT_STARTED and reason else "") + (
+            message or reason or "no reason given"
+        )
+    return AttemptOutcome(
+        succeeded=False, reason=kind, message=f"{what}: {detail}", finished_at=now
+    )
+
+
+_POD_REASONS = frozenset(
+    {
+        OutcomeReason.UNSCHEDULABLE,
+        OutcomeReason.IMAGE_PULL_BACK_OFF,
+        OutcomeReason.ERR_IMAGE_PULL,
+        OutcomeReason.INVALID_IMAGE_NAME,
+        OutcomeReason.CREATE_CONTAINER_CONFIG_ERROR,
+        OutcomeReason.CREATE_CONTAINER_ERROR,
+    }
+)
 
 
 def lost_outcome(*, job: str, now: datetime) -> AttemptOutcome:

@@ -51,6 +51,7 @@ class ContainerTemplate(BaseModel):
     node_selector: dict[str, str] | None = None
     tolerations: tuple[dict[str, Any], ...] | None = None
     automount_service_account_token: bool | None = None
+    pending_timeout_seconds: int | None = None
 
 
 class TaskSpec(BaseModel):

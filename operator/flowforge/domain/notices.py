@@ -24,6 +24,17 @@ def task_started(*, task_key: str, attempt: int, job: str) -> Notice:
     return Notice("TaskStarted", f"task {task_key} attempt {attempt}: Job {job}")
 
 
+def job_creation_delayed(
+    *, task_key: str, attempt: int, job: str, message: str, retry_in: float
+) -> Notice:
+    return Notice(
+        "JobCreationDelayed",
+        f"task {task_key} attempt {attempt}: Job {job} could not be created yet, "
+        f"trying again in {retry_in:.0f} s: {message}",
+        warning=True,
+    )
+
+
 def compensation_started(*, task_key: str, compensates: str, attempt: int, job: str) -> Notice:
     return Notice(
         "CompensationStarted",

@@ -138,6 +138,15 @@ CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
             "maxLength": 253,
             "pattern": DNS1123_SUBDOMAIN_PATTERN,
         },
+        "pendingTimeoutSeconds": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 86400,
+            "description": "Fail an attempt whose Pod has not started this many seconds "
+            "after its Job was created (unschedulable, image not pulled, missing Secret), with "
+            "the Pod's own reason; the operator's default (the chart's "
+            "operator.pendingTimeoutSeconds) when absent.",
+        },
         "automountServiceAccountToken": {
             "type": "boolean",
             "description": "Mount the ServiceAccount's API token into the task's Pod; not "

@@ -28,7 +28,7 @@ from flowforge.domain.api import (
     RUN_PLURAL,
     VERSION,
 )
-from flowforge.domain.execution import TerminatedContainer
+from flowforge.domain.execution import TerminatedContainer, container_termination
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
 
@@ -236,14 +236,11 @@ class KubeClient:
         items: list[dict[str, Any]] = _json(response).get("items", [])
         return items
 
-    async def job_termination(
+    async def job_pods(
         self, *, namespace: str, job_name: str, job_uid: str
-    ) -> TerminatedContainer | None:
-        """How the task container of the Job's newest Pod ended, when a Pod still says.
-
-        Only Pods the Job controls count (ownerReference uid = the Job's): a ``job-name``
-        label is only a claim, and anyone who may create a Pod here can make it.
-        """
+    ) -> list[dict[str, Any]]:
+        """The Pods the Job controls (ownerReference uid = the Job's), oldest first: a
+        ``job-name`` label is only a claim, and anyone who may create a Pod here can make it."""
         response = await self._call(
             self._core.list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
         )
@@ -255,19 +252,14 @@ class KubeClient:
                 for owner in pod["metadata"].get("ownerReferences") or []
             )
         ]
-        pods.sort(key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
-        for pod in reversed(pods):
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                if status.get("name") != CONTAINER_NAME:
-                    continue
-                terminated = (status.get("state") or {}).get("terminated")
-                if terminated:
-                    return TerminatedContainer(
-                        exit_code=terminated.get("exitCode"),
-                        reason=terminated.get("reason") or "",
-                        message=terminated.get("message") or "",
-                    )
-        return None
+        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
+
+    async def job_termination(
+        self, *, namespace: str, job_name: str, job_uid: str
+    ) -> TerminatedContainer | None:
+        """How the task container of the Job's newest Pod ended, when a Pod still says."""
+        pods = await self.job_pods(namespace=namespace, job_name=job_name, job_uid=job_uid)
+        return container_termination(pods, container=CONTAINER_NAME)
 
     # WorkflowRuns
 

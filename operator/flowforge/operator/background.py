@@ -58,6 +58,12 @@ class Background:
 
         self._timers[key] = loop.call_later(delay, fire)
 
+    def cancel(self, key: tuple[int, str]) -> None:
+        """Drop the pending timer with ``key``, if there is one."""
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
     def shutdown(self) -> None:
         for handle in self._timers.values():
             handle.cancel()

@@ -22,6 +22,8 @@ from flowforge.domain.execution import (
     OutcomeReason,
     job_outcome,
     lost_outcome,
+    not_started_outcome,
+    parse_timestamp,
 )
 from flowforge.domain.run import deletion_waits_for_rollback
 from flowforge.domain.states import RunPhase
@@ -29,8 +31,9 @@ from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, NotLeaderError
+from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
-from flowforge.operator.launcher import JobLauncher
+from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity, found_job
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
@@ -41,6 +44,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
+from flowforge.store.queries import recorded_job_uid
 from flowforge.store.settle import settle_run
 
 logger = logging.getLogger(__name__)
@@ -59,9 +63,23 @@ class Engine:
         self.leadership = leadership
         self.runs = RunCache(pool)
         self.background = Background(on_deposed=leadership.lose)
-        self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs)
+        self.delays = CreationDelays(policy=settings.job_creation_retry)
+        self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs, delays=self.delays)
         self.notifier = Notifier(kube=kube, background=self.background)
-        self.launcher = JobLauncher(kube=kube, pool=pool, fence=self.fence, notifier=self.notifier)
+        self.launcher = JobLauncher(
+            kube=kube,
+            pool=pool,
+            fence=self.fence,
+            notifier=self.notifier,
+            background=self.background,
+            hooks=AttemptHooks(
+                fail=self.fail_attempt,
+                check_start=self.check_pod_start,
+                delays=self.delays,
+                default_pending_timeout=settings.pending_timeout_seconds,
+                mark=self.status.mark,
+            ),
+        )
         self.applier = Applier(
             kube=kube,
             launcher=self.launcher,
@@ -277,6 +295,8 @@ class Engine:
                 backoff=self.settings.backoff,
             )
         decided_at = time.perf_counter()
+        if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
+            self.background.cancel((context.run_id, f"start:{identity.name}"))
         await self.applier.apply(context, decision, received=received)
         if received is not None and decision.create_jobs:
             done = time.perf_counter()
@@ -290,3 +310,45 @@ class Engine:
                     (done - decided_at) * 1000,
                     len(decision.create_jobs),
                 )
+
+    async def fail_attempt(self, context: RunContext, job: JobRef, outcome: AttemptOutcome) -> None:
+        """An attempt failed before its Job ran (refused, or its Pod never started)."""
+        await self.record(context, identity=attempt_identity(context, job), outcome=outcome)
+
+    async def check_pod_start(
+        self, context: RunContext, job: JobRef, *, body: Mapping[str, Any] | None = None
+    ) -> None:
+        """Fail the attempt, and delete its Job, when the Job's Pod has not started within
+        the pending timeout of its task type (``body``: the Job, when already read)."""
+        claim = attempt_identity(context, job)
+        if body is None:
+            body = await self.kube.read_job(namespace=context.namespace, name=claim.name)
+        status = (body or {}).get("status") or {}
+        if body is None or job_outcome(status) is not None:
+            return  # gone or finished: the Job watch (or the reconciler) records it
+        if status.get("ready") or status.get("succeeded") or status.get("failed"):
+            return  # a Pod is running, or has run
+        timeout = self.launcher.pending_timeout(context, job.task_key)
+        created = parse_timestamp(body["metadata"].get("creationTimestamp"))
+        now = datetime.now(UTC)
+        if created is None or (now - created).total_seconds() < timeout:
+            return
+        identity = found_job(claim, body)
+        recorded = await recorded_job_uid(
+            self.pool, run_id=context.run_id, task_key=job.task_key, attempt=job.attempt
+        )
+        if identity.uid is None or not self.launcher.check(
+            context, identity, act="outcome", recorded_uid=recorded
+        ):
+            return
+        pods = await self.kube.job_pods(
+            namespace=context.namespace, job_name=identity.name, job_uid=identity.uid
+        )
+        outcome = not_started_outcome(pods, job=identity.name, timeout_seconds=timeout, now=now)
+        if outcome is None:
+            return
+        metrics.RECONCILE_FIXES.labels("pod_not_started").inc()
+        await self.record(context, identity=identity, outcome=outcome)
+        await self.kube.delete_job(
+            namespace=context.namespace, name=identity.name, uid=identity.uid
+        )

@@ -20,21 +20,26 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
-from flowforge.domain.states import TaskRole
+from flowforge.domain.execution import AttemptOutcome, refused_outcome
+from flowforge.domain.states import TaskRole, TaskState
+from flowforge.kube.errors import KubernetesError
 from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics
+from flowforge.operator.background import Background
+from flowforge.operator.creation_delays import CreationDelays, transient
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.lease import Fence
-from flowforge.store.queries import recorded_job_uid, recorded_jobs
+from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,11 @@ logger = logging.getLogger(__name__)
 FORGERY_NOTICES_PER_RUN = 5
 FORGERY_NOTICE_WINDOW_SECONDS = 3600.0
 _REMEMBERED_FORGERIES = 10_000
+
+# the engine records an attempt that failed before its Job ran (refused, never started)
+FailAttempt = Callable[[RunContext, JobRef, AttemptOutcome], Awaitable[None]]
+# the engine checks, once the pending timeout is over, that the attempt's Pod started
+CheckStart = Callable[[RunContext, JobRef], Coroutine[Any, Any, None]]
 
 
 def forgery_cause(
@@ -116,15 +126,42 @@ class ForgeryNotices:
         return True
 
 
+@dataclasses.dataclass(frozen=True)
+class AttemptHooks:
+    """What the launcher hands back to the engine: attempts that failed before their Job
+    ran, and the pending-timeout check of the Jobs it created."""
+
+    fail: FailAttempt
+    check_start: CheckStart
+    delays: CreationDelays
+    default_pending_timeout: float
+    mark: Callable[[int], None]  # the run's status is to be re-projected
+
+
 class JobLauncher:
     def __init__(
-        self, *, kube: KubePort, pool: Pool, fence: Callable[[], Fence], notifier: Notifier
+        self,
+        *,
+        kube: KubePort,
+        pool: Pool,
+        fence: Callable[[], Fence],
+        notifier: Notifier,
+        background: Background,
+        hooks: AttemptHooks,
     ) -> None:
         self._kube = kube
         self._pool = pool
         self._fence = fence
         self._notifier = notifier
+        self._background = background
+        self._hooks = hooks
         self.forgeries = ForgeryNotices()
+
+    def pending_timeout(self, context: RunContext, task_key: str) -> float:
+        """Seconds the attempt's Pod may take to start: its task type's, else the default."""
+        task = context.definition.spec.task(task_key)
+        own = context.definition.spec.task_types[task.type].pending_timeout_seconds
+        return float(own) if own is not None else self._hooks.default_pending_timeout
 
     async def create_all(
         self, context: RunContext, dispatched: tuple[Dispatch, ...], *, received: float | None
@@ -154,7 +191,12 @@ class JobLauncher:
             parameters=context.parameters,
             timeout_seconds=item.timeout_seconds,
         )
-        job = await self._kube.create_job(build_job(request))
+        try:
+            job = await self._kube.create_job(build_job(request))
+        except KubernetesError as error:
+            await self._not_created(context, item, name=request.name, error=error)
+            return
+        self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
         if received is not None:
             metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
         if not job.created and job.controller_uid != context.uid:
@@ -179,6 +221,12 @@ class JobLauncher:
             uid=job.uid,
             created=job.created,
         )
+        ref = JobRef(item.task_key, item.attempt, item.role)
+        self._background.later(
+            self.pending_timeout(context, item.task_key) + 1.0,
+            key=(context.run_id, f"start:{request.name}"),
+            coroutine_factory=lambda: self._hooks.check_start(context, ref),
+        )
         if cancelled:
             # a cancel committed between the dispatch and this creation and found no Job
             # to stop; its outcome (cancelled) is recorded, so the Job may go
@@ -198,6 +246,59 @@ class JobLauncher:
                 task_key=item.task_key, attempt=item.attempt, job=request.name
             )
         self._notifier.post(context, notice)
+
+    async def _not_created(
+        self, context: RunContext, item: Dispatch, *, name: str, error: KubernetesError
+    ) -> None:
+        """The apiserver did not create the attempt's Job: try again later when it may take
+        it then (the attempt stays running, and says why), else fail the attempt."""
+        key = (context.run_id, item.task_key, item.attempt)
+        ref = JobRef(item.task_key, item.attempt, item.role)
+        if not transient(error):
+            self._hooks.delays.cleared(key)
+            metrics.JOB_CREATION_FAILURES.labels("refused").inc()
+            logger.warning("Job %s/%s refused: %s", context.namespace, name, error.message)
+            outcome = refused_outcome(job=name, message=error.message, now=datetime.now(UTC))
+            await self._hooks.fail(context, ref, outcome)
+            return
+        metrics.JOB_CREATION_FAILURES.labels("delayed").inc()
+        delay, notify = self._hooks.delays.delayed(key, error.message)
+        logger.warning(
+            "Job %s/%s not created, next try in %.0f s: %s",
+            context.namespace,
+            name,
+            delay,
+            error.message,
+        )
+        if notify:
+            notice = notices.job_creation_delayed(
+                task_key=item.task_key,
+                attempt=item.attempt,
+                job=name,
+                message=error.message,
+                retry_in=delay,
+            )
+            self._notifier.post(context, notice)
+        self._hooks.mark(context.run_id)
+        self._background.later(
+            delay,
+            key=(context.run_id, f"create:{name}"),
+            coroutine_factory=lambda: self._create_again(context, item),
+        )
+
+    async def _create_again(self, context: RunContext, item: Dispatch) -> None:
+        self._fence()  # a deposed operator leaves it to the leader's reconciler
+        rows = await active_tasks(self._pool, context.run_id)
+        if not any(
+            row.task_key == item.task_key
+            and row.attempt == item.attempt
+            and row.role == item.role
+            and row.state == TaskState.RUNNING
+            for row in rows
+        ):
+            self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
+            return  # cancelled or resolved meanwhile
+        await self.create(context, item)
 
     async def owns(self, context: RunContext, identity: JobIdentity, *, act: str) -> bool:
         """Whether the Job is the run's own for the attempt it claims (the recorded uid is

@@ -22,6 +22,12 @@ TASK_OUTCOMES = Counter(
     ["role", "reason"],
     registry=REGISTRY,
 )
+JOB_CREATION_FAILURES = Counter(
+    "flowforge_job_creation_failures_total",
+    "Job creations the apiserver did not take: refused for good (the attempt failed) or "
+    "delayed (tried again later)",
+    ["kind"],
+)
 JOBS_CREATED = Counter(
     "flowforge_jobs_created_total",
     "Jobs created (AlreadyExists excluded)",

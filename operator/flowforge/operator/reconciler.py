@@ -9,7 +9,8 @@ that is where a rollback resumes); statuses are re-projected; finished Jobs whos
 is committed are deleted after the TTL. The store is read before Jobs are listed, so a Job
 created concurrently is never mistaken for a vanished one. A listed Job counts only if it is
 the run's own (``launcher.py``: same namespace, the recorded uid): a copy is never adopted,
-read for an outcome, or deleted. One run's repair failing is
+read for an outcome, or deleted. A Job whose Pod has not started within its task type's
+``pendingTimeoutSeconds`` fails its attempt with the Pod's reason. One run's repair failing is
 logged and counted and the pass goes on with the others.
 """
 
@@ -38,6 +39,10 @@ from flowforge.store.queries import TaskRecord, active_tasks, recorded_jobs, run
 from flowforge.store.runs import list_active_runs
 
 logger = logging.getLogger(__name__)
+
+
+def identity_ref(identity: JobIdentity) -> JobRef:
+    return JobRef(identity.task_key, identity.attempt, identity.role)
 
 
 class Reconciler:
@@ -195,6 +200,8 @@ class Reconciler:
             if job_outcome(job.get("status") or {}) is not None:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
                 await engine.on_job_event(job, "RECONCILE")
+            else:  # a Pod that has not started within the pending timeout fails it
+                await engine.check_pod_start(context, identity_ref(identity), body=job)
         if released:
             await engine.dispatch(context)  # also sets the wake-up for backoffs not over
         await engine.settle(context)

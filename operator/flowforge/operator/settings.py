@@ -57,6 +57,14 @@ class OperatorSettings:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     store_pool_size: int = 20
+    # an attempt whose Pod has not started this long after its Job's creation fails (a task
+    # type's pendingTimeoutSeconds wins)
+    pending_timeout_seconds: float = 600.0
+    # a Job creation the apiserver cannot take now (quota, 429, 5xx) is tried again after
+    # this, doubling up to the cap
+    job_creation_retry: BackoffPolicy = field(
+        default_factory=lambda: BackoffPolicy(first_delay_seconds=1.0, cap_seconds=60.0)
+    )
 
     @property
     def lease_ttl(self) -> timedelta:
@@ -91,4 +99,9 @@ class OperatorSettings:
                 jitter=_float(env, "FLOWFORGE_RETRY_JITTER", 0.5),
             ),
             store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 20)),
+            pending_timeout_seconds=_float(env, "FLOWFORGE_PENDING_TIMEOUT", 600.0),
+            job_creation_retry=BackoffPolicy(
+                first_delay_seconds=_float(env, "FLOWFORGE_JOB_CREATION_RETRY_FIRST_DELAY", 1.0),
+                cap_seconds=_float(env, "FLOWFORGE_JOB_CREATION_RETRY_CAP", 60.0),
+            ),
         )

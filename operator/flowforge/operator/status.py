@@ -11,10 +11,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from flowforge.domain.execution import attempts_made
+from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
 from flowforge.domain.states import CompensationState, TaskState
+from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.store.connection import Pool
@@ -35,8 +36,11 @@ CONCURRENT_PROJECTIONS = 3
 
 
 class StatusWriter:
-    def __init__(self, *, pool: Pool, kube: KubePort, runs: RunCache) -> None:
+    def __init__(
+        self, *, pool: Pool, kube: KubePort, runs: RunCache, delays: CreationDelays | None = None
+    ) -> None:
         self._pool = pool
+        self._delays = delays or CreationDelays(policy=BackoffPolicy())
         self._kube = kube
         self._runs = runs
         self._dirty: set[int] = set()
@@ -73,6 +77,7 @@ class StatusWriter:
         summaries: list[TaskSummary] = []
         if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
             rows = await list_forward_tasks(self._pool, context.run_id)
+            delayed = self._delays.messages(context.run_id)
             outcomes = await latest_outcomes(
                 self._pool, context.run_id, [row.task_key for row in rows]
             )
@@ -91,7 +96,12 @@ class StatusWriter:
                         if made
                         else None,
                         exit_code=outcome.get("exitCode"),
-                        message=(row.last_error or "")[:1024],
+                        message=_task_message(
+                            state,
+                            delayed=delayed.get((row.task_key, row.attempt), ""),
+                            error=row.last_error or "",
+                            reason=str(outcome.get("reason") or ""),
+                        ),
                         started_at=row.started_at,
                         finished_at=row.finished_at,
                     )
@@ -103,6 +113,9 @@ class StatusWriter:
             failure = (
                 f"task {', '.join(failed)} failed" if failed else f"{counts.failed} tasks failed"
             )
+            why = [s.message for s in summaries if s.state is TaskState.FAILED and s.message]
+            if len(failed) == 1 and why:
+                failure += f": {why[0]}"
         return project_status(
             StatusInput(
                 phase=record.phase,
@@ -133,6 +146,16 @@ class StatusWriter:
         await self._kube.patch_run_status(
             namespace=context.namespace, name=context.name, status=body
         )
+
+
+def _task_message(state: TaskState, *, delayed: str, error: str, reason: str) -> str:
+    """A task's line in the status: why its Job is not created yet while it runs; why it
+    failed (the outcome's reason first: ``Unschedulable: 0/3 nodes ...``)."""
+    if state is TaskState.RUNNING:
+        return delayed[:1024]
+    if state is TaskState.FAILED and reason and error and not error.startswith(reason):
+        return f"{reason}: {error}"[:1024]
+    return error[:1024]
 
 
 def _step(row: RollbackStep) -> CompensationStep:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import psycopg
@@ -96,3 +98,31 @@ async def test_the_single_connection_replaces_a_broken_one(store_dsn: str) -> No
         assert (await second.fetchone() or (0,))[0] not in (0, first_pid)
     finally:
         await single.close()
+
+
+async def test_a_paused_backend_cannot_hold_a_pool_user_past_the_client_bound(
+    store_dsn: str,
+) -> None:
+    """SIGSTOP on the server process: no statement timeout fires there, the pool's does."""
+    limits = SessionLimits(statement_timeout_seconds=1.0, lock_timeout_seconds=0.5)
+    pool = await open_pool(store_dsn, min_size=1, max_size=1, limits=limits, wait_seconds=0.5)
+    try:
+        async with pool.connection() as connection:
+            cursor = await connection.execute("SELECT pg_backend_pid()")
+            backend = int((await cursor.fetchone() or (0,))[0])
+        os.kill(backend, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError):
+                async with pool.connection() as connection:
+                    await connection.execute("SELECT 1")
+        finally:
+            os.kill(backend, signal.SIGCONT)
+        took = time.monotonic() - started
+        # the bound (statement + margin + wait), then psycopg's cancel attempt (at most 10 s)
+        assert limits.client_seconds <= took < limits.client_seconds + 0.5 + 11, took
+        async with pool.connection() as connection:  # a fresh connection replaces it
+            cursor = await connection.execute("SELECT pg_backend_pid()")
+            assert int((await cursor.fetchone() or (0,))[0]) != backend
+    finally:
+        await pool.close()

@@ -1,24 +1,18 @@
-"""Crash safety: SIGKILLed operators and a stopped PostgreSQL lose and duplicate nothing."""
+"""Crash safety: SIGKILLed operators lose and duplicate nothing (PostgreSQL outages:
+``test_postgres_faults.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from flowforge.localdev import postgres as localdev
-from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
-from flowforge.store.migrate import migrate
-from flowforge.store.pool import open_pool
 from flowforge.store.runs import find_run
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
 
@@ -96,56 +90,3 @@ async def test_sigkill_at_random_moments_during_twenty_runs(
         log.close()
     assert operator.starts == 9
     await assert_exactly_once(driver, log, names)
-
-
-@pytest.fixture
-async def outage_postgres() -> AsyncIterator[tuple[Path, int, str]]:
-    """A PostgreSQL server of this test alone, so that it can be stopped and restarted on
-    the same port."""
-    directory = Path(tempfile.mkdtemp(prefix="flowforge-outage-"))
-    server = localdev.start(directory, settings={"fsync": "off"})
-    await migrate(server.dsn)
-    try:
-        yield directory, server.port, server.dsn
-    finally:
-        localdev.stop(directory)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-async def test_postgres_stopped_for_twenty_seconds_pauses_runs(
-    operators: Callable[..., OperatorProcess],
-    driver: RunDriver,
-    outage_postgres: tuple[Path, int, str],
-) -> None:
-    directory, port, dsn = outage_postgres
-    pool: Pool = await open_pool(dsn, min_size=1, max_size=4)
-    outage_driver = RunDriver(api=driver.api, namespace=driver.namespace, pool=pool)
-    try:
-        operator = operators(dsn=dsn)
-        await wait_for_leader(pool, operator.identity, process=operator)
-        await outage_driver.publish(diamond("outage"))
-        log = JobCreationLog(driver.api, driver.namespace)
-        names = [f"outage-{i}" for i in range(5)]
-        for name in names:
-            outage_driver.create_run(name, workflow="outage")
-        deadline = time.monotonic() + 60
-        while len(outage_driver.jobs()) < 5 and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        await pool.close()
-        localdev.stop(directory)
-        await asyncio.sleep(20)
-        paused = {
-            name: (outage_driver.run(name).get("status") or {}).get("phase") for name in names
-        }
-        localdev.start(directory, settings={"fsync": "off", "port": str(port)})
-        pool = await open_pool(dsn, min_size=1, max_size=4)
-        outage_driver.pool = pool
-        assert "Failed" not in paused.values(), paused
-        phases = await wait_all(outage_driver, names, timeout=120)
-        assert set(phases.values()) == {"Succeeded"}, (phases, operator.log_tail())
-        await asyncio.sleep(1.0)
-        log.close()
-        assert operator.running, "the operator must ride out the outage, not die"
-        await assert_exactly_once(outage_driver, log, names)
-    finally:
-        await pool.close()

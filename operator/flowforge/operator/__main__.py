@@ -20,6 +20,7 @@ def _environment(args: argparse.Namespace) -> None:
         "FLOWFORGE_KUBECONFIG": args.kubeconfig,
         "KUBECONFIG": args.kubeconfig,
         "FLOWFORGE_METRICS_PORT": None if args.metrics_port is None else str(args.metrics_port),
+        "FLOWFORGE_HEALTH_PORT": None if args.health_port is None else str(args.health_port),
         "FLOWFORGE_RECONCILE_INTERVAL": args.reconcile_interval,
         "FLOWFORGE_JOB_TTL": args.job_ttl,
         "FLOWFORGE_IDENTITY": args.identity,
@@ -39,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster/KUBECONFIG)")
     parser.add_argument("--metrics-port", type=int, help="serve /metrics on 127.0.0.1:PORT")
+    parser.add_argument(
+        "--health-port", type=int, help="serve /healthz and /readyz on 127.0.0.1:PORT"
+    )
     parser.add_argument("--reconcile-interval", type=float, help="seconds between passes")
     parser.add_argument(
         "--job-ttl",

@@ -20,7 +20,7 @@ import kopf
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, PREFIX, RUN_PLURAL, VERSION
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
-from flowforge.operator import metrics
+from flowforge.operator import health, metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
@@ -31,7 +31,9 @@ from flowforge.operator.runs import RunRefusedError
 from flowforge.operator.settings import OperatorSettings
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
-from flowforge.store.pool import open_pool
+from flowforge.store.pool import open_pool, pool_size_for
+from flowforge.store.session import LEASE_LIMITS
+from flowforge.store.single import SingleConnection
 
 logger = logging.getLogger("flowforge.operator")
 
@@ -55,7 +57,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # With a list of namespaces the operator may not list namespaces at all (namespaced
     # RBAC); without this kopf retries that scan for about a minute before going on.
     settings.scanning.disabled = bool(config.namespaces)
-    pool = await open_pool(config.dsn, min_size=2, max_size=config.store_pool_size)
+    pool = await open_pool(
+        config.dsn,
+        min_size=2,
+        max_size=config.store_pool_size or pool_size_for(config.event_workers),
+        limits=config.store_limits,
+        wait_seconds=config.store_wait_seconds,
+    )
     kube = KubeClient.connect(
         kubeconfig=config.kubeconfig,
         job_creation_qps=config.job_creation_qps,
@@ -64,8 +72,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         api_burst=config.kube_api_burst,
         threads=config.kube_api_threads,
     )
+    lease_connection = SingleConnection(config.dsn, limits=LEASE_LIMITS, name="flowforge-lease")
     leadership = Leadership(
-        pool, identity=config.identity, ttl=config.lease_ttl, renew_every=config.lease_renew_seconds
+        lease_connection,
+        identity=config.identity,
+        ttl=config.lease_ttl,
+        renew_every=config.lease_renew_seconds,
     )
     engine = Engine(pool=pool, kube=kube, settings=config, leadership=leadership)
     # a run may be seen before its definition's watch event: publish from the stored object
@@ -79,12 +91,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     leadership.on_gained = gained
     if config.metrics_port:
         metrics.serve(host=config.metrics_host, port=config.metrics_port)
+    probes = health.Health(stall_seconds=config.loop_stall_seconds)
+    if config.health_port:
+        memo.health_server = health.serve(probes, host=config.metrics_host, port=config.health_port)
     memo.pool = pool
+    memo.lease_connection = lease_connection
     memo.kube = kube
     memo.engine = engine
     memo.background = [
         asyncio.create_task(leadership.run(), name="flowforge-lease"),
         asyncio.create_task(reconciler.run_forever(), name="flowforge-reconciler"),
+        asyncio.create_task(health.heartbeat(probes), name="flowforge-heartbeat"),
+        asyncio.create_task(health.check_database(probes, config.dsn), name="flowforge-ready"),
     ]
 
 
@@ -98,6 +116,10 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await engine.leadership.release()
     if memo.get("kube") is not None:
         memo.kube.close()
+    if memo.get("lease_connection") is not None:
+        await memo.lease_connection.close()
+    if memo.get("health_server") is not None:
+        memo.health_server.shutdown()
     if memo.get("pool") is not None:
         await memo.pool.close()
 

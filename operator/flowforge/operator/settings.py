@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flowforge.domain.execution import BackoffPolicy
+from flowforge.store.session import SessionLimits
 
 
 def _float(environment: Mapping[str, str], name: str, default: float) -> float:
@@ -56,7 +57,6 @@ class OperatorSettings:
     lease_renew_seconds: float = 3.0
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    store_pool_size: int = 20
     # an attempt whose Pod has not started this long after its Job's creation fails (a task
     # type's pendingTimeoutSeconds wins)
     pending_timeout_seconds: float = 600.0
@@ -65,6 +65,11 @@ class OperatorSettings:
     job_creation_retry: BackoffPolicy = field(
         default_factory=lambda: BackoffPolicy(first_delay_seconds=1.0, cap_seconds=60.0)
     )
+    store_pool_size: int = 0  # 0: sized to the workers (store.pool.pool_size_for)
+    store_wait_seconds: float = 5.0  # the longest a handler waits for a free connection
+    store_limits: SessionLimits = field(default_factory=SessionLimits)
+    health_port: int = 0  # 0: no /healthz and /readyz
+    loop_stall_seconds: float = 10.0  # /healthz fails when the event loop is this late
 
     @property
     def lease_ttl(self) -> timedelta:
@@ -98,10 +103,41 @@ class OperatorSettings:
                 cap_seconds=_float(env, "FLOWFORGE_RETRY_CAP", 300.0),
                 jitter=_float(env, "FLOWFORGE_RETRY_JITTER", 0.5),
             ),
-            store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 20)),
             pending_timeout_seconds=_float(env, "FLOWFORGE_PENDING_TIMEOUT", 600.0),
             job_creation_retry=BackoffPolicy(
                 first_delay_seconds=_float(env, "FLOWFORGE_JOB_CREATION_RETRY_FIRST_DELAY", 1.0),
                 cap_seconds=_float(env, "FLOWFORGE_JOB_CREATION_RETRY_CAP", 60.0),
             ),
+            store_pool_size=int(_float(env, "FLOWFORGE_STORE_POOL_SIZE", 0)),
+            store_wait_seconds=_float(env, "FLOWFORGE_STORE_WAIT", 5.0),
+            store_limits=_store_limits(env),
+            health_port=int(_float(env, "FLOWFORGE_HEALTH_PORT", 0)),
+            loop_stall_seconds=_float(env, "FLOWFORGE_LOOP_STALL", 10.0),
         )
+
+
+def _store_limits(env: Mapping[str, str]) -> SessionLimits:
+    defaults = SessionLimits()
+    return SessionLimits(
+        connect_timeout_seconds=int(
+            _float(env, "FLOWFORGE_DB_CONNECT_TIMEOUT", defaults.connect_timeout_seconds)
+        ),
+        keepalives_idle_seconds=int(
+            _float(env, "FLOWFORGE_DB_KEEPALIVES_IDLE", defaults.keepalives_idle_seconds)
+        ),
+        keepalives_interval_seconds=int(
+            _float(env, "FLOWFORGE_DB_KEEPALIVES_INTERVAL", defaults.keepalives_interval_seconds)
+        ),
+        keepalives_count=int(
+            _float(env, "FLOWFORGE_DB_KEEPALIVES_COUNT", defaults.keepalives_count)
+        ),
+        statement_timeout_seconds=_float(
+            env, "FLOWFORGE_DB_STATEMENT_TIMEOUT", defaults.statement_timeout_seconds
+        ),
+        lock_timeout_seconds=_float(
+            env, "FLOWFORGE_DB_LOCK_TIMEOUT", defaults.lock_timeout_seconds
+        ),
+        idle_in_transaction_seconds=_float(
+            env, "FLOWFORGE_DB_IDLE_IN_TRANSACTION_TIMEOUT", defaults.idle_in_transaction_seconds
+        ),
+    )

@@ -13,13 +13,26 @@ holder does), so an operator whose renewal was late but not taken over keeps wor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TypeAlias, TypeVar
 
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import LeaseNotHeldError, StaleEpochError
+from flowforge.store.single import SingleConnection
 from flowforge.store.transaction import in_transaction
 
 DEFAULT_LEASE = "operator"
+T = TypeVar("T")
+# the operator renews through a connection of its own (``SingleConnection``); tests and
+# tools may use a pool. Every lease statement is one statement, its own transaction.
+LeaseStore: TypeAlias = Pool | SingleConnection
+
+
+async def _one_statement(store: LeaseStore, decide: Callable[[Connection], Awaitable[T]]) -> T:
+    if isinstance(store, SingleConnection):
+        return await store.run(decide)
+    return await in_transaction(store, decide)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +56,7 @@ class Lease:
 
 
 async def acquire_lease(
-    pool: Pool, *, holder: str, ttl: timedelta, name: str = DEFAULT_LEASE
+    pool: LeaseStore, *, holder: str, ttl: timedelta, name: str = DEFAULT_LEASE
 ) -> Lease | None:
     """Take the lease if it is free, expired or already ours; None while another holds it.
 
@@ -72,10 +85,10 @@ async def acquire_lease(
         row = await cursor.fetchone()
         return None if row is None else Lease(*row)
 
-    return await in_transaction(pool, decide)
+    return await _one_statement(pool, decide)
 
 
-async def renew_lease(pool: Pool, lease: Lease, *, ttl: timedelta) -> Lease:
+async def renew_lease(pool: LeaseStore, lease: Lease, *, ttl: timedelta) -> Lease:
     """Extend our lease; ``LeaseNotHeldError`` once someone else took it over."""
 
     async def decide(connection: Connection) -> Lease:
@@ -90,10 +103,10 @@ async def renew_lease(pool: Pool, lease: Lease, *, ttl: timedelta) -> Lease:
             raise LeaseNotHeldError(lease=lease.name, holder=lease.holder, epoch=lease.epoch)
         return Lease(*row)
 
-    return await in_transaction(pool, decide)
+    return await _one_statement(pool, decide)
 
 
-async def release_lease(pool: Pool, lease: Lease) -> bool:
+async def release_lease(pool: LeaseStore, lease: Lease) -> bool:
     """Let the lease expire now so a successor need not wait; False if it was not ours."""
 
     async def decide(connection: Connection) -> bool:
@@ -104,7 +117,7 @@ async def release_lease(pool: Pool, lease: Lease) -> bool:
         )
         return cursor.rowcount == 1
 
-    return await in_transaction(pool, decide)
+    return await _one_statement(pool, decide)
 
 
 async def current_lease(pool: Pool, name: str = DEFAULT_LEASE) -> Lease | None:

@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from psycopg_pool import AsyncConnectionPool
 
-from flowforge.store.connection import Pool
+from flowforge.store.connection import Connection, Pool
 from flowforge.store.migrate import check_schema
+from flowforge.store.session import SessionLimits
+
+
+class BoundedPool(AsyncConnectionPool[Connection]):
+    """A pool whose every use (the wait for a connection and the work on it) ends within
+    ``operation_seconds``: a paused server enforces no statement timeout of its own.
+
+    On the deadline the task is cancelled inside psycopg, which cancels the query (or, when
+    the server does not answer that either, closes the connection) and the pool discards it.
+    """
+
+    operation_seconds: float | None = None
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Connection]:
+        if self.operation_seconds is None:
+            async with super().connection(timeout) as connection:
+                yield connection
+            return
+        async with asyncio.timeout(self.operation_seconds):
+            async with super().connection(timeout) as connection:
+                yield connection
 
 
 async def open_pool(
@@ -16,6 +42,8 @@ async def open_pool(
     verify_schema: bool = True,
     name: str = "flowforge-store",
     prepare: bool = True,
+    limits: SessionLimits | None = None,
+    wait_seconds: float = 30.0,
 ) -> Pool:
     """Open a pool and wait for its first connection; refuse an unknown schema version.
 
@@ -24,19 +52,28 @@ async def open_pool(
     Connections are in autocommit mode: reads hold no transaction open, ``in_transaction``
     opens one explicitly, and a single-statement decision is its own transaction (one
     round trip, which is what makes the outcome hot path fast).
+
+    With ``limits`` every connection carries connect and keepalive settings and the server
+    timeouts (``store/session.py``), and every use of the pool is bounded client-side too.
+    A caller waits at most ``wait_seconds`` for a free connection (``PoolTimeout``).
     """
-    pool: Pool = AsyncConnectionPool(
+    kwargs: dict[str, object] = {
+        "prepare_threshold": 5 if prepare else None,
+        "application_name": name,
+        "autocommit": True,
+    }
+    if limits is not None:
+        kwargs.update(limits.connection_kwargs())
+    pool = BoundedPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         open=False,
         name=name,
-        kwargs={
-            "prepare_threshold": 5 if prepare else None,
-            "application_name": name,
-            "autocommit": True,
-        },
+        timeout=wait_seconds,
+        kwargs=kwargs,
     )
+    pool.operation_seconds = None if limits is None else limits.client_seconds + wait_seconds
     await pool.open(wait=True, timeout=30)
     if verify_schema:
         try:
@@ -46,3 +83,10 @@ async def open_pool(
             await pool.close()
             raise
     return pool
+
+
+def pool_size_for(event_workers: int) -> int:
+    """Connections the operator's handlers need: one per kopf event worker, one for the
+    reconciler and one for the status writer. Handlers of several kinds share them: beyond
+    this a handler waits for a connection, at most the pool's ``wait_seconds``."""
+    return event_workers + 2

@@ -297,6 +297,9 @@ class Engine:
         decided_at = time.perf_counter()
         if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
             self.background.cancel((context.run_id, f"start:{identity.name}"))
+            self.launcher.uids.forget(
+                run_id=context.run_id, task_key=identity.task_key, attempt=identity.attempt
+            )
         await self.applier.apply(context, decision, received=received)
         if received is not None and decision.create_jobs:
             done = time.perf_counter()

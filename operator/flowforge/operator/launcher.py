@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 FORGERY_NOTICES_PER_RUN = 5
 FORGERY_NOTICE_WINDOW_SECONDS = 3600.0
 _REMEMBERED_FORGERIES = 10_000
+# uids of Jobs this process created and recorded, for attempts still running
+_REMEMBERED_UIDS = 100_000
 
 # the engine records an attempt that failed before its Job ran (refused, never started)
 FailAttempt = Callable[[RunContext, JobRef, AttemptOutcome], Awaitable[None]]
@@ -126,6 +128,34 @@ class ForgeryNotices:
         return True
 
 
+class RecordedUids:
+    """The uids this process recorded with ``task.job_created``, so the ownership check of a
+    finished Job does not read the store on the hand-off path. An entry counts only under the
+    epoch that recorded it: after a change of leader the store may hold a newer uid, so the
+    store is asked again. Bounded: an attempt's entry goes when its outcome is recorded, and
+    the oldest go first beyond ``_REMEMBERED_UIDS``."""
+
+    def __init__(self) -> None:
+        self._uids: dict[tuple[int, str, int], tuple[int, str]] = {}
+
+    def remember(self, *, epoch: int, run_id: int, task_key: str, attempt: int, uid: str) -> None:
+        key = (run_id, task_key, attempt)
+        self._uids.pop(key, None)
+        self._uids[key] = (epoch, uid)
+        if len(self._uids) > _REMEMBERED_UIDS:
+            del self._uids[next(iter(self._uids))]
+
+    def lookup(self, *, epoch: int, run_id: int, task_key: str, attempt: int) -> str | None:
+        entry = self._uids.get((run_id, task_key, attempt))
+        return entry[1] if entry is not None and entry[0] == epoch else None
+
+    def forget(self, *, run_id: int, task_key: str, attempt: int) -> None:
+        self._uids.pop((run_id, task_key, attempt), None)
+
+    def __len__(self) -> int:
+        return len(self._uids)
+
+
 @dataclasses.dataclass(frozen=True)
 class AttemptHooks:
     """What the launcher hands back to the engine: attempts that failed before their Job
@@ -156,6 +186,7 @@ class JobLauncher:
         self._background = background
         self._hooks = hooks
         self.forgeries = ForgeryNotices()
+        self.uids = RecordedUids()
 
     def pending_timeout(self, context: RunContext, task_key: str) -> float:
         """Seconds the attempt's Pod may take to start: its task type's, else the default."""
@@ -211,15 +242,23 @@ class JobLauncher:
             return
         if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
+        fence = self._fence()
         cancelled = await record_job_created(
             self._pool,
-            fence=self._fence(),
+            fence=fence,
             run_id=context.run_id,
             task_key=item.task_key,
             attempt=item.attempt,
             job=request.name,
             uid=job.uid,
             created=job.created,
+        )
+        self.uids.remember(
+            epoch=fence.epoch,
+            run_id=context.run_id,
+            task_key=item.task_key,
+            attempt=item.attempt,
+            uid=job.uid,
         )
         ref = JobRef(item.task_key, item.attempt, item.role)
         self._background.later(
@@ -302,10 +341,16 @@ class JobLauncher:
 
     async def owns(self, context: RunContext, identity: JobIdentity, *, act: str) -> bool:
         """Whether the Job is the run's own for the attempt it claims (the recorded uid is
-        read from the store); a forgery is reported (``act``: what it would have caused)."""
+        the one this process recorded under the current epoch, else read from the store); a
+        forgery is reported (``act``: what it would have caused)."""
         recorded = None
         if identity.namespace == context.namespace:
-            recorded = await recorded_job_uid(
+            recorded = self.uids.lookup(
+                epoch=self._fence().epoch,
+                run_id=context.run_id,
+                task_key=identity.task_key,
+                attempt=identity.attempt,
+            ) or await recorded_job_uid(
                 self._pool,
                 run_id=context.run_id,
                 task_key=identity.task_key,

@@ -38,6 +38,7 @@ class FakeKube:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[PostedEvent] = []
+        self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
         self.pods: list[dict[str, Any]] = []
@@ -187,6 +188,20 @@ class FakeKube:
         warning: bool = False,
     ) -> None:
         self.events.append(PostedEvent(namespace, run_name, reason, message, warning))
+
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
+    ) -> None:
+        self.event_series[(namespace, name)] = (reason, message, count)
 
     # what the Job controller would do
 

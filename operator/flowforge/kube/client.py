@@ -386,6 +386,53 @@ class KubeClient:
         }
         await self._call(self._core.create_namespaced_event, namespace, body)
 
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
+    ) -> None:
+        """Create or update the Event ``name`` that stands for ``count`` similar Events of
+        the run (``domain/event_series.py``): updated in place, as the event recorder does."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        change = {"message": message[:1000], "count": count, "lastTimestamp": now}
+        if exists:
+            try:
+                await self._call(self._core.patch_namespaced_event, name, namespace, change)
+                return
+            except KubernetesError as error:
+                if not error.not_found:  # expired (Events live an hour): create it again
+                    raise
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": RUN_KIND,
+                "name": run_name,
+                "namespace": namespace,
+                "uid": run_uid,
+            },
+            "reason": reason,
+            "type": "Normal",
+            "source": {"component": "flowforge-operator"},
+            "firstTimestamp": now,
+            **change,
+        }
+        try:
+            await self._call(self._core.create_namespaced_event, namespace, body)
+        except KubernetesError as error:
+            if not error.conflict:
+                raise
+            await self._call(self._core.patch_namespaced_event, name, namespace, change)
+
     # Admission's reads: the namespace's policies, and what a user may do
 
     async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:

@@ -68,3 +68,16 @@ class KubePort(Protocol):
         message: str,
         warning: bool = False,
     ) -> None: ...
+
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
+    ) -> None: ...

@@ -55,7 +55,9 @@ class EventCorrelator:
         self._window_seconds = window_seconds
         self._windows: OrderedDict[tuple[str, str], _Window] = OrderedDict()
 
-    def observe(self, *, run_uid: str, reason: str, warning: bool, message: str, now: float) -> bool:
+    def observe(
+        self, *, run_uid: str, reason: str, warning: bool, message: str, now: float
+    ) -> bool:
         """Whether the Event is posted on its own (True) or folded into the series (False)."""
         if warning:
             return True

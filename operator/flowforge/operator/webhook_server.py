@@ -36,6 +36,7 @@ from flowforge.operator.run_sources import StoreRetrySources
 from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
+from flowforge.store.session import WEBHOOK_LIMITS
 
 
 def configure_admission_settings(
@@ -87,7 +88,14 @@ async def serve_webhooks(
     ready_flag: asyncio.Event | None = None,
 ) -> None:
     """Serve the admission webhooks until stopped (signal or `stop_flag`)."""
-    pool = await open_pool(dsn, min_size=1, max_size=8, name="flowforge-webhooks")
+    pool = await open_pool(
+        dsn,
+        min_size=1,
+        max_size=8,
+        name="flowforge-webhooks",
+        limits=WEBHOOK_LIMITS,
+        wait_seconds=1.0,
+    )
     kube = KubeClient.connect(kubeconfig=os.environ.get("KUBECONFIG") or None, threads=8)
     try:
         definitions = StoreDefinitionRegistry(

@@ -347,8 +347,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
    "runAsGroup": {
     "description": "The GID to run the entrypoint of the container process.",
     "type": "integer",
-    "minimum": -9223372036854775808,
-    "maximum": 9223372036854775807
+    "minimum": 0,
+    "maximum": 2147483647
    },
    "runAsNonRoot": {
     "description": "Indicates that the container must run as a non-root user.",
@@ -357,8 +357,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
    "runAsUser": {
     "description": "The UID to run the entrypoint of the container process.",
     "type": "integer",
-    "minimum": -9223372036854775808,
-    "maximum": 9223372036854775807
+    "minimum": 0,
+    "maximum": 2147483647
    },
    "seLinuxOptions": {
     "description": "SELinuxOptions are the labels to be applied to the container",
@@ -517,8 +517,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
     "tolerationSeconds": {
      "description": "TolerationSeconds represents the period of time the toleration (which must be of effect NoExecute, otherwise this field is ignored) tolerates the taint.",
      "type": "integer",
-     "minimum": -9223372036854775808,
-     "maximum": 9223372036854775807
+     "minimum": -9007199254740991,
+     "maximum": 9007199254740991
     },
     "value": {
      "description": "Value is the taint value the toleration matches to.",
@@ -548,8 +548,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "defaultMode": {
        "description": "defaultMode is optional: mode bits used to set permissions on created files by default.",
        "type": "integer",
-       "minimum": -2147483648,
-       "maximum": 2147483647
+       "minimum": 0,
+       "maximum": 511
       },
       "items": {
        "description": "items if unspecified, each key-value pair in the Data field of the referenced ConfigMap will be projected into the volume as a file whose name is the key and content is the value.",
@@ -572,8 +572,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
          "mode": {
           "description": "mode is Optional: mode bits used to set permissions on this file.",
           "type": "integer",
-          "minimum": -2147483648,
-          "maximum": 2147483647
+          "minimum": 0,
+          "maximum": 511
          },
          "path": {
           "description": "path is the relative path of the file to map the key to.",
@@ -602,8 +602,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "defaultMode": {
        "description": "Optional: mode bits to use on created files by default.",
        "type": "integer",
-       "minimum": -2147483648,
-       "maximum": 2147483647
+       "minimum": 0,
+       "maximum": 511
       },
       "items": {
        "description": "Items is a list of downward API volume file",
@@ -640,8 +640,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
          "mode": {
           "description": "Optional: mode bits used to set permissions on this file, must be an octal value between 0000 and 0777 or a decimal value between 0 and 511.",
           "type": "integer",
-          "minimum": -2147483648,
-          "maximum": 2147483647
+          "minimum": 0,
+          "maximum": 511
          },
          "path": {
           "description": "Required: Path is the relative path name of the file to be created.",
@@ -1010,8 +1010,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "defaultMode": {
        "description": "defaultMode are the mode bits used to set permissions on created files by default.",
        "type": "integer",
-       "minimum": -2147483648,
-       "maximum": 2147483647
+       "minimum": 0,
+       "maximum": 511
       },
       "sources": {
        "description": "sources is the list of volume projections.",
@@ -1048,8 +1048,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
               "mode": {
                "description": "mode is Optional: mode bits used to set permissions on this file.",
                "type": "integer",
-               "minimum": -2147483648,
-               "maximum": 2147483647
+               "minimum": 0,
+               "maximum": 511
               },
               "path": {
                "description": "path is the relative path of the file to map the key to.",
@@ -1110,8 +1110,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
               "mode": {
                "description": "Optional: mode bits used to set permissions on this file, must be an octal value between 0000 and 0777 or a decimal value between 0 and 511.",
                "type": "integer",
-               "minimum": -2147483648,
-               "maximum": 2147483647
+               "minimum": 0,
+               "maximum": 511
               },
               "path": {
                "description": "Required: Path is the relative path name of the file to be created.",
@@ -1183,8 +1183,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
               "mode": {
                "description": "mode is Optional: mode bits used to set permissions on this file.",
                "type": "integer",
-               "minimum": -2147483648,
-               "maximum": 2147483647
+               "minimum": 0,
+               "maximum": 511
               },
               "path": {
                "description": "path is the relative path of the file to map the key to.",
@@ -1221,8 +1221,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
            "expirationSeconds": {
             "description": "expirationSeconds is the requested duration of validity of the service account token.",
             "type": "integer",
-            "minimum": -9223372036854775808,
-            "maximum": 9223372036854775807
+            "minimum": 600,
+            "maximum": 4294967296
            },
            "path": {
             "description": "path is the path relative to the mount point of the file to project the token into.",
@@ -1244,8 +1244,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "defaultMode": {
        "description": "defaultMode is Optional: mode bits used to set permissions on created files by default.",
        "type": "integer",
-       "minimum": -2147483648,
-       "maximum": 2147483647
+       "minimum": 0,
+       "maximum": 511
       },
       "items": {
        "description": "items If unspecified, each key-value pair in the Data field of the referenced Secret will be projected into the volume as a file whose name is the key and content is the value.",
@@ -1268,8 +1268,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
          "mode": {
           "description": "mode is Optional: mode bits used to set permissions on this file.",
           "type": "integer",
-          "minimum": -2147483648,
-          "maximum": 2147483647
+          "minimum": 0,
+          "maximum": 511
          },
          "path": {
           "description": "path is the relative path of the file to map the key to.",
@@ -1432,8 +1432,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
         "weight": {
          "description": "Weight associated with matching the corresponding nodeSelectorTerm, in the range 1-100.",
          "type": "integer",
-         "minimum": -2147483648,
-         "maximum": 2147483647
+         "minimum": 1,
+         "maximum": 100
         }
        }
       }
@@ -1723,8 +1723,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
         "weight": {
          "description": "weight associated with matching the corresponding podAffinityTerm, in the range 1-100.",
          "type": "integer",
-         "minimum": -2147483648,
-         "maximum": 2147483647
+         "minimum": 1,
+         "maximum": 100
         }
        }
       }
@@ -2069,8 +2069,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
         "weight": {
          "description": "weight associated with matching the corresponding podAffinityTerm, in the range 1-100.",
          "type": "integer",
-         "minimum": -2147483648,
-         "maximum": 2147483647
+         "minimum": 1,
+         "maximum": 100
         }
        }
       }
@@ -2323,13 +2323,13 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
     "maxSkew": {
      "description": "MaxSkew describes the degree to which pods may be unevenly distributed.",
      "type": "integer",
-     "minimum": -2147483648,
+     "minimum": 1,
      "maximum": 2147483647
     },
     "minDomains": {
      "description": "MinDomains indicates a minimum number of eligible domains.",
      "type": "integer",
-     "minimum": -2147483648,
+     "minimum": 1,
      "maximum": 2147483647
     },
     "nodeAffinityPolicy": {
@@ -2410,8 +2410,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
    "fsGroup": {
     "description": "A special supplemental group that applies to all containers in a pod.",
     "type": "integer",
-    "minimum": -9223372036854775808,
-    "maximum": 9223372036854775807
+    "minimum": 0,
+    "maximum": 2147483647
    },
    "fsGroupChangePolicy": {
     "description": "fsGroupChangePolicy defines behavior of changing ownership and permission of the volume before being exposed inside Pod.",
@@ -2424,8 +2424,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
    "runAsGroup": {
     "description": "The GID to run the entrypoint of the container process.",
     "type": "integer",
-    "minimum": -9223372036854775808,
-    "maximum": 9223372036854775807
+    "minimum": 0,
+    "maximum": 2147483647
    },
    "runAsNonRoot": {
     "description": "Indicates that the container must run as a non-root user.",
@@ -2434,8 +2434,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
    "runAsUser": {
     "description": "The UID to run the entrypoint of the container process.",
     "type": "integer",
-    "minimum": -9223372036854775808,
-    "maximum": 9223372036854775807
+    "minimum": 0,
+    "maximum": 2147483647
    },
    "seLinuxChangePolicy": {
     "description": "seLinuxChangePolicy defines how the container's SELinux label is applied to all volumes used by the Pod.",
@@ -2502,8 +2502,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
     "maxItems": 64,
     "items": {
      "type": "integer",
-     "minimum": -9223372036854775808,
-     "maximum": 9223372036854775807
+     "minimum": 0,
+     "maximum": 2147483647
     }
    },
    "supplementalGroupsPolicy": {
@@ -2824,7 +2824,7 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "failureThreshold": {
        "description": "Minimum consecutive failures for the probe to be considered failed after having succeeded.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "grpc": {
@@ -2918,19 +2918,19 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "initialDelaySeconds": {
        "description": "Number of seconds after the container has started before liveness probes are initiated.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 0,
        "maximum": 2147483647
       },
       "periodSeconds": {
        "description": "How often (in seconds) to perform the probe.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "successThreshold": {
        "description": "Minimum consecutive successes for the probe to be considered successful after having failed.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "tcpSocket": {
@@ -2964,13 +2964,13 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "terminationGracePeriodSeconds": {
        "description": "Optional duration in seconds the pod needs to terminate gracefully upon probe failure.",
        "type": "integer",
-       "minimum": -9223372036854775808,
-       "maximum": 9223372036854775807
+       "minimum": 1,
+       "maximum": 2147483647
       },
       "timeoutSeconds": {
        "description": "Number of seconds after which the probe times out.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       }
      }
@@ -3006,7 +3006,7 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "failureThreshold": {
        "description": "Minimum consecutive failures for the probe to be considered failed after having succeeded.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "grpc": {
@@ -3100,19 +3100,19 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "initialDelaySeconds": {
        "description": "Number of seconds after the container has started before liveness probes are initiated.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 0,
        "maximum": 2147483647
       },
       "periodSeconds": {
        "description": "How often (in seconds) to perform the probe.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "successThreshold": {
        "description": "Minimum consecutive successes for the probe to be considered successful after having failed.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "tcpSocket": {
@@ -3146,13 +3146,13 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "terminationGracePeriodSeconds": {
        "description": "Optional duration in seconds the pod needs to terminate gracefully upon probe failure.",
        "type": "integer",
-       "minimum": -9223372036854775808,
-       "maximum": 9223372036854775807
+       "minimum": 1,
+       "maximum": 2147483647
       },
       "timeoutSeconds": {
        "description": "Number of seconds after which the probe times out.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       }
      }
@@ -3284,8 +3284,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "runAsGroup": {
        "description": "The GID to run the entrypoint of the container process.",
        "type": "integer",
-       "minimum": -9223372036854775808,
-       "maximum": 9223372036854775807
+       "minimum": 0,
+       "maximum": 2147483647
       },
       "runAsNonRoot": {
        "description": "Indicates that the container must run as a non-root user.",
@@ -3294,8 +3294,8 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "runAsUser": {
        "description": "The UID to run the entrypoint of the container process.",
        "type": "integer",
-       "minimum": -9223372036854775808,
-       "maximum": 9223372036854775807
+       "minimum": 0,
+       "maximum": 2147483647
       },
       "seLinuxOptions": {
        "description": "SELinuxOptions are the labels to be applied to the container",
@@ -3400,7 +3400,7 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "failureThreshold": {
        "description": "Minimum consecutive failures for the probe to be considered failed after having succeeded.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "grpc": {
@@ -3494,19 +3494,19 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "initialDelaySeconds": {
        "description": "Number of seconds after the container has started before liveness probes are initiated.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 0,
        "maximum": 2147483647
       },
       "periodSeconds": {
        "description": "How often (in seconds) to perform the probe.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "successThreshold": {
        "description": "Minimum consecutive successes for the probe to be considered successful after having failed.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       },
       "tcpSocket": {
@@ -3540,13 +3540,13 @@ TEMPLATE_FIELDS: Final[dict[str, Any]] = json.loads(
       "terminationGracePeriodSeconds": {
        "description": "Optional duration in seconds the pod needs to terminate gracefully upon probe failure.",
        "type": "integer",
-       "minimum": -9223372036854775808,
-       "maximum": 9223372036854775807
+       "minimum": 1,
+       "maximum": 2147483647
       },
       "timeoutSeconds": {
        "description": "Number of seconds after which the probe times out.",
        "type": "integer",
-       "minimum": -2147483648,
+       "minimum": 1,
        "maximum": 2147483647
       }
      }

@@ -30,9 +30,13 @@ def template_path(
         if rest.startswith(("labels", "annotations")):
             return f"{template_path}.jobMetadata.{rest}"
         return None
-    if field.startswith(f"{pod}metadata."):
-        rest = field.removeprefix(f"{pod}metadata.")
-        return f"{template_path}.{rest}" if rest.startswith(("labels", "annotations")) else None
+    # a Pod template's metadata is named both spec.template.metadata.labels and
+    # spec.template.labels by the apiserver
+    for prefix in (f"{pod}metadata.", pod if kind == "Job" else "metadata."):
+        if field.startswith(prefix) and field.removeprefix(prefix).startswith(
+            ("labels", "annotations")
+        ):
+            return f"{template_path}.{field.removeprefix(prefix)}"
     spec = f"{pod}spec."
     if not field.startswith(spec):
         return None

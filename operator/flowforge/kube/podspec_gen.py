@@ -161,6 +161,33 @@ _PATTERNS: Final[dict[tuple[str, str], tuple[str, int]]] = {
     ("PodSpec", "runtimeClassName"): (DNS1123_SUBDOMAIN_PATTERN, 253),
     ("LocalObjectReference", "name"): (DNS1123_SUBDOMAIN_PATTERN, 253),
 }
+_ID: Final = (0, 2**31 - 1)
+_MODE: Final = (0, 0o777)
+_RANGES: Final[dict[tuple[str, str], tuple[int, int]]] = {
+    ("SecurityContext", "runAsUser"): _ID,
+    ("SecurityContext", "runAsGroup"): _ID,
+    ("PodSecurityContext", "runAsUser"): _ID,
+    ("PodSecurityContext", "runAsGroup"): _ID,
+    ("PodSecurityContext", "fsGroup"): _ID,
+    ("PodSecurityContext", "supplementalGroups"): _ID,
+    ("TopologySpreadConstraint", "maxSkew"): (1, 2**31 - 1),
+    ("TopologySpreadConstraint", "minDomains"): (1, 2**31 - 1),
+    ("WeightedPodAffinityTerm", "weight"): (1, 100),
+    ("PreferredSchedulingTerm", "weight"): (1, 100),
+    ("Probe", "initialDelaySeconds"): (0, 2**31 - 1),
+    ("Probe", "periodSeconds"): (1, 2**31 - 1),
+    ("Probe", "timeoutSeconds"): (1, 2**31 - 1),
+    ("Probe", "successThreshold"): (1, 2**31 - 1),
+    ("Probe", "failureThreshold"): (1, 2**31 - 1),
+    ("Probe", "terminationGracePeriodSeconds"): (1, 2**31 - 1),
+    ("ConfigMapVolumeSource", "defaultMode"): _MODE,
+    ("SecretVolumeSource", "defaultMode"): _MODE,
+    ("ProjectedVolumeSource", "defaultMode"): _MODE,
+    ("DownwardAPIVolumeSource", "defaultMode"): _MODE,
+    ("KeyToPath", "mode"): _MODE,
+    ("DownwardAPIVolumeFile", "mode"): _MODE,
+    ("ServiceAccountTokenProjection", "expirationSeconds"): (600, 2**32),
+}
 _REQUIRED: Final[dict[str, list[str]]] = {
     "Container": ["name", "image"],
     "LocalObjectReference": ["name"],
@@ -176,9 +203,11 @@ _MAX_ITEMS_BY_FIELD: Final[dict[tuple[str, str], int]] = {
     ("Container", "args"): 256,
     ("ExecAction", "command"): 256,
 }
+# The apiserver reads a CRD's bounds as float64, and +-2**63 does not survive that: int64 fields
+# are bounded to what a JSON number holds exactly.
 _INT_BOUNDS: Final[dict[str, tuple[int, int]]] = {
     "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
+    "int64": (-(2**53 - 1), 2**53 - 1),
 }
 _DESCRIPTION_CHARS: Final = 240
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]])\.\s")
@@ -254,6 +283,10 @@ class _Generator:
         if key in _PATTERNS:
             pattern, length = _PATTERNS[key]
             out.update({"minLength": 1, "maxLength": length, "pattern": pattern})
+        if key in _RANGES:
+            low, high = _RANGES[key]
+            target = out["items"] if out.get("type") == "array" else out
+            target.update({"minimum": low, "maximum": high})
         if key in _LABEL_MAPS:
             out["additionalProperties"] = {
                 "type": "string",

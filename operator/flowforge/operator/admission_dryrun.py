@@ -39,6 +39,12 @@ DEFAULT_CONCURRENCY: Final = 8
 PLACEHOLDER_RUN: Final = "flowforge-dry-run"
 PLACEHOLDER_UID: Final = "00000000-0000-0000-0000-000000000000"
 _TRANSIENT_MARKERS: Final = ("exceeded quota",)
+# A refusal without a field that names a missing object: the template field that names it.
+_NAMED_OBJECTS: Final = (
+    ("service account", "serviceAccountName"),
+    ("PriorityClass", "priorityClassName"),
+    ("RuntimeClass", "runtimeClassName"),
+)
 
 
 class DryRunCreator(Protocol):
@@ -126,7 +132,10 @@ def _judge(check: TemplateCheck, kind: str, answer: DryRunAnswer) -> Finding:
             where = path or f"{base} ({kind} field {cause.field})"
             lines.append(f"{where}: {cause.message} (the apiserver refuses the task's {kind})")
         if not answer.causes:
-            where = f"{base}.serviceAccountName" if "service account" in answer.message else base
+            where = next(
+                (f"{base}.{field}" for word, field in _NAMED_OBJECTS if word in answer.message),
+                base,
+            )
             lines.append(f"{where}: the apiserver refuses the task's {kind}: {answer.message}")
     return Finding(lines=tuple(lines), warnings=warnings)
 
@@ -142,7 +151,18 @@ async def _dry_run_all(
             answer = await creator.create(manifest)
         return _judge(check, kind, answer)
 
-    return await asyncio.gather(*(one(check, kind) for check in checks for kind in ("Job", "Pod")))
+    kinds = ("Job", "Pod")
+    answers = await asyncio.gather(*(one(check, kind) for check in checks for kind in kinds))
+    findings = []
+    for index in range(0, len(answers), len(kinds)):
+        job, pod = answers[index], answers[index + 1]
+        # the Job's validation holds the whole Pod spec's: its refusal says it once
+        findings += (
+            [job, Finding(unavailable=pod.unavailable, warnings=pod.warnings)]
+            if job.lines
+            else [job, pod]
+        )
+    return findings
 
 
 async def decide_definition_dry_run(

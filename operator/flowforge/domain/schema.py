@@ -51,9 +51,10 @@ def _pattern_keyword(
 def _validator() -> Any:
     # imported here: a valid spec never needs jsonschema (the fast check answers), and the
     # import is a tenth of `flowforge plan`
+    # (the schema's own validity is a unit test: checking it here cost seconds per process
+    # once the Pod-spec fields made it large)
     import jsonschema
 
-    jsonschema.Draft202012Validator.check_schema(DEFINITION_SPEC_SCHEMA)
     extend: Any = jsonschema.validators.extend
     validator_class = extend(jsonschema.Draft202012Validator, {"pattern": _pattern_keyword})
     return validator_class(DEFINITION_SPEC_SCHEMA)

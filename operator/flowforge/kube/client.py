@@ -169,6 +169,10 @@ class KubeClient:
         await self._api_bucket.acquire()
         return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args, kwargs)
 
+    @property
+    def api_client(self) -> k8s.ApiClient:
+        return self._api
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._jobs_pool.shutdown(wait=False, cancel_futures=True)

@@ -125,6 +125,10 @@ class ForgeryNotices:
         posted.append(now)
         return True
 
+    def forget_run(self, run_id: int) -> None:
+        """The run finished: its notice budget goes (the forged Jobs seen stay, bounded)."""
+        self._posted.pop(run_id, None)
+
 
 @dataclasses.dataclass(frozen=True)
 class AttemptHooks:

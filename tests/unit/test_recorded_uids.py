@@ -32,16 +32,29 @@ def test_the_newest_record_of_an_attempt_wins_and_an_outcome_forgets_it() -> Non
     assert len(uids) == 0
 
 
-def test_the_oldest_entries_go_first_beyond_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_oldest_runs_go_first_beyond_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launcher, "_REMEMBERED_UIDS", 3)
     uids = RecordedUids()
-    for attempt in range(1, 6):
-        uids.remember(epoch=1, run_id=1, task_key="a", attempt=attempt, uid=f"u-{attempt}")
+    for run_id in range(1, 6):
+        uids.remember(epoch=1, run_id=run_id, task_key="a", attempt=1, uid=f"u-{run_id}")
 
     assert len(uids) == 3
-    assert uids.lookup(epoch=1, run_id=1, task_key="a", attempt=2) is None
-    assert [uids.lookup(epoch=1, run_id=1, task_key="a", attempt=n) for n in (3, 4, 5)] == [
+    assert uids.lookup(epoch=1, run_id=2, task_key="a", attempt=1) is None
+    assert [uids.lookup(epoch=1, run_id=n, task_key="a", attempt=1) for n in (3, 4, 5)] == [
         "u-3",
         "u-4",
         "u-5",
     ]
+
+
+def test_a_finished_run_forgets_every_attempt_it_left() -> None:
+    uids = RecordedUids()
+    for attempt in (1, 2):
+        uids.remember(epoch=1, run_id=7, task_key="a", attempt=attempt, uid=f"u-{attempt}")
+    uids.remember(epoch=1, run_id=8, task_key="a", attempt=1, uid="other")
+
+    uids.forget_run(7)
+    uids.forget_run(7)
+    assert len(uids) == 1
+    assert uids.lookup(epoch=1, run_id=7, task_key="a", attempt=1) is None
+    assert uids.lookup(epoch=1, run_id=8, task_key="a", attempt=1) == "other"

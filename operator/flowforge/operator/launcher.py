@@ -127,33 +127,47 @@ class ForgeryNotices:
         posted.append(now)
         return True
 
+    def forget_run(self, run_id: int) -> None:
+        """The run finished: its notice budget goes (the forged Jobs seen stay, bounded)."""
+        self._posted.pop(run_id, None)
+
 
 class RecordedUids:
     """The uids this process recorded with ``task.job_created``, so the ownership check of a
     finished Job does not read the store on the hand-off path. An entry counts only under the
     epoch that recorded it: after a change of leader the store may hold a newer uid, so the
-    store is asked again. Bounded: an attempt's entry goes when its outcome is recorded, and
-    the oldest go first beyond ``_REMEMBERED_UIDS``."""
+    store is asked again. Bounded: an attempt's entry goes when its outcome is recorded, a
+    run's when it finishes, and the oldest run's first beyond ``_REMEMBERED_UIDS``."""
 
     def __init__(self) -> None:
-        self._uids: dict[tuple[int, str, int], tuple[int, str]] = {}
+        # run -> (task, attempt) -> (epoch, uid); runs in the order they were first seen
+        self._runs: dict[int, dict[tuple[str, int], tuple[int, str]]] = {}
+        self._count = 0
 
     def remember(self, *, epoch: int, run_id: int, task_key: str, attempt: int, uid: str) -> None:
-        key = (run_id, task_key, attempt)
-        self._uids.pop(key, None)
-        self._uids[key] = (epoch, uid)
-        if len(self._uids) > _REMEMBERED_UIDS:
-            del self._uids[next(iter(self._uids))]
+        attempts = self._runs.setdefault(run_id, {})
+        if (task_key, attempt) not in attempts:
+            self._count += 1
+        attempts[(task_key, attempt)] = (epoch, uid)
+        while self._count > _REMEMBERED_UIDS:
+            self.forget_run(next(iter(self._runs)))
 
     def lookup(self, *, epoch: int, run_id: int, task_key: str, attempt: int) -> str | None:
-        entry = self._uids.get((run_id, task_key, attempt))
+        entry = self._runs.get(run_id, {}).get((task_key, attempt))
         return entry[1] if entry is not None and entry[0] == epoch else None
 
     def forget(self, *, run_id: int, task_key: str, attempt: int) -> None:
-        self._uids.pop((run_id, task_key, attempt), None)
+        attempts = self._runs.get(run_id)
+        if attempts is not None and attempts.pop((task_key, attempt), None) is not None:
+            self._count -= 1
+
+    def forget_run(self, run_id: int) -> None:
+        """The run finished: the entries of attempts whose outcome was never recorded here
+        (cancelled, stopped) go too."""
+        self._count -= len(self._runs.pop(run_id, {}))
 
     def __len__(self) -> int:
-        return len(self._uids)
+        return self._count
 
 
 @dataclasses.dataclass(frozen=True)

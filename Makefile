@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane crds clean ui chromium
+.PHONY: dev dev-down test test-unit lint controlplane crds clean ui chromium screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ $(UI_STAMP): ui/package.json ui/package-lock.json
 
 ui: $(UI_STAMP)
 	npm run --prefix ui build
+
+# The browser tests again, also writing the run-page screenshots the README shows.
+screenshots: $(STAMP) $(UI_STAMP) chromium controlplane
+	FLOWFORGE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/ui/test_ui.py -q
 
 # The browser tests drive Debian's Chromium (Playwright cannot download its own here).
 chromium:

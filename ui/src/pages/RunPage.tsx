@@ -71,7 +71,36 @@ function useRunStream(namespace: string, name: string, onChange: () => void) {
   return { live, status, error };
 }
 
+const APPEAR_SECONDS = 60;
+
+/** A run just applied (or retried) is in the store a moment after its object: until then
+ * the server answers 404, so the page waits for it a while before saying it is not there. */
 export function RunPage({ namespace, name }: { namespace: string; name: string }) {
+  const [waiting, setWaiting] = useState(false);
+  const probe = useData(async (signal) => {
+    for (let tries = 0; ; tries++) {
+      try {
+        return await getJson<RunDetail>(paths.run(namespace, name), signal);
+      } catch (e) {
+        if (!(e instanceof ApiError && e.status === 404) || tries >= APPEAR_SECONDS) throw e;
+        setWaiting(true);
+        await new Promise((r) => setTimeout(r, 1000));
+        if (signal.aborted) throw e;
+      }
+    }
+  }, [namespace, name]);
+  if (probe.data) return <RunView namespace={namespace} name={name} />;
+  return (
+    <section>
+      <h1>Run {namespace}/{name}</h1>
+      {probe.error ? <ErrorNote error={probe.error} /> : (
+        <p class="muted" role="status">{waiting ? "Waiting for the operator to record this run…" : "Loading…"}</p>
+      )}
+    </section>
+  );
+}
+
+function RunView({ namespace, name }: { namespace: string; name: string }) {
   const [version, setVersion] = useState(0);
   const lastRefresh = useRef(0);
   const pending = useRef<ReturnType<typeof setTimeout> | undefined>();

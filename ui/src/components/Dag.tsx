@@ -2,46 +2,25 @@
 // graph's shape and is computed once; live state changes only recolour it. Over
 // MAX_DRAWN nodes the graph is drawn as one box per level with its state counts, so a
 // 10,000-task run stays a page, not a frozen tab.
-import dagre from "@dagrejs/dagre";
+import type { ComponentChildren } from "preact";
 import { useMemo } from "preact/hooks";
 import type { Graph } from "../api";
 import { label, stateClass } from "../format";
+import type { Laid } from "../layout";
+import { useLayout } from "../useLayout";
 
-export const MAX_DRAWN = 500;
+// Over this many tasks (or edges) a graph is drawn by level: dagre's crossing reduction
+// grows much faster than the graph, and a drawing of thousands of boxes is unreadable.
+export const MAX_DRAWN = 300;
+const MAX_DRAWN_EDGES = 900;
 
 const NODE_H = 44;
 const STATE_ORDER = ["succeeded", "running", "admitting", "ready", "waiting", "failed", "cancelled", "skipped"];
 
-type Box = { id: string; x: number; y: number; width: number; height: number };
-type Laid = { width: number; height: number; boxes: Map<string, Box>; edges: { from: string; to: string; d: string }[] };
-
-function layOut(
-  nodes: { id: string; width: number; height: number }[],
-  edges: [string, string][],
-  options: { rankdir: "TB" | "LR"; nodesep: number; ranksep: number },
-): Laid {
-  const g = new dagre.graphlib.Graph();
-  g.setGraph({ ...options, marginx: 8, marginy: 8 });
-  g.setDefaultEdgeLabel(() => ({}));
-  for (const n of nodes) g.setNode(n.id, { width: n.width, height: n.height });
-  for (const [from, to] of edges) if (g.hasNode(from) && g.hasNode(to)) g.setEdge(from, to);
-  dagre.layout(g);
-  const boxes = new Map<string, Box>();
-  for (const id of g.nodes()) {
-    const n = g.node(id);
-    boxes.set(id, { id, x: n.x - n.width / 2, y: n.y - n.height / 2, width: n.width, height: n.height });
-  }
-  const laidEdges = g.edges().map((e) => {
-    const points: { x: number; y: number }[] = g.edge(e).points ?? [];
-    const d = points.map((p, i) => `${i === 0 ? "M" : "L"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
-    return { from: e.v, to: e.w, d };
-  });
-  const graph = g.graph();
-  return { width: graph.width ?? 0, height: graph.height ?? 0, boxes, edges: laidEdges };
-}
-
-function nodeWidth(text: string): number {
-  return Math.min(240, Math.max(110, 16 + text.length * 7.4));
+// wide enough for the name, and for "succeeded · TYPE" / "⚑ triggered rollback" below it
+function nodeWidth(name: string, type: string): number {
+  const chars = Math.max(name.length, 0.87 * (type.length + 12), 0.87 * 21);
+  return Math.min(240, Math.max(110, 18 + chars * 7.4));
 }
 
 function clip(text: string, width: number): string {
@@ -59,11 +38,19 @@ export type DagProps = {
   selectedLevel?: number | null;
 };
 
+export function drawnByLevel(graph: Graph): boolean {
+  return graph.nodes.length > MAX_DRAWN || graph.edges.length > MAX_DRAWN_EDGES;
+}
+
 export function Dag(props: DagProps) {
-  const big = props.graph.nodes.length > MAX_DRAWN;
+  return drawnByLevel(props.graph) ? <LevelDag {...props} /> : <TaskDag {...props} />;
+}
+
+/** The frame of a drawing: says "laying out" until the worker answers. */
+function Frame({ laid, mode, children }: { laid: Laid | null; mode: string; children: (laid: Laid) => ComponentChildren }) {
   return (
-    <div class="dag" data-testid="dag" data-graph-ready="true" data-mode={big ? "levels" : "tasks"}>
-      {big ? <LevelDag {...props} /> : <TaskDag {...props} />}
+    <div class="dag" data-testid="dag" data-mode={mode} data-graph-ready={laid ? "true" : "false"} aria-busy={!laid}>
+      {laid ? children(laid) : <p class="muted" role="status">Laying out the graph…</p>}
     </div>
   );
 }
@@ -91,22 +78,25 @@ function activate(handler: () => void) {
 }
 
 function TaskDag({ graph, states, selected, triggeredBy, onSelect }: DagProps) {
-  const laid = useMemo(
-    () =>
-      layOut(
-        graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id), height: NODE_H })),
-        graph.edges,
-        { rankdir: "TB", nodesep: 28, ranksep: 46 },
-      ),
+  const request = useMemo(
+    () => ({
+      nodes: graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id, n.type), height: NODE_H })),
+      edges: graph.edges,
+      options: { rankdir: "TB" as const, nodesep: 28, ranksep: 46 },
+    }),
     [graph],
   );
+  const laid = useLayout(request);
+  return <Frame laid={laid} mode="tasks">{(laid) => {
+  const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
   return (
     <svg class="graph" role="group" aria-label={`Task graph, ${graph.nodes.length} tasks`}
       viewBox={`0 0 ${laid.width} ${laid.height}`} width={laid.width} height={laid.height}>
       <Arrowhead />
       {laid.edges.map((e) => <path key={`${e.from}>${e.to}`} class="edge" d={e.d} marker-end="url(#arrow)" />)}
       {graph.nodes.map((n) => {
-        const box = laid.boxes.get(n.id)!;
+        const box = boxes.get(n.id);
+        if (!box) return null;
         const state = states[n.id] ?? n.state;
         const trigger = n.id === triggeredBy;
         return (
@@ -119,32 +109,35 @@ function TaskDag({ graph, states, selected, triggeredBy, onSelect }: DagProps) {
             <title>{`${n.id} (${n.type}): ${label(state)}`}</title>
             <rect width={box.width} height={box.height} rx="6" />
             <text x="10" y="18" class="name">{clip(n.id, box.width)}</text>
-            <text x="10" y="35" class="sub">{trigger ? "⚑ triggered rollback" : `${label(state)} · ${clip(n.type, box.width - 80)}`}</text>
+            <text x="10" y="35" class="sub">{clip(trigger ? "⚑ triggered rollback" : `${label(state)} · ${n.type}`, box.width / 0.87)}</text>
           </g>
         );
       })}
     </svg>
   );
+  }}</Frame>;
 }
 
 type Level = { level: number; total: number; counts: Map<string, number> };
 
 function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
-  const levelOf = useMemo(() => new Map(graph.nodes.map((n) => [n.id, n.level])), [graph]);
-  const laid = useMemo(() => {
-    const levels = [...new Set(graph.nodes.map((n) => n.level))].sort((a, b) => a - b);
-    const edges = new Set<string>();
+  const request = useMemo(() => {
+    const levelOf = new Map<string, number>();
+    for (const n of graph.nodes) levelOf.set(n.id, n.level);
+    const count = Math.max(0, ...levelOf.values()) + 1;
+    const edges = new Map<number, [string, string]>();
     for (const [from, to] of graph.edges) {
       const a = levelOf.get(from);
       const b = levelOf.get(to);
-      if (a !== undefined && b !== undefined && a !== b) edges.add(`${a}>${b}`);
+      if (a !== undefined && b !== undefined && a !== b) edges.set(a * count + b, [String(a), String(b)]);
     }
-    return layOut(
-      levels.map((l) => ({ id: String(l), width: 300, height: 64 })),
-      [...edges].map((e) => e.split(">") as [string, string]),
-      { rankdir: "TB", nodesep: 30, ranksep: 30 },
-    );
-  }, [graph, levelOf]);
+    return {
+      nodes: [...new Set(levelOf.values())].sort((a, b) => a - b).map((l) => ({ id: String(l), width: 300, height: 64 })),
+      edges: [...edges.values()],
+      options: { rankdir: "TB" as const, nodesep: 30, ranksep: 30 },
+    };
+  }, [graph]);
+  const laid = useLayout(request);
   const levels = useMemo(() => {
     const byLevel = new Map<number, Level>();
     for (const n of graph.nodes) {
@@ -156,6 +149,8 @@ function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
     }
     return [...byLevel.values()];
   }, [graph, states]);
+  return <Frame laid={laid} mode="levels">{(laid) => {
+  const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
   return (
     <>
       <p class="muted small">
@@ -167,7 +162,8 @@ function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
         <Arrowhead />
         {laid.edges.map((e) => <path key={`${e.from}>${e.to}`} class="edge" d={e.d} marker-end="url(#arrow)" />)}
         {levels.map((lv) => {
-          const box = laid.boxes.get(String(lv.level))!;
+          const box = boxes.get(String(lv.level));
+          if (!box) return null;
           const ordered = [...lv.counts.entries()].sort(
             (a, b) => STATE_ORDER.indexOf(a[0]) - STATE_ORDER.indexOf(b[0]),
           );
@@ -195,4 +191,5 @@ function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
       </svg>
     </>
   );
+  }}</Frame>;
 }

@@ -10,6 +10,7 @@ the store, finished before the operator starts so nothing ever executes it).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -24,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from kubernetes import client as k8s
 from playwright.async_api import Browser, Page, async_playwright
@@ -50,6 +52,7 @@ from tests.plugins.postgres import (
     ensure_login_role,
 )
 from tests.plugins.webhooks import WebhookServer
+from tests.server.conftest import READER_RULES, reader_token
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -95,38 +98,32 @@ def _free_port() -> int:
         return port
 
 
-def _grant(api: k8s.ApiClient, namespace: str, *, subject_namespace: str) -> None:
-    """What a team member gets: read runs, definitions and logs; cancel and retry runs."""
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    rules = [
-        {
-            "apiGroups": ["flowforge.io"],
-            "resources": ["workflowruns", "workflowdefinitions"],
-            "verbs": ["get", "list", "watch", "patch", "create"],
-        },
-        {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
-    ]
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": VIEWER}, "rules": rules})
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": VIEWER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": VIEWER},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": VIEWER, "namespace": subject_namespace}
-            ],
-        },
-    )
-
-
-def _viewer_token(api: k8s.ApiClient, namespace: str) -> str:
-    core = k8s.CoreV1Api(api)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": VIEWER}})
-    request = core.create_namespaced_service_account_token(
-        VIEWER, namespace, {"spec": {"expirationSeconds": 3600}}
-    )
-    token: str = request.status.token
-    return token
+def _bind_viewer(cluster: Cluster, *, namespace: str, home: str) -> None:
+    """The same rights in ``namespace`` for the ServiceAccount of ``home``."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": VIEWER},
+                "rules": READER_RULES,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": VIEWER},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": VIEWER,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": VIEWER, "namespace": home}],
+            },
+        ],
+    }
+    kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
 
 
 def big_definition() -> dict[str, Any]:
@@ -255,11 +252,12 @@ async def ui_stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[UiStack]:
     home, other, big = ui_namespaces
+    began = time.monotonic()
     directory = tmp_path_factory.mktemp("ui")
-    token = _viewer_token(kube_api, home)
-    for namespace in (home, big):
-        _grant(kube_api, namespace, subject_namespace=home)
+    token = reader_token(cluster, home, account=VIEWER)
+    _bind_viewer(cluster, namespace=big, home=home)
     await _make_big_run(ui_store, big)
+    made_big = time.monotonic()
 
     operator = OperatorProcess(
         dsn=ui_store,
@@ -269,8 +267,14 @@ async def ui_stack(
         identity="ui-operator",
     )
     operator.start()
-    login = "ui_server"
+    login = "ff_test_ui_server"
     ensure_login_role(postgres_server_dsn, login, member_of=SERVER)
+    with psycopg.connect(ui_store, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO flowforge_reporting_grant (grantee, namespace) VALUES (%s, '*') "
+            "ON CONFLICT DO NOTHING",
+            (login,),
+        )
     server, url = _start_server(
         dsn=make_conninfo(ui_store, user=login, password=login),
         kubeconfig=cluster.kubeconfig,
@@ -282,6 +286,10 @@ async def ui_stack(
             await wait_for_leader(pool, operator.identity, process=operator)
         finally:
             await pool.close()
+        print(
+            f"\nUI stack: 10,000-task run made in {made_big - began:.1f} s, "
+            f"operator and server up {time.monotonic() - made_big:.1f} s later"
+        )
         yield UiStack(
             cluster=cluster,
             api=kube_api,

@@ -7,12 +7,14 @@ export function useData<T>(
   load: (signal: AbortSignal) => Promise<T>,
   deps: unknown[],
   everyMs?: number,
+  enabled = true,
 ): Loaded<T> {
   const [state, setState] = useState<{ data?: T; error?: Error; loading: boolean }>({ loading: true });
   const [tick, setTick] = useState(0);
   const loadRef = useRef(load);
   loadRef.current = load;
   useEffect(() => {
+    if (!enabled) return;
     const abort = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const run = async () => {
@@ -30,7 +32,7 @@ export function useData<T>(
       abort.abort();
       clearTimeout(timer);
     };
-  }, [...deps, tick]);
+  }, [...deps, tick, enabled]);
   return { ...state, reload: () => setTick((t) => t + 1) };
 }
 

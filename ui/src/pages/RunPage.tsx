@@ -19,13 +19,14 @@ type StreamState = "connecting" | "live" | "reconnecting" | "ended" | "closed";
 const DETAIL_REFRESH_MS = 1000;
 
 /** Follows the run's stream, reconnecting until the run is final; merges every change. */
-function useRunStream(namespace: string, name: string, onChange: () => void) {
+function useRunStream(namespace: string, name: string, onChange: () => void, enabled: boolean) {
   const [live, setLive] = useState<Live | null>(null);
   const [status, setStatus] = useState<StreamState>("connecting");
   const [error, setError] = useState<Error | undefined>();
   const notify = useRef(onChange);
   notify.current = onChange;
   useEffect(() => {
+    if (!enabled) return;
     const abort = new AbortController();
     let final = false;
     const apply = (change: RunChange, snapshot: boolean) => {
@@ -41,6 +42,7 @@ function useRunStream(namespace: string, name: string, onChange: () => void) {
     };
     (async () => {
       let wait = 500;
+      let missing = 0;
       while (!abort.signal.aborted) {
         try {
           await readStream(`${paths.run(namespace, name)}/stream`, {
@@ -56,48 +58,39 @@ function useRunStream(namespace: string, name: string, onChange: () => void) {
         } catch (e) {
           if (abort.signal.aborted) return;
           setError(e as Error);
-          if (e instanceof ApiError && [401, 403, 404].includes(e.status)) {
+          if (e instanceof ApiError && (e.status === 401 || e.status === 403 || (e.status === 404 && ++missing > APPEAR_SECONDS))) {
             setStatus("closed");
             return;
           }
-          wait = Math.min(wait * 2, 8000);
+          wait = e instanceof ApiError && e.status === 404 ? 1000 : Math.min(wait * 2, 8000);
         }
         setStatus("reconnecting");
         await new Promise((r) => setTimeout(r, wait));
       }
     })();
     return () => abort.abort();
-  }, [namespace, name]);
+  }, [namespace, name, enabled]);
   return { live, status, error };
 }
 
 const APPEAR_SECONDS = 60;
 
 /** A run just applied (or retried) is in the store a moment after its object: until then
- * the server answers 404, so the page waits for it a while before saying it is not there. */
-export function RunPage({ namespace, name }: { namespace: string; name: string }) {
-  const [waiting, setWaiting] = useState(false);
-  const probe = useData(async (signal) => {
-    for (let tries = 0; ; tries++) {
-      try {
-        return await getJson<RunDetail>(paths.run(namespace, name), signal);
-      } catch (e) {
-        if (!(e instanceof ApiError && e.status === 404) || tries >= APPEAR_SECONDS) throw e;
-        setWaiting(true);
-        await new Promise((r) => setTimeout(r, 1000));
-        if (signal.aborted) throw e;
-      }
+ * the server answers 404, so the page asks again for a while before saying it is not there. */
+async function untilFound<T>(load: () => Promise<T>, signal: AbortSignal, onWait: () => void): Promise<T> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return await load();
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404) || tries >= APPEAR_SECONDS || signal.aborted) throw e;
+      onWait();
+      await new Promise((r) => setTimeout(r, 1000));
     }
-  }, [namespace, name]);
-  if (probe.data) return <RunView namespace={namespace} name={name} />;
-  return (
-    <section>
-      <h1>Run {namespace}/{name}</h1>
-      {probe.error ? <ErrorNote error={probe.error} /> : (
-        <p class="muted" role="status">{waiting ? "Waiting for the operator to record this run…" : "Loading…"}</p>
-      )}
-    </section>
-  );
+  }
+}
+
+export function RunPage(props: { namespace: string; name: string }) {
+  return <RunView {...props} />;
 }
 
 function RunView({ namespace, name }: { namespace: string; name: string }) {
@@ -117,9 +110,22 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
   };
   useEffect(() => () => clearTimeout(pending.current), []);
 
-  const graph = useData((signal) => getJson<Graph>(`${paths.run(namespace, name)}/graph`, signal), [namespace, name]);
-  const detail = useData((signal) => getJson<RunDetail>(paths.run(namespace, name), signal), [namespace, name, version]);
-  const stream = useRunStream(namespace, name, refresh);
+  const [waiting, setWaiting] = useState(false);
+  const wait = () => setWaiting(true);
+  // The graph first: it is what the page is for, and on a big run the server builds each
+  // answer from the whole graph, so the others would only delay it.
+  const graph = useData(
+    (signal) => untilFound(() => getJson<Graph>(`${paths.run(namespace, name)}/graph`, signal), signal, wait),
+    [namespace, name],
+  );
+  const graphDone = graph.data !== undefined || graph.error !== undefined;
+  const detail = useData(
+    (signal) => untilFound(() => getJson<RunDetail>(paths.run(namespace, name), signal), signal, wait),
+    [namespace, name, version],
+    undefined,
+    graphDone,
+  );
+  const stream = useRunStream(namespace, name, refresh, graphDone);
   const [selected, setSelected] = useState<string | null>(null);
   const [level, setLevel] = useState<number | null>(null);
 
@@ -134,30 +140,35 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
     return fromDetail;
   }, [stream.live, d]);
 
-  if (!run) {
+  if (!run && !graph.data) {
+    const error = graph.error ?? detail.error;
     return (
       <section>
         <h1>Run {namespace}/{name}</h1>
-        {detail.error ? <ErrorNote error={detail.error} /> : <p class="muted">Loading…</p>}
+        {error ? <ErrorNote error={error} /> : (
+          <p class="muted" role="status">{waiting ? "Waiting for the operator to record this run…" : "Loading…"}</p>
+        )}
       </section>
     );
   }
   const select = (task: string) => { setSelected(task); setLevel(null); };
   return (
-    <section class="run" data-testid="run" data-phase={run.phase}>
+    <section class="run" data-testid="run" data-phase={run?.phase ?? ""}>
       <div class="run-head">
         <div>
           <p class="crumbs"><a href={href.runs(`?namespace=${encodeURIComponent(namespace)}`)}>{namespace}</a> / runs</p>
-          <h1>{name} <Phase phase={run.phase} compensating={run.compensating} /></h1>
-          <p class="muted">
-            <a href={href.definition(namespace, run.workflow)}>{run.workflow}</a> v{run.version}
-            {d?.retryOf && <> · retry of <a href={href.run(namespace, d.retryOf)}>{d.retryOf}</a></>}
-            {run.queue && <> · {run.queue.reason}: {run.queue.message}</>}
-          </p>
+          <h1>{name} {run && <Phase phase={run.phase} compensating={run.compensating} />}</h1>
+          {run && (
+            <p class="muted">
+              <a href={href.definition(namespace, run.workflow)}>{run.workflow}</a> v{run.version}
+              {d?.retryOf && <> · retry of <a href={href.run(namespace, d.retryOf)}>{d.retryOf}</a></>}
+              {run.queue && <> · {run.queue.reason}: {run.queue.message}</>}
+            </p>
+          )}
         </div>
-        <Actions namespace={namespace} name={name} phase={run.phase} />
+        {run && <Actions namespace={namespace} name={name} phase={run.phase} />}
       </div>
-      <RunFacts run={run} stream={stream.status} />
+      {run ? <RunFacts run={run} stream={stream.status} /> : <p class="muted" role="status">Loading the run…</p>}
       <ErrorNote error={stream.error && stream.status !== "live" ? stream.error : undefined} />
       <div class="run-body">
         <Section title="Graph" id="graph">

@@ -278,7 +278,11 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         "workflow-viewer",
     ]  # fmt: skip
     assert cluster_roles["server-review"] == [
-        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
         {
             "apiGroups": ["authorization.k8s.io"],
             "resources": ["subjectaccessreviews"],

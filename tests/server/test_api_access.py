@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server.conftest import ApiServer, Tenancy, create_run, wait_phase
+from tests.plugins.api_server import ApiServer, Tenancy, create_run, wait_phase
 
 pytestmark = pytest.mark.cluster
 

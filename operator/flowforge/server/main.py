@@ -114,3 +114,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return serve(parse_args(argv))
+
+
+def run_from_cli(args: argparse.Namespace) -> int:
+    """``flowforge server OPTIONS``: the CLI hands its words over unparsed."""
+    return main(list(args.options))

@@ -181,6 +181,8 @@ class Graph(ApiModel):
     rollback: list[str]
     levels: int
     compensators: list[GraphCompensator] = []
+    workflow: str | None = None
+    version: int | None = None
 
 
 class RunWithConditions(RunSummary):

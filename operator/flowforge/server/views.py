@@ -334,6 +334,8 @@ def graph(definition: DefinitionView, states: Mapping[str, str] | None) -> model
         edges=[(upstream, task.key) for task in spec.forward_tasks for upstream in task.depends_on],
         rollback=definition.planned_rollback,
         levels=definition.level_count,
+        workflow=spec.workflow,
+        version=spec.version,
         compensators=[
             models.GraphCompensator(
                 id=compensator.key,

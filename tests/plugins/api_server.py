@@ -1,9 +1,11 @@
-"""Fixtures of the read API tests: the real control plane and PostgreSQL, one operator, and
-``flowforge server`` as a subprocess, shared by a module (starting them is most of the time).
+"""Fixtures for ``flowforge server`` (the read API and the UI) against the real control plane
+and PostgreSQL, with one operator: session-scoped, since starting them is most of the time
+(the operator watches only its own two namespaces).
 
-- ``tenancy``: namespaces A and B, each with a published saga-free workflow; a
+- ``tenancy``: namespaces A and B, each with the workflows below published; a
   ServiceAccount ``reader`` bound (Role + RoleBinding) in A only, and its real token from
   ``kubectl create token``.
+- ``engine``: an operator watching A and B.
 - ``api_server``: ``python -m flowforge.server`` on 127.0.0.1 as a ``flowforge_server``
   login granted every namespace, with the cluster's admin kubeconfig as its own
   credentials (it uses them only for reviews).
@@ -145,7 +147,7 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_namespaces(kube_api: k8s.ApiClient, engine_crds: list[str]) -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:6]
     with contextlib.ExitStack() as stack:
@@ -158,7 +160,7 @@ def two_namespaces(kube_api: k8s.ApiClient, engine_crds: list[str]) -> Iterator[
         yield a, b
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def module_database(postgres_server_dsn: str, postgres_template: str) -> Iterator[str]:
     name = f"flowforge_api_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     _create_database(postgres_server_dsn, name, template=postgres_template)
@@ -197,7 +199,7 @@ def reader_token(cluster: Cluster, namespace: str, account: str = "reader") -> s
     return created.stdout.strip()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def tenancy(
     cluster: Cluster,
     kube_api: k8s.ApiClient,
@@ -232,7 +234,7 @@ async def tenancy(
         await pool.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def engine(
     tenancy: Tenancy, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[OperatorProcess]:
@@ -251,7 +253,7 @@ async def engine(
         process.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api_server(tenancy: Tenancy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     port = _free_port()
     log_path = tmp_path_factory.mktemp("api-server") / "server.log"

@@ -3,7 +3,7 @@
 // MAX_DRAWN nodes the graph is drawn as one box per level with its state counts, so a
 // 10,000-task run stays a page, not a frozen tab.
 import type { ComponentChildren } from "preact";
-import { useMemo } from "preact/hooks";
+import { useEffect, useMemo } from "preact/hooks";
 import type { Graph } from "../api";
 import { label, stateClass } from "../format";
 import type { Laid } from "../layout";
@@ -36,6 +36,8 @@ export type DagProps = {
   onSelect?: (task: string) => void;
   onSelectLevel?: (level: number) => void;
   selectedLevel?: number | null;
+  /** Called once the graph is drawn. */
+  onDrawn?: () => void;
 };
 
 export function drawnByLevel(graph: Graph): boolean {
@@ -47,7 +49,12 @@ export function Dag(props: DagProps) {
 }
 
 /** The frame of a drawing: says "laying out" until the worker answers. */
-function Frame({ laid, mode, children }: { laid: Laid | null; mode: string; children: (laid: Laid) => ComponentChildren }) {
+function Frame({ laid, mode, onDrawn, children }: {
+  laid: Laid | null; mode: string; onDrawn?: () => void; children: (laid: Laid) => ComponentChildren;
+}) {
+  useEffect(() => {
+    if (laid) onDrawn?.();
+  }, [laid]);
   return (
     <div class="dag" data-testid="dag" data-mode={mode} data-graph-ready={laid ? "true" : "false"} aria-busy={!laid}>
       {laid ? children(laid) : <p class="muted" role="status">Laying out the graph…</p>}
@@ -77,7 +84,7 @@ function activate(handler: () => void) {
   };
 }
 
-function TaskDag({ graph, states, selected, triggeredBy, onSelect }: DagProps) {
+function TaskDag({ graph, states, selected, triggeredBy, onSelect, onDrawn }: DagProps) {
   const request = useMemo(
     () => ({
       nodes: graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id, n.type), height: NODE_H })),
@@ -87,7 +94,7 @@ function TaskDag({ graph, states, selected, triggeredBy, onSelect }: DagProps) {
     [graph],
   );
   const laid = useLayout(request);
-  return <Frame laid={laid} mode="tasks">{(laid) => {
+  return <Frame laid={laid} mode="tasks" onDrawn={onDrawn}>{(laid) => {
   const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
   return (
     <svg class="graph" role="group" aria-label={`Task graph, ${graph.nodes.length} tasks`}
@@ -120,7 +127,7 @@ function TaskDag({ graph, states, selected, triggeredBy, onSelect }: DagProps) {
 
 type Level = { level: number; total: number; counts: Map<string, number> };
 
-function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
+function LevelDag({ graph, states, onSelectLevel, selectedLevel, onDrawn }: DagProps) {
   const request = useMemo(() => {
     const levelOf = new Map<string, number>();
     for (const n of graph.nodes) levelOf.set(n.id, n.level);
@@ -149,7 +156,7 @@ function LevelDag({ graph, states, onSelectLevel, selectedLevel }: DagProps) {
     }
     return [...byLevel.values()];
   }, [graph, states]);
-  return <Frame laid={laid} mode="levels">{(laid) => {
+  return <Frame laid={laid} mode="levels" onDrawn={onDrawn}>{(laid) => {
   const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
   return (
     <>

@@ -112,13 +112,14 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
 
   const [waiting, setWaiting] = useState(false);
   const wait = () => setWaiting(true);
-  // The graph first: it is what the page is for, and on a big run the server builds each
-  // answer from the whole graph, so the others would only delay it.
+  // The graph first, drawn, then the rest: it is what the page is for, and on a big run each
+  // of the other answers is built from (and parsed as) the whole graph too.
   const graph = useData(
     (signal) => untilFound(() => getJson<Graph>(`${paths.run(namespace, name)}/graph`, signal), signal, wait),
     [namespace, name],
   );
-  const graphDone = graph.data !== undefined || graph.error !== undefined;
+  const [drawn, setDrawn] = useState(false);
+  const graphDone = drawn || graph.error !== undefined;
   const detail = useData(
     (signal) => untilFound(() => getJson<RunDetail>(paths.run(namespace, name), signal), signal, wait),
     [namespace, name, version],
@@ -175,7 +176,8 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
           <ErrorNote error={graph.error} />
           {graph.data ? (
             <Dag graph={graph.data} states={states} selected={selected} triggeredBy={compensation?.triggeredBy}
-              onSelect={select} onSelectLevel={(l) => { setLevel(l); setSelected(null); }} selectedLevel={level} />
+              onSelect={select} onSelectLevel={(l) => { setLevel(l); setSelected(null); }} selectedLevel={level}
+              onDrawn={() => setDrawn(true)} />
           ) : !graph.error && <p class="muted">Laying out the graph…</p>}
           <Legend />
         </Section>

@@ -37,6 +37,7 @@ from psycopg.conninfo import make_conninfo
 from flowforge.domain.validation import parse_definition
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
+from flowforge.localdev.dev import bound_service_account
 from flowforge.store import roles
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
@@ -170,30 +171,7 @@ def module_database(postgres_server_dsn: str, postgres_template: str) -> Iterato
 
 def reader_token(cluster: Cluster, namespace: str, account: str = "reader") -> str:
     """A ServiceAccount in ``namespace`` bound to READER_RULES there, and its real token."""
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": {"name": f"{account}-runs"},
-                "rules": READER_RULES,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": f"{account}-runs"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": f"{account}-runs",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-            },
-        ],
-    }
+    manifest = bound_service_account(account, namespace=namespace, rules=READER_RULES)
     kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
     created = kubectl(cluster, "create", "token", account, "-n", namespace, "--duration=1h")
     return created.stdout.strip()

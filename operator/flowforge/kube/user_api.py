@@ -41,6 +41,18 @@ def _error(status: int, body: bytes) -> KubernetesError:
     return kind(message.splitlines()[0], status=status, reason=str(status))
 
 
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body up to ``limit`` bytes (``read(n)`` returns whatever one chunk holds)."""
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in stream.iter_chunked(64 * 1024):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total >= limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
 class UserApi:
     """The apiserver at ``host``, trusted through ``ca_file`` (None: the system's CAs)."""
 
@@ -76,7 +88,7 @@ class UserApi:
             async with self._session.request(
                 method, self._host + path, headers=headers, data=data, params=params
             ) as response:
-                content = await response.content.read(max_bytes + 1)
+                content = await _read_at_most(response.content, max_bytes + 1)
                 if response.status >= 400:
                     raise _error(response.status, content)
         except (aiohttp.ClientError, TimeoutError) as error:

@@ -67,7 +67,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(KubernetesError)
     async def kubernetes(_: Request, error: KubernetesError) -> JSONResponse:
-        status = error.status if error.status in REASONS else 503
-        if error.status == 422:
-            status = 422
-        return error_response(status or 503, f"Kubernetes API: {error.message}")
+        # the apiserver's refusals of the caller keep their code; its failures are 503s
+        status = error.status or 503
+        if status >= 500 or error.retryable:
+            status = 503
+        return error_response(status, f"Kubernetes API: {error.message}")

@@ -130,6 +130,15 @@ async def test_saga_shows_the_compensators_in_the_order_they_ran_and_the_trigger
     assert cells[1] == "failed" and cells[2] == "3", cells
     await _screenshot(page, "ui-saga.png", tmp_path)
 
+    # its definition: the version, the task types and the graph with the rollback order
+    await page.get_by_role("link", name="order", exact=True).click()
+    definition = page.get_by_test_id("definition")
+    await definition.locator('g[data-task="ship"]').wait_for()
+    assert await definition.locator("tr[data-version='1']").count() == 1
+    types = await definition.get_by_test_id("task-types").inner_text()
+    assert "failing-step" in types and "busybox:1.36" in types, types
+    assert "Rollback order: refund → release" in await definition.inner_text()
+
 
 SLOW_RUN = """
 apiVersion: flowforge.io/v1alpha1

@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane crds clean
+.PHONY: dev dev-down test test-unit lint controlplane crds clean ui chromium screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,25 @@ $(NODE_STAMP): tests/tools/package.json tests/tools/package-lock.json
 controlplane:
 	bash deploy/local/build.sh
 
-test: $(STAMP) $(NODE_STAMP) controlplane
+# The web UI (ui/, Vite + Preact + dagre) builds from its lockfile into the Python package;
+# the build is committed, and tests/ui/test_build.py proves it matches the sources.
+UI_STAMP := ui/node_modules/.installed
+$(UI_STAMP): ui/package.json ui/package-lock.json
+	npm ci --prefix ui --no-audit --no-fund --loglevel=error
+	touch $(UI_STAMP)
+
+ui: $(UI_STAMP)
+	npm run --prefix ui build
+
+# The browser tests again, also writing the run-page screenshots the README shows.
+screenshots: $(STAMP) $(UI_STAMP) chromium controlplane
+	FLOWFORGE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/ui/test_ui.py -q
+
+# The browser tests drive Debian's Chromium (Playwright cannot download its own here).
+chromium:
+	@dpkg -s chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

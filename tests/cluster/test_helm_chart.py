@@ -273,11 +273,26 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         for m in manifests
         if m["kind"] == "ClusterRole"
     }
-    # FlowForge's own accounts hold two cluster-wide rights: kopf's read-only CRD watch and
-    # the webhook's SubjectAccessReviews; the tenant roles are for admins to bind
+    # FlowForge's own accounts hold three cluster-wide rights: kopf's read-only CRD watch,
+    # the webhook's SubjectAccessReviews, and the read API server's reviews of its callers;
+    # the tenant roles are for admins to bind
     assert sorted(cluster_roles) == [
-        "crd-watch", "serviceaccount-user", "webhook-review", "workflow-editor", "workflow-viewer"
+        "crd-watch", "server-review", "serviceaccount-user", "webhook-review", "workflow-editor",
+        "workflow-viewer",
     ]  # fmt: skip
+    assert cluster_roles["server-review"] == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]},
+    ]
     assert cluster_roles["crd-watch"] == [
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -297,7 +312,7 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         for m in manifests
         if m["kind"] == "ClusterRoleBinding"
     )
-    assert bound == ["crd-watch", "webhook-review"]
+    assert bound == ["crd-watch", "server-review", "webhook-review"]
     operator = next(
         m
         for m in manifests

@@ -3,14 +3,18 @@ phases on the local control plane, and `make dev-down` leaves no process behind.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from flowforge.localdev.controlplane import kubectl, load_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -49,6 +53,26 @@ def dev_dir() -> Iterator[Path]:
         _dev("down", state_dir, timeout=120)
 
 
+def _the_server_shows_the_examples_to_the_dev_user(dev_dir: Path, listing: str) -> None:
+    """`make dev` prints the server's URL and how to get a token; that token lists the
+    examples through it."""
+    url = next(
+        line.split(": ", 1)[1]
+        for line in listing.splitlines()
+        if line.startswith("flowforge server (API and UI): ")
+    )
+    assert "kubectl create token dev-user -n default" in listing
+    cluster = load_cluster(dev_dir / "cluster")
+    assert cluster is not None
+    token = kubectl(cluster, "create", "token", "dev-user", "-n", "default").stdout.strip()
+    request = urllib.request.Request(
+        f"{url}/api/v1/runs?namespace=default", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        names = {run["name"] for run in json.loads(response.read())["items"]}
+    assert {"etl-2026-11-30", "order-1001"} <= names
+
+
 def test_make_dev_runs_the_examples_and_dev_down_stops_everything(dev_dir: Path) -> None:
     started = _dev("up", dev_dir, timeout=900)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -62,6 +86,7 @@ def test_make_dev_runs_the_examples_and_dev_down_stops_everything(dev_dir: Path)
     assert rows["etl-2026-11-30"][4] == "Succeeded", listing
     assert rows["etl-2026-11-30"][5] == "4/4", listing
     assert rows["order-1001"][4] == "Failed", listing
+    _the_server_shows_the_examples_to_the_dev_user(dev_dir, listing)
 
     again = _dev("up", dev_dir, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr

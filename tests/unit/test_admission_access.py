@@ -1,5 +1,5 @@
 """Who asks and what the policy allows, at admission (`operator/admission_access.py`) and the
-SubjectAccessReview cache (`operator/access_review.py`), with a fake apiserver."""
+SubjectAccessReview cache (`kube/access_review.py`), with a fake apiserver."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.access_review import (
+from flowforge.kube.access_review import (
     CREATE_JOBS,
     AccessReviewUnavailable,
     CachedAccessReviewer,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flowforge.cli import commands
+from flowforge.cli import api_client, commands
 from flowforge.cli.lazy import LazyHandler
 from flowforge.cli.main import build_parser, main
 from flowforge.domain import rendering
@@ -55,6 +55,7 @@ def test_the_listed_commands_are_verbs_and_db_the_one_group() -> None:
         "cancel",
         "retry",
         "logs",
+        "server",
         "doctor",
         "db",
     ]
@@ -110,6 +111,7 @@ def test_the_parser_s_copies_of_heavy_modules_values_match_them() -> None:
     assert commands.DIRECTIONS == rendering.DIRECTIONS
     assert commands.WEBHOOK_CONFIGURATION == webhook_config.CONFIGURATION_NAME
     assert commands.OPERATOR_LEASE == lease.DEFAULT_LEASE
+    assert commands.SERVER_VARIABLE == api_client.SERVER_VARIABLE
 
 
 def test_every_handler_names_a_function_that_exists() -> None:
@@ -125,7 +127,7 @@ def test_every_handler_names_a_function_that_exists() -> None:
             module = __import__(handler.module, fromlist=[handler.function])
             assert callable(getattr(module, handler.function)), parser.prog
             seen += 1
-    assert seen == 15  # db and the hidden runs group hold two each
+    assert seen == 16  # db and the hidden runs group hold two each
 
 
 def test_help_imports_nothing_heavy() -> None:

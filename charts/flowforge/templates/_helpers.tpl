@@ -156,3 +156,11 @@ client certificates are not checked. */}}
 {{- include "flowforge.fullname" . }}-webhook-client-ca
 {{- end -}}
 {{- end -}}
+
+{{- define "flowforge.serverServiceAccountName" -}}
+{{- if .Values.server.serviceAccount.create -}}
+{{- default (printf "%s-server" (include "flowforge.fullname" .)) .Values.server.serviceAccount.name -}}
+{{- else -}}
+{{- required "server.serviceAccount.name is required when server.serviceAccount.create is false" .Values.server.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}

@@ -23,6 +23,7 @@ from flowforge.cli.lazy import LazyFunction, LazyHandler
 from flowforge.cli.output import add_output_option
 
 DSN_VARIABLE = "FLOWFORGE_DSN"
+SERVER_VARIABLE = "FLOWFORGE_SERVER"  # flowforge.cli.api_client.SERVER_VARIABLE
 # the values of modules too heavy to import for --help; tests/unit/test_cli_grammar.py holds
 # each equal to its source
 GRAPH_FORMATS = ("mermaid", "dot")  # flowforge.domain.rendering.GRAPH_FORMATS
@@ -81,9 +82,34 @@ def add_kube_options(parser: argparse.ArgumentParser, *, namespace: bool = True)
         )
 
 
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help=f"flowforge server to read through as yourself (default: ${SERVER_VARIABLE}, "
+        "else server: in ~/.config/flowforge/config.yaml)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="bearer token for the server (default: the kubeconfig context's)",
+    )
+    parser.add_argument(
+        "--admin",
+        action="store_true",
+        help="read the store directly with --dsn / $FLOWFORGE_DSN (administrators)",
+    )
+
+
 def _add_store_and_kube(parser: argparse.ArgumentParser) -> None:
     add_store_option(parser)
     add_kube_options(parser)
+
+
+def _add_reader_options(parser: argparse.ArgumentParser) -> None:
+    _add_store_and_kube(parser)
+    add_server_options(parser)
 
 
 # definition files
@@ -164,7 +190,7 @@ def _register_definition_files(subparsers: Subcommands) -> None:
         "--direction", choices=DIRECTIONS, default="TD", help="top-down (TD) or left-right (LR)"
     )
     graph.add_argument("--name", help="metadata.name or spec.workflow of the definition to draw")
-    _add_store_and_kube(graph)
+    _add_reader_options(graph)
     graph.set_defaults(
         graph_source_loader=LazyFunction("flowforge.cli.authoring:load_graph_source")
     )
@@ -197,8 +223,17 @@ def _register_definition_files(subparsers: Subcommands) -> None:
 
 def _add_get_arguments(parser: argparse.ArgumentParser, *, names: str | int) -> None:
     parser.add_argument("runs", nargs=names, metavar="RUN", help="a WorkflowRun's name")
-    _add_store_and_kube(parser)
+    _add_reader_options(parser)
     add_output_option(parser)
+
+
+def _add_watch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="then follow the run live through the server: a line per change, until it ends",
+    )
 
 
 def _register_runs(subparsers: Subcommands) -> None:
@@ -233,6 +268,7 @@ def _register_runs(subparsers: Subcommands) -> None:
     )
     describe.add_argument("type", choices=RUN_TYPES, metavar="TYPE", help="run (or wfr)")
     _add_get_arguments(describe, names=1)
+    _add_watch(describe)
 
     # the spellings of before `get`/`describe`, kept as hidden aliases
     runs = subparsers.add_parser("runs")
@@ -245,6 +281,8 @@ def _register_runs(subparsers: Subcommands) -> None:
         if verb == "get":
             parser.add_argument("--limit", type=int, default=50)
         _add_get_arguments(parser, names=names)
+        if verb == "describe":
+            _add_watch(parser)
         parser.set_defaults(handler=LazyHandler(handler), command_name=verb, type="runs")
 
     cancel = _command(
@@ -283,12 +321,25 @@ def _register_runs(subparsers: Subcommands) -> None:
     logs.add_argument("run", metavar="RUN")
     logs.add_argument("task", metavar="TASK", nargs="?")
     add_kube_options(logs)
+    add_server_options(logs)
 
 
 # the installation
 
 
 def _register_operations(subparsers: Subcommands) -> None:
+    server = _command(
+        subparsers,
+        "server",
+        handler="flowforge.server.main:run_from_cli",
+        help="serve the read API and the web UI (flowforge server --help for its options)",
+        description="Serve the read API (docs/api.md) and the web UI on 127.0.0.1:8080: every "
+        "request authenticated with a TokenReview and authorised per namespace with "
+        "SubjectAccessReviews. Options: --dsn (a flowforge_server login; "
+        "$FLOWFORGE_SERVER_DSN), --kubeconfig, --host, --port, --poll-seconds.",
+    )
+    # its options are the server's own (flowforge.server.main), handed over unparsed
+    server.set_defaults(options=[])
     doctor = _command(
         subparsers,
         "doctor",

@@ -1,4 +1,5 @@
-"""How commands reach the store and the Kubernetes API: ``--dsn`` (or ``$FLOWFORGE_DSN``),
+"""How commands reach the read API server (``--server``, see ``api_client``), the store
+(``--dsn`` or ``$FLOWFORGE_DSN``: the admin mode),
 ``--kubeconfig`` (or ``$KUBECONFIG``), ``-n/--namespace`` (default: the kubeconfig context's
 namespace, else ``default``)."""
 
@@ -14,6 +15,7 @@ import psycopg
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from flowforge.cli.api_client import SERVER_VARIABLE, ServerClient, configured_server
 from flowforge.cli.commands import DSN_VARIABLE
 from flowforge.cli.output import EXIT_USAGE, CommandError, exit_code_for, first_line
 from flowforge.domain.errors import FlowForgeError
@@ -21,6 +23,25 @@ from flowforge.store.connection import Pool
 from flowforge.store.pool import open_pool
 
 T = TypeVar("T")
+
+
+def server_client(args: argparse.Namespace) -> ServerClient | None:
+    """The read API server to go through, unless this is the admin mode (``--admin`` or
+    ``--dsn``) or no server is configured."""
+    if getattr(args, "admin", False) or getattr(args, "dsn", None):
+        return None
+    url = configured_server(args)
+    return None if url is None else ServerClient.from_args(args, url)
+
+
+def require_reader(args: argparse.Namespace) -> None:
+    """Fail with how to configure one when there is neither a server nor a store."""
+    if not has_store(args):
+        raise CommandError(
+            f"no server configured: pass --server URL or set {SERVER_VARIABLE} (as an "
+            f"administrator: pass --dsn or set {DSN_VARIABLE})",
+            exit_code=EXIT_USAGE,
+        )
 
 
 def has_store(args: argparse.Namespace) -> bool:

@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "command_name", None) != "server":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.options = extra
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

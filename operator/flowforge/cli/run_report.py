@@ -247,7 +247,7 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
 # text output
 
 
-def _duration(seconds: float | None) -> str:
+def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 60:
@@ -260,7 +260,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _age(moment: datetime) -> str:
-    return _duration((datetime.now(UTC) - moment).total_seconds())
+    return duration_text((datetime.now(UTC) - moment).total_seconds())
 
 
 def runs_table(reports: Sequence[RunReport], *, wide: bool = False) -> str:
@@ -277,7 +277,7 @@ def runs_table(reports: Sequence[RunReport], *, wide: bool = False) -> str:
             report.phase,
             report.progress,
             _age(run.created_at),
-            _duration(_seconds(run.created_at, run.finished_at)),
+            duration_text(_seconds(run.created_at, run.finished_at)),
         ]
         if wide:
             row += [run.uid, _iso(run.created_at) or "-", _iso(run.finished_at) or "-"]
@@ -301,7 +301,7 @@ def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
         row.state,
         f"{attempts_made(state=row.state, attempt=row.attempt, started=started)}"
         f"/{row.max_attempts}",
-        _duration(_seconds(row.started_at, row.finished_at)),
+        duration_text(_seconds(row.started_at, row.finished_at)),
         exit_code,
     ]
     if wide:
@@ -323,7 +323,7 @@ def report_text(report: RunReport, *, wide: bool = False) -> str:
         f"Progress:   {report.progress} succeeded" + (f", {counts}" if counts else ""),
         f"Created:    {_iso(run.created_at)}",
         f"Finished:   {_iso(run.finished_at) or '-'}  (duration "
-        f"{_duration(_seconds(run.created_at, run.finished_at))})",
+        f"{duration_text(_seconds(run.created_at, run.finished_at))})",
     ]
     if run.parameters:
         lines.append(f"Parameters: {json.dumps(dict(run.parameters), sort_keys=True)}")

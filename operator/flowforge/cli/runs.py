@@ -15,12 +15,14 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from flowforge.cli import authoring
+from flowforge.cli import authoring, remote
 from flowforge.cli.commands import DSN_VARIABLE
 from flowforge.cli.connections import (
     has_store,
     kube_client,
+    require_reader,
     resolve_namespace,
+    server_client,
     with_store,
 )
 from flowforge.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, emit
@@ -66,6 +68,10 @@ async def _named(pool: Pool, *, namespace: str, name: str) -> NamedRun:
 
 def get_runs(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(args)
+    server = server_client(args)
+    if server is not None:
+        return remote.get_runs(args, server, namespace)
+    require_reader(args)
     names: list[str] = args.runs
     with_tasks = bool(names) and args.output in ("json", "yaml")
 
@@ -91,6 +97,12 @@ def get_runs(args: argparse.Namespace) -> int:
 
 def describe_run(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(args)
+    server = server_client(args)
+    if server is not None:
+        return remote.describe_run(args, server, namespace)
+    if getattr(args, "watch", False):
+        raise CommandError("--watch follows a run through flowforge server: pass --server URL")
+    require_reader(args)
     (name,) = args.runs
 
     async def work(pool: Pool) -> RunReport:
@@ -111,11 +123,14 @@ def describe_run(args: argparse.Namespace) -> int:
 
 def load_run_graph(args: argparse.Namespace) -> authoring.GraphSource:
     """The definition of the run ``args.source`` from the store, with the state of each of
-    its tasks."""
+    its tasks (through the server when one is configured)."""
+    server = server_client(args)
+    if server is not None:
+        return remote.run_graph_source(server, namespace=resolve_namespace(args), name=args.source)
     if not has_store(args):
         raise CommandError(
-            f"{args.source}: no such file; to draw the run of that name, pass --dsn or set "
-            f"{DSN_VARIABLE}",
+            f"{args.source}: no such file; to draw the run of that name, pass --server URL "
+            f"(or, as an administrator, --dsn or set {DSN_VARIABLE})",
             exit_code=EXIT_USAGE,
         )
     namespace = resolve_namespace(args)
@@ -239,6 +254,9 @@ def _pod_order(pod: dict[str, Any]) -> tuple[str, int, str]:
 
 def print_logs(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(args)
+    server = server_client(args)
+    if server is not None:
+        return remote.print_logs(args, server, namespace)
     selector = f"{LABEL_RUN}={label_value(args.run)}"
     if args.task:
         selector += f",{LABEL_TASK}={label_value(args.task)}"

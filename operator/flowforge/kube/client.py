@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from flowforge.domain.api import (
     API_VERSION,
@@ -29,6 +28,7 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer, container_termination
+from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
@@ -129,20 +129,7 @@ class KubeClient:
         api_burst: int = 1,
         threads: int = 16,
     ) -> KubeClient:
-        configuration = k8s.Configuration()
-        if kubeconfig:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        else:
-            try:
-                k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
-            except k8s_config.ConfigException:
-                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
+        configuration = load_configuration(kubeconfig)
         configuration.connection_pool_maxsize = 2 * threads
         return cls(
             k8s.ApiClient(configuration),

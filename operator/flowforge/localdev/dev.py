@@ -24,10 +24,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flowforge.domain.api import DEFINITION_CRD, RUN_CRD, RUN_PLURAL
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase
@@ -44,6 +45,18 @@ from flowforge.localdev.controlplane import (
 
 DEFAULT_DIR = Path(os.environ.get("FLOWFORGE_DEV_DIR", "/tmp/flowforge-dev"))
 WEBHOOK_PORT_FILE = "webhook.port"
+SERVER_PORT_FILE = "server.port"
+DEV_USER = "dev-user"
+# what the printed `kubectl create token` user may do in the default namespace: read runs
+# and definitions, cancel and retry, read their Pods' logs
+DEV_USER_RULES = [
+    {
+        "apiGroups": ["flowforge.io"],
+        "resources": ["workflowruns", "workflowdefinitions"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+]
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,15 @@ def _running_pid(pid_file: Path) -> int | None:
         return None
     pid = int(pid_file.read_text().strip() or 0)
     return pid if pid and _pid_alive(pid) else None
+
+
+def _port_of(state_dir: Path, name: str, *, port_file: str) -> int:
+    """The port the background process ``name`` listens on: kept while it runs, else new."""
+    path = state_dir / port_file
+    running = _running_pid(state_dir / f"{name}.pid")
+    port = int(path.read_text()) if running and path.exists() else _free_port()
+    path.write_text(f"{port}\n")
+    return port
 
 
 def _start_background(
@@ -187,12 +209,10 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
         dsns = postgres.provision(server.dsn)
         report = asyncio.run(migrate(dsns["migrator"]))
         print(f"    schema version {report.schema_version}")
+        _grant_every_namespace(dsns["migrator"], login=postgres.COMPONENT_LOGINS["server"][0])
     env = _child_environment(cluster, dsns["webhook"])
     with step("admission webhooks"):
-        port_file = state_dir / WEBHOOK_PORT_FILE
-        running = _running_pid(state_dir / "webhooks.pid")
-        port = int(port_file.read_text()) if running and port_file.exists() else _free_port()
-        port_file.write_text(f"{port}\n")
+        port = _port_of(state_dir, "webhooks", port_file=WEBHOOK_PORT_FILE)
         _start_background(
             "webhooks",
             [
@@ -237,6 +257,9 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             state_dir=state_dir,
             env=_child_environment(cluster, dsns["operator"]),
         )
+    with step("flowforge server (the read API and the web UI)"):
+        server_url = _start_server(state_dir, cluster, dsns["server"])
+        _apply_dev_user(cluster)
     if apply_examples:
         with step("examples (an ETL diamond; a saga whose failing step is rolled back)"):
             for example in sorted((root / "examples").glob("*.yaml")):
@@ -250,8 +273,78 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
                     )
         print()
         print(kubectl(cluster, "get", RUN_PLURAL, "-A").stdout)
-    _print_next_steps(state_dir, cluster, dsns)
+    _print_next_steps(state_dir, cluster, dsns, server_url=server_url)
     return 0
+
+
+def _grant_every_namespace(migrator_dsn: str, *, login: str) -> None:
+    """The server's login may read every namespace; each request narrows it (roles.py)."""
+    import psycopg
+
+    with psycopg.connect(migrator_dsn, autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO flowforge_reporting_grant (grantee, namespace) VALUES (%s, '*') "
+            "ON CONFLICT DO NOTHING",
+            (login,),
+        )
+
+
+def _start_server(state_dir: Path, cluster: Cluster, dsn: str) -> str:
+    port = _port_of(state_dir, "server", port_file=SERVER_PORT_FILE)
+    _start_background(
+        "server",
+        [
+            sys.executable,
+            "-m",
+            "flowforge.server",
+            "--dsn",
+            dsn,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--port",
+            str(port),
+        ],
+        state_dir=state_dir,
+        env=_child_environment(cluster, dsn),
+    )
+    _wait_for_port(port, what="flowforge server", log=state_dir / "server.log")
+    return f"http://127.0.0.1:{port}"
+
+
+def _apply_dev_user(cluster: Cluster) -> None:
+    """A ServiceAccount to sign in as: what it may do in ``default`` is DEV_USER_RULES."""
+    import json
+
+    manifest = bound_service_account(DEV_USER, namespace="default", rules=DEV_USER_RULES)
+    kubectl(cluster, "apply", "-n", "default", "-f", "-", stdin=json.dumps(manifest))
+    print(f"    ServiceAccount default/{DEV_USER} may read and act on the runs of default")
+
+
+def bound_service_account(
+    name: str, *, namespace: str, rules: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A ServiceAccount with a Role of ``rules`` bound to it in ``namespace`` (a List)."""
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": name},
+                "rules": list(rules),
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name},
+                "roleRef": role,
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
+        ],
+    }
 
 
 def _apply_with_retry(cluster: Cluster, manifest: Path, *, attempts: int = 10) -> None:
@@ -266,8 +359,14 @@ def _apply_with_retry(cluster: Cluster, manifest: Path, *, attempts: int = 10) -
         time.sleep(1.0)
 
 
-def _print_next_steps(state_dir: Path, cluster: Cluster, dsns: dict[str, str]) -> None:
+def _print_next_steps(
+    state_dir: Path, cluster: Cluster, dsns: dict[str, str], *, server_url: str
+) -> None:
     print(
+        f"flowforge server (API and UI): {server_url}\n"
+        f"  sign in with a token: kubectl create token {DEV_USER} -n default\n"
+        f'  flowforge get runs --server {server_url} --token "$(kubectl create token '
+        f'{DEV_USER})"\n'
         "FlowForge is running locally. Next:\n"
         f"  export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH\n"
         "  # the admin's DSN (the schema's owner); each process has its own role\n"
@@ -277,14 +376,14 @@ def _print_next_steps(state_dir: Path, cluster: Cluster, dsns: dict[str, str]) -
         "  kubectl describe wfr order-1001          # conditions and events of the rollback\n"
         "  flowforge describe run order-1001        # the history, from PostgreSQL\n"
         "  kubectl apply -f examples/etl-diamond.yaml  # re-applying is a no-op\n"
-        f"  logs: {state_dir}/operator.log, {state_dir}/webhooks.log\n"
+        f"  logs: {state_dir}/operator.log, {state_dir}/webhooks.log, {state_dir}/server.log\n"
         "  make dev-down                            # stop everything"
     )
 
 
 def down(state_dir: Path) -> int:
     with step("stopping FlowForge"):
-        for name in ("operator", "webhooks"):
+        for name in ("server", "operator", "webhooks"):
             _stop_background(name, state_dir=state_dir)
         cluster_dir = state_dir / "cluster"
         if load_cluster(cluster_dir) is not None or cluster_dir.exists():

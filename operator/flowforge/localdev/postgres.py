@@ -45,6 +45,7 @@ COMPONENT_LOGINS: dict[str, tuple[str, str]] = {
     "webhook": ("ff_webhook", roles.WEBHOOK),
     "retention": ("ff_retention", roles.RETENTION),
     "reporting": ("ff_reporting", roles.REPORTING),
+    "server": ("ff_server", roles.SERVER),
 }
 FALLBACK_SERVICE_ACCOUNT = "flowforge-pg"
 BINARY_DIRECTORIES = (Path("/usr/lib/postgresql/15/bin"),)

@@ -31,7 +31,7 @@ from flowforge.domain.policy import (
     policies_or_default,
 )
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.access_review import (
+from flowforge.kube.access_review import (
     CREATE_JOBS,
     AccessReviewUnavailable,
     Permission,

@@ -28,9 +28,9 @@ from typing import Any
 import kopf
 
 from flowforge.domain.api import FINALIZER, PREFIX
+from flowforge.kube.access_review import CachedAccessReviewer
 from flowforge.kube.client import KubeClient
 from flowforge.kube.dryrun import DryRunner
-from flowforge.operator.access_review import CachedAccessReviewer
 from flowforge.operator.admission_access import AccessChecks
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry

@@ -13,12 +13,12 @@ from typing import Any
 import kopf
 
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
+from flowforge.kube.access_review import UserInfo
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
 )
-from flowforge.operator.access_review import UserInfo
 from flowforge.operator.admission import (
     AdmissionRequest,
     DefinitionRegistry,

@@ -176,12 +176,17 @@ async def load_definition(
 
 async def load_definition_by_id(pool: Pool, definition_id: int) -> StoredDefinition:
     async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "SELECT namespace, id, workflow, version, fingerprint, document, published_at "
-            "FROM flowforge_definition WHERE id = %s",
-            (definition_id,),
-        )
-        row = await cursor.fetchone()
+        return await load_definition_by_id_on(connection, definition_id)
+
+
+async def load_definition_by_id_on(connection: Connection, definition_id: int) -> StoredDefinition:
+    """As ``load_definition_by_id``, on the caller's connection (inside its transaction)."""
+    cursor = await connection.execute(
+        "SELECT namespace, id, workflow, version, fingerprint, document, published_at "
+        "FROM flowforge_definition WHERE id = %s",
+        (definition_id,),
+    )
+    row = await cursor.fetchone()
     if row is None:
         raise DefinitionNotFoundError(
             namespace="?", workflow=f"definition #{definition_id}", version=None

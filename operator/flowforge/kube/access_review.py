@@ -1,5 +1,6 @@
 """SubjectAccessReviews of the user who asked, batched and cached.
 
+Shared by admission (``flowforge.operator``) and the read API (``flowforge.server``).
 Admission asks the apiserver whether the requesting user (the review's ``userInfo``:
 username, uid, groups, extra) may do what the operator would do for them. Answers are
 cached for a short TTL by user, namespace and permission (an allow longer than a denial, so
@@ -68,9 +69,12 @@ class Permission:
     resource: str
     group: str = ""
     name: str = ""
+    subresource: str = ""
 
     def describe(self) -> str:
         resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        if self.subresource:
+            resource += f"/{self.subresource}"
         return f"verb {self.verb} on {resource}"
 
 
@@ -88,6 +92,8 @@ def review_body(user: UserInfo, *, namespace: str, permission: Permission) -> di
         attributes["group"] = permission.group
     if permission.name:
         attributes["name"] = permission.name
+    if permission.subresource:
+        attributes["subresource"] = permission.subresource
     spec: dict[str, Any] = {
         "user": user.username,
         "groups": list(user.groups),

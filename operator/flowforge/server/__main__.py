@@ -1,0 +1,5 @@
+import sys
+
+from flowforge.server.main import main
+
+sys.exit(main())

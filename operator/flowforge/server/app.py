@@ -1,0 +1,108 @@
+"""The ``flowforge server`` application: the API, its OpenAPI document, the UI's files, and
+the bounds every request lives within."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from fastapi import FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import PlainTextResponse
+
+from flowforge import __version__
+from flowforge.server import models, routes, stream
+from flowforge.server.errors import error_response, install_error_handlers
+from flowforge.server.state import ServerState
+from flowforge.server.static import SECURITY_HEADERS, STATIC_DIR, HashedAssets, ui_router
+
+OPENAPI_PATH: Final = "/api/v1/openapi.json"
+MAX_BODY_BYTES: Final = 64 * 1024
+REQUEST_TIMEOUT_SECONDS: Final = 30.0
+
+
+def create_app(
+    state_factory: Callable[[], Awaitable[ServerState]],
+    *,
+    close: Callable[[ServerState], Awaitable[None]],
+    static_dir: Path = STATIC_DIR,
+) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = await state_factory()
+        app.state.flowforge = state
+        try:
+            yield
+        finally:
+            await close(state)
+
+    app = FastAPI(
+        title="FlowForge read API",
+        version=__version__,
+        description="Runs, their tasks, graphs, logs and live changes, and definitions, as "
+        "Kubernetes lets the caller see them. Every /api/v1 request but this document "
+        "carries `Authorization: Bearer <kubernetes token>`.",
+        openapi_url=OPENAPI_PATH,
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def bounded(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            response: Response = error_response(
+                413, f"the request body is over {MAX_BODY_BYTES} bytes"
+            )
+        elif "transfer-encoding" in request.headers and request.method not in ("GET", "HEAD"):
+            response = error_response(400, "send the request body with a Content-Length")
+        else:
+            try:
+                async with asyncio.timeout(REQUEST_TIMEOUT_SECONDS):
+                    response = await call_next(request)
+            except TimeoutError:
+                response = error_response(503, f"no answer within {REQUEST_TIMEOUT_SECONDS:.0f} s")
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app.include_router(routes.router)
+    app.include_router(stream.router)
+    assets = static_dir / "assets"
+    app.mount("/assets", HashedAssets(directory=assets, check_dir=False), name="assets")
+    app.include_router(ui_router(static_dir))
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    return app
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """The generated document, with the stream's event data and the bearer scheme, and
+    without FastAPI's 422 responses (this API answers a bad parameter with a 400)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    change = models.RunChange.model_json_schema(
+        by_alias=True, ref_template="#/components/schemas/{model}"
+    )
+    schemas.update(change.pop("$defs", {}))
+    schemas["RunChange"] = change
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+    app.openapi_schema = document
+    return document

@@ -1,0 +1,237 @@
+"""The shapes of the read API (``docs/api.md``), as pydantic models: the responses are
+serialised from them and the OpenAPI document at ``/api/v1/openapi.json`` is generated from
+them. Field names are camelCase on the wire; fields are only ever added, never renamed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class ErrorBody(ApiModel):
+    code: int
+    reason: Literal[
+        "Unauthorized", "Forbidden", "NotFound", "BadRequest", "Conflict", "Unavailable"
+    ]
+    message: str
+
+
+class ErrorResponse(ApiModel):
+    error: ErrorBody
+
+
+class WhoAmI(ApiModel):
+    username: str
+    groups: list[str]
+
+
+class NamespaceItem(ApiModel):
+    name: str
+
+
+class NamespaceList(ApiModel):
+    items: list[NamespaceItem]
+
+
+class QueueInfo(ApiModel):
+    reason: str | None = None
+    message: str | None = None
+    position: int | None = None
+
+
+class Progress(ApiModel):
+    total: int
+    succeeded: int
+    failed: int
+    running: int
+    waiting: int
+    skipped: int
+    cancelled: int
+    # released, not yet dispatched (counted in none of the above)
+    ready: int = 0
+
+
+class RunSummary(ApiModel):
+    namespace: str
+    name: str
+    uid: str
+    workflow: str
+    version: int
+    phase: str
+    compensating: bool
+    cancel_requested: bool = False
+    queue: QueueInfo | None = None
+    progress: Progress
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_seconds: float | None
+
+
+class RunList(ApiModel):
+    items: list[RunSummary]
+    continue_: str | None = Field(alias="continue")
+
+
+class Condition(ApiModel):
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition_time: datetime | None
+
+
+class CompensatorBrief(ApiModel):
+    name: str
+    state: str
+    type: str
+
+
+class TaskBrief(ApiModel):
+    name: str
+    type: str
+    state: str
+    depends_on: list[str]
+    level: int
+    attempts: int
+    exit_code: int | None
+    reason: str | None
+    message: str | None = None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_seconds: float | None
+    compensator: CompensatorBrief | None
+
+
+class Attempt(ApiModel):
+    number: int
+    job_name: str | None
+    state: str
+    exit_code: int | None
+    reason: str | None
+    message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_seconds: float | None
+
+
+class TaskDetail(TaskBrief):
+    attempt_history: list[Attempt]
+    compensator_attempts: list[Attempt]
+
+
+class CompensationStep(ApiModel):
+    order: int
+    task: str
+    compensator: str
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class Compensation(ApiModel):
+    state: Literal["NotTriggered", "Running", "Completed", "Halted"]
+    halted_by: str | None
+    triggered_by: str | None
+    steps: list[CompensationStep]
+
+
+class HistoryEntry(ApiModel):
+    at: datetime
+    kind: str
+    task: str | None
+    message: str
+
+
+class RunDetail(RunSummary):
+    parameters: dict[str, Any]
+    retry_of: str | None
+    conditions: list[Condition]
+    tasks: list[TaskBrief]
+    tasks_omitted: bool = False
+    compensation: Compensation
+    events: list[HistoryEntry]
+
+
+class GraphNode(ApiModel):
+    id: str
+    type: str
+    state: str | None
+    level: int
+
+
+class GraphCompensator(ApiModel):
+    id: str
+    task: str
+    type: str
+    state: str | None
+
+
+class Graph(ApiModel):
+    nodes: list[GraphNode]
+    edges: list[tuple[str, str]]
+    # compensator ids in the order the rollback runs (ran) them
+    rollback: list[str]
+    levels: int
+    compensators: list[GraphCompensator] = []
+    workflow: str | None = None
+    version: int | None = None
+
+
+class RunWithConditions(RunSummary):
+    conditions: list[Condition]
+
+
+class RunChange(ApiModel):
+    run: RunWithConditions
+    states: dict[str, str]
+    compensation: Compensation
+
+
+class RunReference(ApiModel):
+    namespace: str
+    name: str
+
+
+class DefinitionVersionBrief(ApiModel):
+    version: int
+    fingerprint: str
+    published_at: datetime
+    tasks: int
+
+
+class DefinitionSummary(ApiModel):
+    namespace: str
+    name: str
+    versions: list[DefinitionVersionBrief]
+
+
+class DefinitionList(ApiModel):
+    items: list[DefinitionSummary]
+
+
+class TaskTypeBrief(ApiModel):
+    image: str
+    command: list[str] | None
+    args: list[str] | None
+
+
+class DefinitionVersion(ApiModel):
+    version: int
+    fingerprint: str
+    published_at: datetime
+    task_types: dict[str, TaskTypeBrief]
+    graph: Graph
+
+
+class DefinitionDetail(ApiModel):
+    namespace: str
+    name: str
+    versions: list[DefinitionVersion]

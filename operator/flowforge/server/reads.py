@@ -1,0 +1,128 @@
+"""Loading one run for the API: its row, definition, tasks, attempts and rollback, in the
+caller's scoped transaction (shared by the run endpoints and the live stream)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flowforge.domain.history import EventKind
+from flowforge.server import models, views
+from flowforge.server.errors import ApiError
+from flowforge.server.state import ServerState
+from flowforge.server.views import DefinitionView
+from flowforge.store import browse
+from flowforge.store.browse import RunRow, TaskRow
+from flowforge.store.connection import Connection
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    run: RunRow
+    definition: DefinitionView
+    rows: list[TaskRow]
+    rollback: models.Compensation
+
+    @property
+    def states(self) -> dict[str, str]:
+        return {row.key: row.state for row in self.rows}
+
+    def with_conditions(self) -> models.RunWithConditions:
+        return models.RunWithConditions(
+            **views.summary(self.run).model_dump(),
+            conditions=views.conditions(self.run, self.rollback),
+        )
+
+
+async def find(connection: Connection, *, namespace: str, name: str) -> RunRow:
+    run = await browse.find_run(connection, namespace=namespace, name=name)
+    if run is None:
+        raise ApiError(404, f'no run "{name}" in namespace "{namespace}"')
+    return run
+
+
+async def rollback_of(
+    connection: Connection, run: RunRow, *, compensators: list[TaskRow], succeeded: set[str]
+) -> models.Compensation:
+    """The run's rollback from its compensator rows and the tasks that succeeded."""
+    starts = await browse.compensation_starts(connection, run.id)
+    failed = await browse.first_event(connection, run.id, EventKind.TASK_FAILED)
+    return views.compensation(
+        compensators,
+        succeeded=succeeded,
+        starts=starts,
+        triggered_by=None if failed is None else failed.task_key,
+    )
+
+
+def succeeded_tasks(rows: list[TaskRow]) -> set[str]:
+    return {row.key for row in rows if row.compensates is None and row.state == "succeeded"}
+
+
+async def load(
+    state: ServerState, connection: Connection, *, namespace: str, name: str
+) -> LoadedRun:
+    run = await find(connection, namespace=namespace, name=name)
+    definition = await state.definition(connection, run.definition_id)
+    rows = await browse.run_tasks(connection, run.id)
+    return LoadedRun(
+        run=run,
+        definition=definition,
+        rows=rows,
+        rollback=await rollback_of(
+            connection,
+            run,
+            compensators=[row for row in rows if row.compensates is not None],
+            succeeded=succeeded_tasks(rows),
+        ),
+    )
+
+
+async def detail(
+    state: ServerState, connection: Connection, *, namespace: str, name: str
+) -> models.RunDetail:
+    loaded = await load(state, connection, namespace=namespace, name=name)
+    run = loaded.run
+    omitted = run.counts.get("total", 0) > views.DETAIL_TASK_LIMIT
+    tasks: list[models.TaskBrief] = []
+    if not omitted:
+        attempts = views.attempt_history(await browse.attempt_events(connection, run.id))
+        tasks = views.task_briefs(loaded.definition, loaded.rows, attempts)
+    retried = await browse.first_event(connection, run.id, EventKind.RUN_RETRY_OF)
+    events = await browse.recent_events(connection, run.id)
+    return models.RunDetail(
+        **views.summary(run).model_dump(),
+        parameters=dict(run.parameters),
+        retry_of=None if retried is None else str(retried.detail.get("retryOf") or "") or None,
+        conditions=views.conditions(run, loaded.rollback),
+        tasks=tasks,
+        tasks_omitted=omitted,
+        compensation=loaded.rollback,
+        events=views.history(events),
+    )
+
+
+async def task(
+    state: ServerState, connection: Connection, *, namespace: str, name: str, task: str
+) -> models.TaskDetail:
+    run = await find(connection, namespace=namespace, name=name)
+    definition = await state.definition(connection, run.definition_id)
+    spec = next((t for t in definition.spec.forward_tasks if t.key == task), None)
+    if spec is None:
+        raise ApiError(404, f'run "{name}" has no task "{task}"')
+    compensator_key = definition.compensator_of.get(task)
+    keys = [task] if compensator_key is None else [task, compensator_key]
+    rows = {row.key: row for row in await browse.run_tasks(connection, run.id, keys=keys)}
+    if task not in rows:
+        raise ApiError(404, f'the task rows of run "{name}" were pruned')
+    attempts = views.attempt_history(await browse.attempt_events(connection, run.id, keys=keys))
+    brief = views.task_brief(
+        definition,
+        rows[task],
+        attempts=attempts.get(task, []),
+        compensator=rows.get(compensator_key) if compensator_key else None,
+    )
+    return models.TaskDetail(
+        **brief.model_dump(),
+        attempt_history=attempts.get(task, []),
+        compensator_attempts=attempts.get(compensator_key, []) if compensator_key else [],
+    )

@@ -1,0 +1,311 @@
+"""The ``/api/v1`` endpoints (``docs/api.md``). Each one authenticates the caller, checks the
+namespace it reads with a SubjectAccessReview, then reads the store in a transaction scoped
+to that namespace; cancel and retry are the caller's own calls to the Kubernetes API."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from flowforge.domain.api import API_VERSION, RUN_KIND
+from flowforge.domain.execution import job_name
+from flowforge.domain.states import TaskRole
+from flowforge.kube.jobs import CONTAINER_NAME
+from flowforge.server import access, models, reads, views
+from flowforge.server.access import Caller
+from flowforge.server.errors import ApiError
+from flowforge.server.state import ServerState
+from flowforge.store import browse
+
+DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_NAME: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+PHASE: Final = r"^[A-Z][A-Za-z]{0,31}$"
+MAX_LIMIT: Final = 500
+MAX_LOG_BYTES: Final = 2 * 1024 * 1024
+
+ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    code: {"model": models.ErrorResponse, "description": reason}
+    for code, reason in (
+        (400, "BadRequest"),
+        (401, "Unauthorized"),
+        (403, "Forbidden"),
+        (404, "NotFound"),
+        (503, "Unavailable"),
+    )
+}
+
+bearer = HTTPBearer(auto_error=False, description="A Kubernetes bearer token")
+router = APIRouter(prefix="/api/v1", responses=ERRORS)
+
+Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a namespace")]
+RunName = Annotated[str, Path(pattern=DNS_NAME, max_length=253, description="a WorkflowRun")]
+TaskKey = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a task's key")]
+
+
+def server_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.flowforge
+    return state
+
+
+State = Annotated[ServerState, Depends(server_state)]
+
+
+async def authenticated(
+    request: Request,
+    state: State,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Caller:
+    return await state.authenticator.caller(request.headers.get("authorization"))
+
+
+Authenticated = Annotated[Caller, Depends(authenticated)]
+
+
+@router.get("/whoami", response_model=models.WhoAmI)
+async def whoami(caller: Authenticated) -> models.WhoAmI:
+    return models.WhoAmI(username=caller.user.username, groups=list(caller.user.groups))
+
+
+@router.get("/namespaces", response_model=models.NamespaceList)
+async def namespaces(caller: Authenticated, state: State) -> models.NamespaceList:
+    """Namespaces known to the store in which the caller may list WorkflowRuns."""
+    allowed = await state.authorizer.permitted(
+        caller, namespaces=await state.cluster_namespaces(), permission=access.LIST_RUNS
+    )
+    async with state.reader(allowed) as connection:
+        known = await browse.namespaces_with_data(connection, allowed)
+    return models.NamespaceList(items=[models.NamespaceItem(name=name) for name in known])
+
+
+def _cursor(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        before = json.loads(base64.urlsafe_b64decode(padded.encode()))["before"]
+    except (ValueError, KeyError, TypeError, binascii.Error) as error:
+        raise ApiError(400, "invalid parameter continue: not a cursor this server gave") from error
+    if not isinstance(before, int) or before < 1:
+        raise ApiError(400, "invalid parameter continue: not a cursor this server gave")
+    return before
+
+
+def _next_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": last_id}).encode()).decode().rstrip("=")
+
+
+@router.get("/runs", response_model=models.RunList, response_model_by_alias=True)
+async def list_runs(
+    caller: Authenticated,
+    state: State,
+    namespace: Annotated[str | None, Query(pattern=DNS_LABEL, max_length=63)] = None,
+    workflow: Annotated[str | None, Query(pattern=DNS_LABEL, max_length=63)] = None,
+    phase: Annotated[str | None, Query(pattern=PHASE, max_length=32)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    continue_: Annotated[str | None, Query(alias="continue", max_length=256)] = None,
+) -> models.RunList:
+    """Runs, newest first; without ``namespace``, of every namespace the caller may list."""
+    before = _cursor(continue_)
+    if namespace is not None:
+        await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_RUNS)
+        allowed = [namespace]
+    else:
+        allowed = await state.authorizer.permitted(
+            caller, namespaces=await state.cluster_namespaces(), permission=access.LIST_RUNS
+        )
+    async with state.reader(allowed) as connection:
+        rows = await browse.list_runs(
+            connection,
+            namespaces=allowed,
+            workflow=workflow,
+            phase=phase,
+            before=before,
+            limit=limit + 1,
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return models.RunList(
+        items=[views.summary(row) for row in rows],
+        continue_=_next_cursor(rows[-1].id) if more else None,
+    )
+
+
+@router.get("/namespaces/{namespace}/runs/{name}", response_model=models.RunDetail)
+async def run_detail(
+    caller: Authenticated, state: State, namespace: Namespace, name: RunName
+) -> models.RunDetail:
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        return await reads.detail(state, connection, namespace=namespace, name=name)
+
+
+@router.get("/namespaces/{namespace}/runs/{name}/graph", response_model=models.Graph)
+async def run_graph(
+    caller: Authenticated, state: State, namespace: Namespace, name: RunName
+) -> models.Graph:
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        loaded = await reads.load(state, connection, namespace=namespace, name=name)
+    return views.run_graph(loaded.definition, loaded.states, loaded.rollback)
+
+
+@router.get("/namespaces/{namespace}/runs/{name}/tasks/{task}", response_model=models.TaskDetail)
+async def task_detail(
+    caller: Authenticated, state: State, namespace: Namespace, name: RunName, task: TaskKey
+) -> models.TaskDetail:
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        return await reads.task(state, connection, namespace=namespace, name=name, task=task)
+
+
+@router.get(
+    "/namespaces/{namespace}/runs/{name}/tasks/{task}/attempts/{number}/log",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "the attempt's log"}},
+)
+async def attempt_log(
+    caller: Authenticated,
+    state: State,
+    namespace: Namespace,
+    name: RunName,
+    task: TaskKey,
+    number: Annotated[int, Path(ge=1, le=1000)],
+    compensator: bool = False,
+) -> PlainTextResponse:
+    """The log of one attempt's Pod, read with the caller's own token (``get pods/log``)."""
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_LOGS)
+    async with state.reader([namespace]) as connection:
+        run = await reads.find(connection, namespace=namespace, name=name)
+        definition = await state.definition(connection, run.definition_id)
+    key = definition.compensator_of.get(task) if compensator else task
+    if key is None or task not in definition.levels:
+        raise ApiError(
+            404,
+            f'run "{name}" has no task "{task}"' + (" with a compensator" if compensator else ""),
+        )
+    job = job_name(
+        run_name=run.name,
+        run_uid=run.uid,
+        task_key=key,
+        attempt=number,
+        role=TaskRole.COMPENSATION if compensator else TaskRole.FORWARD,
+    )
+    found = await state.user_api.job_log(
+        token=caller.token,
+        namespace=namespace,
+        job=job,
+        container=CONTAINER_NAME,
+        max_bytes=MAX_LOG_BYTES,
+    )
+    if found is None:
+        raise ApiError(404, f"no Pod of Job {job} (attempt {number}): it went with its Job")
+    text, cut = found
+    headers = {"X-Log-Truncated": "true"} if cut or len(text) >= MAX_LOG_BYTES else {}
+    return PlainTextResponse(text, headers=headers)
+
+
+@router.post(
+    "/namespaces/{namespace}/runs/{name}/cancel",
+    status_code=202,
+    response_model=models.RunReference,
+    responses={409: {"model": models.ErrorResponse}},
+)
+async def cancel(
+    caller: Authenticated, namespace: Namespace, name: RunName, state: State
+) -> models.RunReference:
+    """Patch ``spec.cancel: true`` as the caller (RBAC and admission apply)."""
+    patched = await state.user_api.cancel_run(token=caller.token, namespace=namespace, name=name)
+    return models.RunReference(namespace=namespace, name=str(patched["metadata"]["name"]))
+
+
+@router.post(
+    "/namespaces/{namespace}/runs/{name}/retry",
+    status_code=201,
+    response_model=models.RunReference,
+    responses={409: {"model": models.ErrorResponse}},
+)
+async def retry(
+    caller: Authenticated, namespace: Namespace, name: RunName, state: State, response: Response
+) -> models.RunReference:
+    """Create a WorkflowRun ``<name>-retry-…`` with ``spec.retryOf: name`` as the caller."""
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        run = await reads.find(connection, namespace=namespace, name=name)
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": RUN_KIND,
+        "metadata": {"generateName": f"{name[:200]}-retry-"},
+        "spec": {
+            "workflow": run.workflow,
+            "version": run.version,
+            "parameters": dict(run.parameters),
+            "retryOf": name,
+        },
+    }
+    created = await state.user_api.create_run(token=caller.token, namespace=namespace, body=body)
+    created_name = str(created["metadata"]["name"])
+    response.headers["Location"] = f"/api/v1/namespaces/{namespace}/runs/{created_name}"
+    return models.RunReference(namespace=namespace, name=created_name)
+
+
+@router.get("/namespaces/{namespace}/definitions", response_model=models.DefinitionList)
+async def definitions(
+    caller: Authenticated, state: State, namespace: Namespace
+) -> models.DefinitionList:
+    await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_DEFINITIONS)
+    async with state.reader([namespace]) as connection:
+        rows = await browse.definition_versions(connection, namespace=namespace)
+    grouped: dict[str, list[models.DefinitionVersionBrief]] = {}
+    for row in rows:
+        grouped.setdefault(row.workflow, []).append(
+            models.DefinitionVersionBrief(
+                version=row.version,
+                fingerprint=row.fingerprint,
+                published_at=row.published_at,
+                tasks=row.tasks,
+            )
+        )
+    return models.DefinitionList(
+        items=[
+            models.DefinitionSummary(namespace=namespace, name=workflow, versions=versions)
+            for workflow, versions in grouped.items()
+        ]
+    )
+
+
+@router.get("/namespaces/{namespace}/definitions/{name}", response_model=models.DefinitionDetail)
+async def definition(
+    caller: Authenticated, state: State, namespace: Namespace, name: TaskKey
+) -> models.DefinitionDetail:
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_DEFINITIONS)
+    versions: list[models.DefinitionVersion] = []
+    async with state.reader([namespace]) as connection:
+        rows = await browse.definition_versions(connection, namespace=namespace, workflow=name)
+        for row in rows[:20]:
+            view = await state.definition(connection, row.id)
+            versions.append(
+                models.DefinitionVersion(
+                    version=row.version,
+                    fingerprint=row.fingerprint,
+                    published_at=row.published_at,
+                    task_types={
+                        type_name: models.TaskTypeBrief(
+                            image=template.image,
+                            command=None if template.command is None else list(template.command),
+                            args=None if template.args is None else list(template.args),
+                        )
+                        for type_name, template in view.spec.task_types.items()
+                    },
+                    graph=views.graph(view, None),
+                )
+            )
+    if not versions:
+        raise ApiError(404, f'no workflow "{name}" in namespace "{namespace}"')
+    return models.DefinitionDetail(namespace=namespace, name=name, versions=versions)

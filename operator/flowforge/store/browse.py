@@ -1,0 +1,277 @@
+"""Reads of the read API (``flowforge server``) and the CLI's admin mode, on one connection.
+
+Every function takes the connection of a transaction opened by ``scoped_reader``, which
+first narrows a ``flowforge_server`` login to the namespaces the user may read
+(``roles.scope_namespaces``; row-level security does the rest, see ``roles.py``). For an
+administrator's DSN (the owner, or a superuser) the scope changes nothing.
+
+Queries and their indexes: runs by (namespace, name) ``flowforge_run_identity``; the run
+list walks the primary key backwards (newest first, the cursor is the last id seen); task
+counts ``flowforge_task_progress_idx``; a run's events and its change marker
+``flowforge_event_run_idx``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from flowforge.domain.history import OUTCOME_KINDS, EventKind
+from flowforge.domain.states import RunPhase, TaskState, sql_list
+from flowforge.store.connection import Connection, Pool
+from flowforge.store.events import Event
+from flowforge.store.roles import scope_namespaces
+
+MAX_EVENTS = 500
+MAX_DEFINITION_ROWS = 2000
+
+
+@asynccontextmanager
+async def scoped_reader(pool: Pool, namespaces: Sequence[str]) -> AsyncIterator[Connection]:
+    """A read-only transaction that sees only ``namespaces`` (for a server login)."""
+    async with pool.connection() as connection, connection.transaction():
+        await connection.execute("SET TRANSACTION READ ONLY")
+        await scope_namespaces(connection, namespaces)
+        yield connection
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    """One run as the API lists it: its identity, definition, phase and task counts."""
+
+    id: int
+    namespace: str
+    name: str
+    uid: str
+    workflow: str
+    version: int
+    definition_id: int
+    phase: RunPhase
+    compensating: bool
+    cancel_requested: bool
+    parameters: Mapping[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+    pruned_at: datetime | None
+    # forward tasks by state, and their total
+    counts: Mapping[str, int]
+    # the newest event's id: changes whenever anything of the run changes
+    marker: int
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunRow:
+        values = list(row)
+        values[7] = RunPhase(values[7])
+        by_state = {str(state): int(n) for state, n in dict(values[14] or {}).items()}
+        values[14] = {**{state.value: 0 for state in TaskState}, **by_state}
+        values[14]["total"] = sum(by_state.values())
+        values[15] = int(values[15] or 0)
+        return cls(*values)
+
+
+_RUN_COLUMNS = """
+run.id, run.namespace, run.name, run.uid, definition.workflow, definition.version,
+run.definition_id, run.phase, run.compensating, run.cancel_requested, run.parameters,
+run.created_at, run.finished_at, run.pruned_at,
+coalesce((SELECT jsonb_object_agg(counted.state, counted.n) FROM (
+    SELECT task.state, count(*) AS n FROM flowforge_task AS task
+    WHERE task.run_id = run.id AND task.role = 'forward' GROUP BY task.state) AS counted),
+  run.final_counts -> 'forward', '{}'::jsonb),
+(SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id)
+FROM flowforge_run AS run
+JOIN flowforge_definition AS definition ON definition.id = run.definition_id
+"""
+
+LIST_RUNS_QUERY = f"""
+SELECT {_RUN_COLUMNS}
+WHERE run.namespace = ANY(%(namespaces)s)
+  AND (%(workflow)s::text IS NULL OR definition.workflow = %(workflow)s)
+  AND (%(phase)s::text IS NULL OR run.phase = %(phase)s)
+  AND (%(before)s::bigint IS NULL OR run.id < %(before)s)
+ORDER BY run.id DESC LIMIT %(limit)s
+"""
+FIND_RUN_QUERY = f"""
+SELECT {_RUN_COLUMNS}
+WHERE run.namespace = %(namespace)s AND run.name = %(name)s ORDER BY run.id DESC LIMIT 1
+"""
+
+
+async def list_runs(
+    connection: Connection,
+    *,
+    namespaces: Sequence[str],
+    workflow: str | None = None,
+    phase: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> list[RunRow]:
+    """Runs of ``namespaces``, newest first; ``before`` is the id of the last run seen."""
+    cursor = await connection.execute(
+        LIST_RUNS_QUERY,
+        {
+            "namespaces": list(namespaces),
+            "workflow": workflow,
+            "phase": phase,
+            "before": before,
+            "limit": limit,
+        },
+    )
+    return [RunRow.from_row(row) for row in await cursor.fetchall()]
+
+
+async def find_run(connection: Connection, *, namespace: str, name: str) -> RunRow | None:
+    """The newest run called ``name`` in ``namespace``."""
+    cursor = await connection.execute(FIND_RUN_QUERY, {"namespace": namespace, "name": name})
+    row = await cursor.fetchone()
+    return None if row is None else RunRow.from_row(row)
+
+
+async def namespaces_with_data(connection: Connection, candidates: Sequence[str]) -> list[str]:
+    """Those of ``candidates`` holding a run or a definition (one probe of an index each)."""
+    cursor = await connection.execute(
+        "SELECT candidate FROM unnest(%s::text[]) AS candidate "
+        "WHERE EXISTS (SELECT FROM flowforge_run WHERE namespace = candidate) "
+        "OR EXISTS (SELECT FROM flowforge_definition WHERE namespace = candidate) "
+        "ORDER BY candidate",
+        (list(candidates),),
+    )
+    return [str(name) for (name,) in await cursor.fetchall()]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRow:
+    key: str
+    compensates: str | None
+    state: str
+    attempt: int
+    max_attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+
+
+async def run_tasks(
+    connection: Connection,
+    run_id: int,
+    *,
+    keys: Sequence[str] | None = None,
+    compensators: bool = False,
+) -> list[TaskRow]:
+    """The run's task rows (forward and compensators) in topological order; only those
+    named ``keys`` (and every compensator, with ``compensators``) when ``keys`` is given."""
+    cursor = await connection.execute(
+        "SELECT task_key, compensates_key, state, attempt, max_attempts, started_at, "
+        "finished_at, last_error FROM flowforge_task WHERE run_id = %(run)s "
+        "AND (%(keys)s::text[] IS NULL OR task_key = ANY(%(keys)s) "
+        "     OR (%(compensators)s AND role = 'compensation')) "
+        "ORDER BY topological_index, task_key",
+        {
+            "run": run_id,
+            "keys": None if keys is None else list(keys),
+            "compensators": compensators,
+        },
+    )
+    return [TaskRow(*row) for row in await cursor.fetchall()]
+
+
+async def change_marker(connection: Connection, run_id: int) -> int:
+    """The id of the run's newest event: it grows whenever anything of the run changes
+    (one backward probe of ``flowforge_event_run_idx``)."""
+    cursor = await connection.execute(
+        "SELECT max(id) FROM flowforge_event WHERE run_id = %s", (run_id,)
+    )
+    row = await cursor.fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+_EVENT_COLUMNS = "id, run_id, kind, task_key, attempt, epoch, detail, recorded_at"
+ATTEMPT_KINDS = (
+    *sorted(OUTCOME_KINDS),
+    EventKind.TASK_DISPATCHED,
+    EventKind.COMPENSATION_STARTED,
+    EventKind.TASK_JOB_CREATED,
+)
+
+
+async def recent_events(
+    connection: Connection, run_id: int, *, limit: int = MAX_EVENTS
+) -> list[Event]:
+    """The run's newest ``limit`` events, oldest first."""
+    cursor = await connection.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM (SELECT {_EVENT_COLUMNS} FROM flowforge_event "
+        "WHERE run_id = %s ORDER BY id DESC LIMIT %s) AS newest ORDER BY id",
+        (run_id, limit),
+    )
+    return [Event(*row) for row in await cursor.fetchall()]
+
+
+async def events_after(connection: Connection, run_id: int, *, after: int) -> list[Event]:
+    cursor = await connection.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM flowforge_event WHERE run_id = %s AND id > %s "
+        "ORDER BY id LIMIT 10000",
+        (run_id, after),
+    )
+    return [Event(*row) for row in await cursor.fetchall()]
+
+
+async def attempt_events(
+    connection: Connection, run_id: int, *, keys: Sequence[str] | None = None
+) -> list[Event]:
+    """The events that make up attempts (starts, Jobs, outcomes) of the tasks ``keys`` (all
+    tasks when None), oldest first."""
+    cursor = await connection.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM flowforge_event WHERE run_id = %(run)s "
+        f"AND kind IN {sql_list(ATTEMPT_KINDS)} "
+        "AND (%(keys)s::text[] IS NULL OR task_key = ANY(%(keys)s)) ORDER BY id",
+        {"run": run_id, "keys": None if keys is None else list(keys)},
+    )
+    return [Event(*row) for row in await cursor.fetchall()]
+
+
+async def first_event(connection: Connection, run_id: int, kind: EventKind) -> Event | None:
+    cursor = await connection.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM flowforge_event WHERE run_id = %s AND kind = %s "
+        "ORDER BY id LIMIT 1",
+        (run_id, kind),
+    )
+    row = await cursor.fetchone()
+    return None if row is None else Event(*row)
+
+
+async def compensation_starts(connection: Connection, run_id: int) -> dict[str, int]:
+    """Compensator -> the id of the event that first started it (the rollback's order)."""
+    cursor = await connection.execute(
+        "SELECT task_key, min(id) FROM flowforge_event WHERE run_id = %s AND kind = %s "
+        "AND task_key IS NOT NULL GROUP BY task_key",
+        (run_id, EventKind.COMPENSATION_STARTED),
+    )
+    return {str(key): int(first) for key, first in await cursor.fetchall()}
+
+
+@dataclasses.dataclass(frozen=True)
+class DefinitionVersionRow:
+    id: int
+    workflow: str
+    version: int
+    fingerprint: str
+    published_at: datetime
+    tasks: int
+
+
+async def definition_versions(
+    connection: Connection, *, namespace: str, workflow: str | None = None
+) -> list[DefinitionVersionRow]:
+    """The namespace's published definitions (of one workflow when given), by workflow,
+    newest version first."""
+    cursor = await connection.execute(
+        "SELECT id, workflow, version, fingerprint, published_at, "
+        "jsonb_array_length(coalesce(document -> 'tasks', '[]'::jsonb)) "
+        "FROM flowforge_definition WHERE namespace = %(namespace)s "
+        "AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
+        "ORDER BY workflow, version DESC LIMIT %(limit)s",
+        {"namespace": namespace, "workflow": workflow, "limit": MAX_DEFINITION_ROWS},
+    )
+    return [DefinitionVersionRow(*row) for row in await cursor.fetchall()]

@@ -1,0 +1,202 @@
+// A run's (or a definition's) graph, laid out by dagre. The layout depends only on the
+// graph's shape and is computed once; live state changes only recolour it. Over
+// MAX_DRAWN nodes the graph is drawn as one box per level with its state counts, so a
+// 10,000-task run stays a page, not a frozen tab.
+import type { ComponentChildren } from "preact";
+import { useEffect, useMemo } from "preact/hooks";
+import type { Graph } from "../api";
+import { label, stateClass } from "../format";
+import type { Laid } from "../layout";
+import { useLayout } from "../useLayout";
+
+// Over this many tasks (or edges) a graph is drawn by level: dagre's crossing reduction
+// grows much faster than the graph, and a drawing of thousands of boxes is unreadable.
+export const MAX_DRAWN = 300;
+const MAX_DRAWN_EDGES = 900;
+
+const NODE_H = 44;
+const STATE_ORDER = ["succeeded", "running", "admitting", "ready", "waiting", "failed", "cancelled", "skipped"];
+
+// wide enough for the name, and for "succeeded · TYPE" / "⚑ triggered rollback" below it
+function nodeWidth(name: string, type: string): number {
+  const chars = Math.max(name.length, 0.87 * (type.length + 12), 0.87 * 21);
+  return Math.min(240, Math.max(110, 18 + chars * 7.4));
+}
+
+function clip(text: string, width: number): string {
+  const fits = Math.floor((width - 16) / 7.4);
+  return text.length > fits ? `${text.slice(0, fits - 1)}…` : text;
+}
+
+export type DagProps = {
+  graph: Graph;
+  states: Record<string, string>;
+  selected?: string | null;
+  triggeredBy?: string | null;
+  onSelect?: (task: string) => void;
+  onSelectLevel?: (level: number) => void;
+  selectedLevel?: number | null;
+  /** Called once the graph is drawn. */
+  onDrawn?: () => void;
+};
+
+export function drawnByLevel(graph: Graph): boolean {
+  return graph.nodes.length > MAX_DRAWN || graph.edges.length > MAX_DRAWN_EDGES;
+}
+
+export function Dag(props: DagProps) {
+  return drawnByLevel(props.graph) ? <LevelDag {...props} /> : <TaskDag {...props} />;
+}
+
+/** The frame of a drawing: says "laying out" until the worker answers. */
+function Frame({ laid, mode, onDrawn, children }: {
+  laid: Laid | null; mode: string; onDrawn?: () => void; children: (laid: Laid) => ComponentChildren;
+}) {
+  useEffect(() => {
+    if (laid) onDrawn?.();
+  }, [laid]);
+  return (
+    <div class="dag" data-testid="dag" data-mode={mode} data-graph-ready={laid ? "true" : "false"} aria-busy={!laid}>
+      {laid ? children(laid) : <p class="muted" role="status">Laying out the graph…</p>}
+    </div>
+  );
+}
+
+function Arrowhead() {
+  return (
+    <defs>
+      <marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+        <path d="M0,0 L10,5 L0,10 z" class="arrowhead" />
+      </marker>
+    </defs>
+  );
+}
+
+function activate(handler: () => void) {
+  return {
+    onClick: handler,
+    onKeyDown: (e: KeyboardEvent) => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        handler();
+      }
+    },
+  };
+}
+
+function TaskDag({ graph, states, selected, triggeredBy, onSelect, onDrawn }: DagProps) {
+  const request = useMemo(
+    () => ({
+      nodes: graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id, n.type), height: NODE_H })),
+      edges: graph.edges,
+      options: { rankdir: "TB" as const, nodesep: 28, ranksep: 46 },
+    }),
+    [graph],
+  );
+  const laid = useLayout(request);
+  return <Frame laid={laid} mode="tasks" onDrawn={onDrawn}>{(laid) => {
+  const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
+  return (
+    <svg class="graph" role="group" aria-label={`Task graph, ${graph.nodes.length} tasks`}
+      viewBox={`0 0 ${laid.width} ${laid.height}`} width={laid.width} height={laid.height}>
+      <Arrowhead />
+      {laid.edges.map((e) => <path key={`${e.from}>${e.to}`} class="edge" d={e.d} marker-end="url(#arrow)" />)}
+      {graph.nodes.map((n) => {
+        const box = boxes.get(n.id);
+        if (!box) return null;
+        const state = states[n.id] ?? n.state;
+        const trigger = n.id === triggeredBy;
+        return (
+          <g key={n.id} class={`node ${stateClass(state)}${selected === n.id ? " selected" : ""}${trigger ? " trigger" : ""}`}
+            data-task={n.id} data-state={state ?? ""} transform={`translate(${box.x},${box.y})`}
+            role={onSelect ? "button" : undefined} tabIndex={onSelect ? 0 : undefined}
+            aria-pressed={onSelect ? selected === n.id : undefined}
+            aria-label={`${n.id}, ${n.type}, ${label(state)}${trigger ? ", failed and triggered the rollback" : ""}`}
+            {...(onSelect ? activate(() => onSelect(n.id)) : {})}>
+            <title>{`${n.id} (${n.type}): ${label(state)}`}</title>
+            <rect width={box.width} height={box.height} rx="6" />
+            <text x="10" y="18" class="name">{clip(n.id, box.width)}</text>
+            <text x="10" y="35" class="sub">{clip(trigger ? "⚑ triggered rollback" : `${label(state)} · ${n.type}`, box.width / 0.87)}</text>
+          </g>
+        );
+      })}
+    </svg>
+  );
+  }}</Frame>;
+}
+
+type Level = { level: number; total: number; counts: Map<string, number> };
+
+function LevelDag({ graph, states, onSelectLevel, selectedLevel, onDrawn }: DagProps) {
+  const request = useMemo(() => {
+    const levelOf = new Map<string, number>();
+    for (const n of graph.nodes) levelOf.set(n.id, n.level);
+    const count = Math.max(0, ...levelOf.values()) + 1;
+    const edges = new Map<number, [string, string]>();
+    for (const [from, to] of graph.edges) {
+      const a = levelOf.get(from);
+      const b = levelOf.get(to);
+      if (a !== undefined && b !== undefined && a !== b) edges.set(a * count + b, [String(a), String(b)]);
+    }
+    return {
+      nodes: [...new Set(levelOf.values())].sort((a, b) => a - b).map((l) => ({ id: String(l), width: 300, height: 64 })),
+      edges: [...edges.values()],
+      options: { rankdir: "TB" as const, nodesep: 30, ranksep: 30 },
+    };
+  }, [graph]);
+  const laid = useLayout(request);
+  const levels = useMemo(() => {
+    const byLevel = new Map<number, Level>();
+    for (const n of graph.nodes) {
+      let entry = byLevel.get(n.level);
+      if (!entry) byLevel.set(n.level, (entry = { level: n.level, total: 0, counts: new Map() }));
+      const state = states[n.id] ?? n.state ?? "unknown";
+      entry.total += 1;
+      entry.counts.set(state, (entry.counts.get(state) ?? 0) + 1);
+    }
+    return [...byLevel.values()];
+  }, [graph, states]);
+  return <Frame laid={laid} mode="levels" onDrawn={onDrawn}>{(laid) => {
+  const boxes = new Map(laid.boxes.map((b) => [b.id, b]));
+  return (
+    <>
+      <p class="muted small">
+        {graph.nodes.length.toLocaleString("en")} tasks: too many to draw one by one, so each box is one
+        level of the graph with its tasks counted by state. Choose a level to list its tasks.
+      </p>
+      <svg class="graph" role="group" aria-label={`Task graph by level, ${levels.length} levels`}
+        viewBox={`0 0 ${laid.width} ${laid.height}`} width={laid.width} height={laid.height}>
+        <Arrowhead />
+        {laid.edges.map((e) => <path key={`${e.from}>${e.to}`} class="edge" d={e.d} marker-end="url(#arrow)" />)}
+        {levels.map((lv) => {
+          const box = boxes.get(String(lv.level));
+          if (!box) return null;
+          const ordered = [...lv.counts.entries()].sort(
+            (a, b) => STATE_ORDER.indexOf(a[0]) - STATE_ORDER.indexOf(b[0]),
+          );
+          let x = 10;
+          const summary = ordered.map(([s, c]) => `${c} ${label(s)}`).join(", ");
+          return (
+            <g key={lv.level} class={`node level${selectedLevel === lv.level ? " selected" : ""}`}
+              data-level={lv.level} transform={`translate(${box.x},${box.y})`} role="button" tabIndex={0}
+              aria-pressed={selectedLevel === lv.level}
+              aria-label={`Level ${lv.level}, ${lv.total} tasks: ${summary}`}
+              {...activate(() => onSelectLevel?.(lv.level))}>
+              <title>{`Level ${lv.level}: ${summary}`}</title>
+              <rect width={box.width} height={box.height} rx="6" />
+              <text x="10" y="18" class="name">Level {lv.level} · {lv.total.toLocaleString("en")} tasks</text>
+              {ordered.map(([s, c]) => {
+                const w = Math.max(2, ((box.width - 20) * c) / lv.total);
+                const r = <rect key={s} class={`seg ${stateClass(s)}`} x={x} y="26" width={w} height="10" />;
+                x += w;
+                return r;
+              })}
+              <text x="10" y="54" class="sub">{clip(summary, box.width)}</text>
+            </g>
+          );
+        })}
+      </svg>
+    </>
+  );
+  }}</Frame>;
+}

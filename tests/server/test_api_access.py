@@ -131,3 +131,24 @@ def test_openapi_and_the_ui_files(api_server: ApiServer) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
     assert api_server.request("/api/v1/nothing-here").status == 404
+
+
+def test_definitions_with_versions_fingerprints_and_graph(
+    api_server: ApiServer, tenancy: Tenancy
+) -> None:
+    token, base = tenancy.reader_token, f"/api/v1/namespaces/{tenancy.a}/definitions"
+    listed = api_server.request(base, token=token).json()["items"]
+    assert {item["name"] for item in listed} == {"diamond", "failing", "slow"}
+    diamond = next(item for item in listed if item["name"] == "diamond")
+    (version,) = diamond["versions"]
+    assert version["version"] == 1 and version["fingerprint"].startswith("sha256:")
+    assert version["tasks"] == 5
+    detail = api_server.request(f"{base}/diamond", token=token).json()
+    (shown,) = detail["versions"]
+    assert shown["fingerprint"] == version["fingerprint"]
+    assert shown["taskTypes"]["quick"]["image"] == "busybox:1.36"
+    assert {node["id"] for node in shown["graph"]["nodes"]} == {"a", "b", "c", "d"}
+    assert all(node["state"] is None for node in shown["graph"]["nodes"])
+    assert shown["graph"]["rollback"] == ["undo-a"]
+    missing = api_server.request(f"{base}/nope", token=token)
+    assert missing.status == 404

@@ -4,9 +4,17 @@ no token or a bad one is a 401; hostile parameters are 400s naming the parameter
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.plugins.api_server import ApiServer, Tenancy, create_run, wait_phase
+from tests.plugins.api_server import (
+    ApiServer,
+    Tenancy,
+    create_run,
+    started_api_server,
+    wait_phase,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -152,3 +160,25 @@ def test_definitions_with_versions_fingerprints_and_graph(
     assert shown["graph"]["rollback"] == ["undo-a"]
     missing = api_server.request(f"{base}/nope", token=token)
     assert missing.status == 404
+
+
+def test_the_ui_s_files_hashed_assets_cached_and_nothing_outside(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    static = tmp_path / "static"
+    (static / "assets").mkdir(parents=True)
+    (static / "index.html").write_text("<!doctype html><title>FlowForge</title>")
+    (static / "assets" / "app-3f2a.js").write_text("console.log('ui')")
+    (tmp_path / "secret.txt").write_text("not for you")
+    with started_api_server(tenancy, tmp_path / "ui.log", "--static-dir", str(static)) as ui:
+        for route in ("/", "/runs/team-a/etl-1", "/definitions/x"):
+            page = ui.request(route)
+            assert page.status == 200 and b"<title>FlowForge</title>" in page.body, route
+            assert page.headers["cache-control"] == "no-cache"
+            assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        asset = ui.request("/assets/app-3f2a.js")
+        assert asset.status == 200 and asset.body == b"console.log('ui')"
+        assert asset.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert ui.request("/assets/missing.js").status == 404
+        for sneaky in ("/assets/..%2F..%2Fsecret.txt", "/..%2Fsecret.txt", "/%2e%2e/secret.txt"):
+            assert b"not for you" not in ui.request(sneaky).body, sneaky

@@ -231,28 +231,27 @@ async def engine(
         process.stop()
 
 
-@pytest.fixture(scope="session")
-def api_server(tenancy: Tenancy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+@contextlib.contextmanager
+def started_api_server(tenancy: Tenancy, log_path: Path, *extra: str) -> Iterator[ApiServer]:
+    """``python -m flowforge.server`` on a free loopback port, stopped afterwards."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("api-server") / "server.log"
+    command = [
+        sys.executable,
+        "-m",
+        "flowforge.server",
+        "--dsn",
+        tenancy.server_dsn,
+        "--kubeconfig",
+        str(tenancy.kubeconfig),
+        "--port",
+        str(port),
+        "--poll-seconds",
+        "0.2",
+        *extra,
+    ]
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowforge.server",
-                "--dsn",
-                tenancy.server_dsn,
-                "--kubeconfig",
-                str(tenancy.kubeconfig),
-                "--port",
-                str(port),
-                "--poll-seconds",
-                "0.2",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=str(repo_root()),
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root())
         )
     server = ApiServer(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     deadline = time.monotonic() + 60
@@ -274,6 +273,13 @@ def api_server(tenancy: Tenancy, tmp_path_factory: pytest.TempPathFactory) -> It
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="session")
+def api_server(tenancy: Tenancy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    log_path = tmp_path_factory.mktemp("api-server") / "server.log"
+    with started_api_server(tenancy, log_path) as server:
+        yield server
 
 
 async def wait_phase(

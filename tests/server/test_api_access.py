@@ -4,9 +4,17 @@ no token or a bad one is a 401; hostile parameters are 400s naming the parameter
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.plugins.api_server import ApiServer, Tenancy, create_run, wait_phase
+from tests.plugins.api_server import (
+    ApiServer,
+    Tenancy,
+    create_run,
+    started_api_server,
+    wait_phase,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -131,3 +139,46 @@ def test_openapi_and_the_ui_files(api_server: ApiServer) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
     assert api_server.request("/api/v1/nothing-here").status == 404
+
+
+def test_definitions_with_versions_fingerprints_and_graph(
+    api_server: ApiServer, tenancy: Tenancy
+) -> None:
+    token, base = tenancy.reader_token, f"/api/v1/namespaces/{tenancy.a}/definitions"
+    listed = api_server.request(base, token=token).json()["items"]
+    assert {item["name"] for item in listed} == {"diamond", "failing", "slow"}
+    diamond = next(item for item in listed if item["name"] == "diamond")
+    (version,) = diamond["versions"]
+    assert version["version"] == 1 and version["fingerprint"].startswith("sha256:")
+    assert version["tasks"] == 5
+    detail = api_server.request(f"{base}/diamond", token=token).json()
+    (shown,) = detail["versions"]
+    assert shown["fingerprint"] == version["fingerprint"]
+    assert shown["taskTypes"]["quick"]["image"] == "busybox:1.36"
+    assert {node["id"] for node in shown["graph"]["nodes"]} == {"a", "b", "c", "d"}
+    assert all(node["state"] is None for node in shown["graph"]["nodes"])
+    assert shown["graph"]["rollback"] == ["undo-a"]
+    missing = api_server.request(f"{base}/nope", token=token)
+    assert missing.status == 404
+
+
+def test_the_ui_s_files_hashed_assets_cached_and_nothing_outside(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    static = tmp_path / "static"
+    (static / "assets").mkdir(parents=True)
+    (static / "index.html").write_text("<!doctype html><title>FlowForge</title>")
+    (static / "assets" / "app-3f2a.js").write_text("console.log('ui')")
+    (tmp_path / "secret.txt").write_text("not for you")
+    with started_api_server(tenancy, tmp_path / "ui.log", "--static-dir", str(static)) as ui:
+        for route in ("/", "/runs/team-a/etl-1", "/definitions/x"):
+            page = ui.request(route)
+            assert page.status == 200 and b"<title>FlowForge</title>" in page.body, route
+            assert page.headers["cache-control"] == "no-cache"
+            assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        asset = ui.request("/assets/app-3f2a.js")
+        assert asset.status == 200 and asset.body == b"console.log('ui')"
+        assert asset.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert ui.request("/assets/missing.js").status == 404
+        for sneaky in ("/assets/..%2F..%2Fsecret.txt", "/..%2Fsecret.txt", "/%2e%2e/secret.txt"):
+            assert b"not for you" not in ui.request(sneaky).body, sneaky

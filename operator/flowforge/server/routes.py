@@ -12,6 +12,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from flowforge.domain.api import API_VERSION, RUN_KIND
 from flowforge.domain.execution import job_name
@@ -46,6 +47,11 @@ router = APIRouter(prefix="/api/v1", responses=ERRORS)
 Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a namespace")]
 RunName = Annotated[str, Path(pattern=DNS_NAME, max_length=253, description="a WorkflowRun")]
 TaskKey = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a task's key")]
+
+
+def json_of(model: BaseModel) -> Response:
+    """A response model serialised once (FastAPI would validate a returned model again)."""
+    return Response(model.model_dump_json(by_alias=True), media_type="application/json")
 
 
 def server_state(request: Request) -> ServerState:
@@ -139,20 +145,20 @@ async def list_runs(
 @router.get("/namespaces/{namespace}/runs/{name}", response_model=models.RunDetail)
 async def run_detail(
     caller: Authenticated, state: State, namespace: Namespace, name: RunName
-) -> models.RunDetail:
+) -> Response:
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
     async with state.reader([namespace]) as connection:
-        return await reads.detail(state, connection, namespace=namespace, name=name)
+        return json_of(await reads.detail(state, connection, namespace=namespace, name=name))
 
 
 @router.get("/namespaces/{namespace}/runs/{name}/graph", response_model=models.Graph)
 async def run_graph(
     caller: Authenticated, state: State, namespace: Namespace, name: RunName
-) -> models.Graph:
+) -> Response:
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
     async with state.reader([namespace]) as connection:
         loaded = await reads.load(state, connection, namespace=namespace, name=name)
-    return views.run_graph(loaded.definition, loaded.states, loaded.rollback)
+    return json_of(views.run_graph(loaded.definition, loaded.states, loaded.rollback))
 
 
 @router.get("/namespaces/{namespace}/runs/{name}/tasks/{task}", response_model=models.TaskDetail)

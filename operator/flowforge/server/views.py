@@ -318,17 +318,15 @@ def conditions(
 
 def graph(definition: DefinitionView, states: Mapping[str, str] | None) -> models.Graph:
     """Nodes (forward tasks) with their state and level, edges upstream -> dependent, and
-    the compensators with the order of the rollback."""
+    the compensators with the order of the rollback. Built without re-validation (the
+    definition was validated when it was loaded): a 10,000-task graph is one response."""
     spec = definition.spec
     found = states or {}
-    return models.Graph(
+    levels = definition.levels
+    node = models.GraphNode.model_construct
+    return models.Graph.model_construct(
         nodes=[
-            models.GraphNode(
-                id=task.key,
-                type=task.type,
-                state=found.get(task.key) if states is not None else None,
-                level=definition.levels.get(task.key, 0),
-            )
+            node(id=task.key, type=task.type, state=found.get(task.key), level=levels[task.key])
             for task in spec.forward_tasks
         ],
         edges=[(upstream, task.key) for task in spec.forward_tasks for upstream in task.depends_on],
@@ -337,11 +335,11 @@ def graph(definition: DefinitionView, states: Mapping[str, str] | None) -> model
         workflow=spec.workflow,
         version=spec.version,
         compensators=[
-            models.GraphCompensator(
+            models.GraphCompensator.model_construct(
                 id=compensator.key,
                 task=task,
                 type=compensator.type,
-                state=found.get(compensator.key) if states is not None else None,
+                state=found.get(compensator.key),
             )
             for task, compensator in spec.compensators.items()
         ],

@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane crds clean
+.PHONY: dev dev-down test test-unit lint controlplane kueue crds clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ $(NODE_STAMP): tests/tools/package.json tests/tools/package-lock.json
 controlplane:
 	bash deploy/local/build.sh
 
-test: $(STAMP) $(NODE_STAMP) controlplane
+# Kueue's controller manager, CRDs and webhooks, for the tests of task types that queue
+kueue:
+	bash deploy/local/build-kueue.sh
+
+test: $(STAMP) $(NODE_STAMP) controlplane kueue
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

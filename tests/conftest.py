@@ -6,4 +6,5 @@ pytest_plugins: list[str] = [
     "tests.plugins.postgres",
     "tests.plugins.webhooks",
     "tests.plugins.operator",
+    "tests.plugins.kueue",
 ]

@@ -25,6 +25,7 @@ from typing import Any
 
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import job_outcome, lost_outcome
+from flowforge.domain.kueue import job_admission
 from flowforge.domain.states import TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.operator import metrics
@@ -200,6 +201,9 @@ class Reconciler:
             if job_outcome(job.get("status") or {}) is not None:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
                 await engine.on_job_event(job, "RECONCILE")
+            elif job_admission(job) is not None:  # Kueue: admitted, evicted, waited too long
+                await engine.admissions.check(context, identity_ref(identity), body=job)
+                await engine.check_pod_start(context, identity_ref(identity), body=job)
             else:  # a Pod that has not started within the pending timeout fails it
                 await engine.check_pod_start(context, identity_ref(identity), body=job)
         if released:

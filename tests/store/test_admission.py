@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from flowforge.cli.run_report import load_report, report_text
 from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.validation import parse_definition
 from flowforge.store.admission import record_admission
@@ -16,6 +17,7 @@ from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.queries import forward_counts, list_tasks, run_progress
+from flowforge.store.reuse import find_run_by_name
 from flowforge.store.runs import RunRecord, create_run
 from tests.store.conftest import AN_HOUR, NAMESPACE, failure, kinds, record
 
@@ -79,6 +81,16 @@ async def test_a_queued_task_is_admitting_until_kueue_admits_its_job(
     counts = await forward_counts(store, run.id)
     assert (counts.running, counts.admitting, counts.unresolved) == (1, 1, 2)
     assert (await run_progress(store, run.id)).forward.admitting == 1
+    # `flowforge runs show` says so too
+    named = await find_run_by_name(store, namespace=NAMESPACE, name="kq-run")
+    assert named is not None
+    report = await load_report(store, named)
+    assert report.counts["admitting"] == 1 and report.counts["running"] == 1
+    assert {task["key"]: task["state"] for task in report.to_dict()["tasks"]} == {
+        "train": "admitting",
+        "report": "running",
+    }
+    assert "admitting" in report_text(report).split()
     # a suspended Job seen again before any admission changes nothing
     assert not (await admit(store, fence, run, admitted=False)).recorded
 

@@ -203,6 +203,14 @@ def _ready(port: int) -> bool:
         return False
 
 
+def _listening_addresses(pid: int) -> list[str]:
+    """The local addresses the process listens on (TCP), as ``ss`` shows them."""
+    listed = subprocess.run(
+        ["ss", "-ltnpH"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    return [line.split()[3] for line in listed.splitlines() if f"pid={pid}," in line]
+
+
 def _webhook_serving(port: int, ca: Path) -> bool:
     context = ssl.create_default_context(cafile=str(ca))
     try:
@@ -272,6 +280,11 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                     f"Kueue not ready after {STARTUP_TIMEOUT_SECONDS} s:\n{running.log_tail()}"
                 )
             time.sleep(0.25)
+        listening = _listening_addresses(process.pid)
+        exposed = [address for address in listening if not address.startswith("127.0.0.1:")]
+        assert not exposed, f"Kueue listens beyond 127.0.0.1: {exposed}"
+        expected = {f"127.0.0.1:{port}" for port in ports.values()}
+        assert expected <= set(listening), (expected, listening)
         configurations = _webhook_configurations(
             home / "webhooks.yaml", port=ports["webhook"], ca=certs.ca_pem
         )

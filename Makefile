@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane crds clean ui chromium screenshots
+.PHONY: dev dev-down test test-unit lint controlplane kueue crds clean ui chromium screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,11 @@ screenshots: $(STAMP) $(UI_STAMP) chromium controlplane
 chromium:
 	@dpkg -s chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
 
-test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane
+# Kueue's controller manager, CRDs and webhooks, for the tests of task types that queue
+kueue:
+	bash deploy/local/build-kueue.sh
+
+test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

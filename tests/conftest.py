@@ -7,4 +7,5 @@ pytest_plugins: list[str] = [
     "tests.plugins.webhooks",
     "tests.plugins.operator",
     "tests.plugins.api_server",
+    "tests.plugins.kueue",
 ]

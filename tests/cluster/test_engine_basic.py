@@ -98,6 +98,7 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
         "total": 4,
         "waiting": 0,
         "ready": 0,
+        "admitting": 0,
         "running": 0,
         "succeeded": 4,
         "failed": 0,

@@ -28,6 +28,7 @@ import pytest
 import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
+    admission,
     cancel,
     definitions,
     dispatch,
@@ -211,6 +212,20 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
         needs(LEASE_PKEY, TASK_IDENTITY),
     ),
+    "admission.ADMISSION_QUERY": (
+        admission.ADMISSION_QUERY,
+        lambda p: _fenced(
+            p,
+            key="root",
+            role="forward",
+            attempt=1,
+            admitted=True,
+            at=None,
+            kind="task.admitted",
+            detail="{}",
+        ),
+        needs(LEASE_PKEY, TASK_ROW),
+    ),
     "cancel.CANCEL_TASKS_QUERY": (
         cancel.CANCEL_TASKS_QUERY,
         lambda p: {"run": p.run_id, "reason": "x"},
@@ -302,6 +317,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "queries.PROGRESS_QUERY": (queries.PROGRESS_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
     "queries.FORWARD_COUNTS_QUERY": (
         queries.FORWARD_COUNTS_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "queries.ADMITTING_COUNT_QUERY": (
+        queries.ADMITTING_COUNT_QUERY,
         lambda p: (p.run_id,),
         needs(PROGRESS),
     ),

@@ -86,7 +86,7 @@ class TaskReport:
         row, last = self.row, self.last
         document: dict[str, Any] = {
             "key": row.task_key,
-            "state": row.state,
+            "state": row.shown_state,
             "attempt": row.attempt,
             "maxAttempts": row.max_attempts,
             "startedAt": _iso(row.started_at),
@@ -186,6 +186,7 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
             "total",
             "waiting",
             "ready",
+            "admitting",
             "running",
             "succeeded",
             "failed",
@@ -298,7 +299,7 @@ def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
     started = row.started_at is not None and not task.reused_from
     cells = [
         first,
-        row.state,
+        row.shown_state,
         f"{attempts_made(state=row.state, attempt=row.attempt, started=started)}"
         f"/{row.max_attempts}",
         duration_text(_seconds(row.started_at, row.finished_at)),

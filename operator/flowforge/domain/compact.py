@@ -43,6 +43,10 @@ class CompactSpec:
     task_types: Mapping[str, ContainerTemplate]
     forward_count: int
     _tasks: Mapping[str, CompactTask]
+    # the Kueue defaults of task types that name no queue of their own (domain/kueue.py)
+    queue_name: str | None = None
+    workload_priority_class: str | None = None
+    admission_timeout_seconds: int | None = None
 
     @classmethod
     def of(cls, spec: DefinitionSpec) -> CompactSpec:
@@ -61,6 +65,9 @@ class CompactSpec:
             task_types=MappingProxyType(dict(spec.task_types)),
             forward_count=sum(1 for task in spec.tasks if task.compensate_for is None),
             _tasks=tasks,
+            queue_name=spec.queue_name,
+            workload_priority_class=spec.workload_priority_class,
+            admission_timeout_seconds=spec.admission_timeout_seconds,
         )
 
     @property

@@ -115,6 +115,8 @@ class OutcomeReason(StrEnum):
     CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     CREATE_CONTAINER_ERROR = "CreateContainerError"
     POD_NOT_STARTED = "PodNotStarted"  # any other reason (it is in the message)
+    # Kueue did not admit the attempt's Job within admissionTimeoutSeconds
+    ADMISSION_TIMEOUT = "AdmissionTimeout"
 
 
 @dataclass(frozen=True)

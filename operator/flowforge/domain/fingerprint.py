@@ -1,10 +1,11 @@
 """The content identity of a definition: ``sha256:<hex>``.
 
 It covers everything that changes what a run does (workflow, version, description, the task
-types' templates, and every task's key, type, dependencies, compensateFor, retries, timeout
-and config) and nothing that does not: task declaration order, ``dependsOn`` order and
-mapping key order are normalised away; list order inside config is kept. A number that JSON
-writes as an integer (``2.0`` from some clients) counts as that integer, as Kubernetes stores it.
+types' templates, the definition's Kueue defaults, and every task's key, type, dependencies,
+compensateFor, retries, timeout and config) and nothing that does not: task declaration
+order, ``dependsOn`` order and mapping key order are normalised away; list order inside
+config is kept. A number that JSON writes as an integer (``2.0`` from some clients) counts as
+that integer, as Kubernetes stores it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def fingerprint(spec: DefinitionSpec) -> str:
             key=lambda task: task["key"],
         ),
     }
+    # the definition's Kueue defaults, only when set (earlier fingerprints stay the same)
+    for field, value in (
+        ("queueName", spec.queue_name),
+        ("workloadPriorityClass", spec.workload_priority_class),
+        ("admissionTimeoutSeconds", spec.admission_timeout_seconds),
+    ):
+        if value is not None:
+            payload[field] = value
     text = json.dumps(
         payload,
         sort_keys=True,

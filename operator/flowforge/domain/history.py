@@ -25,6 +25,8 @@ class EventKind(StrEnum):
     TASK_RELEASED = "task.released"
     TASK_DISPATCHED = "task.dispatched"
     TASK_JOB_CREATED = "task.job_created"
+    TASK_ADMITTED = "task.admitted"  # Kueue admitted the attempt's Job
+    TASK_EVICTED = "task.evicted"  # Kueue suspended it again: back to admitting
     TASK_SUCCEEDED = "task.succeeded"
     TASK_ATTEMPT_FAILED = "task.attempt_failed"  # and a retry was scheduled
     TASK_FAILED = "task.failed"  # for good: its attempts are used up

@@ -72,6 +72,10 @@ class ContainerTemplate(BaseModel):
     host_pid: bool | None = Field(default=None, alias="hostPID")
     host_ipc: bool | None = Field(default=None, alias="hostIPC")
     job_metadata: dict[str, dict[str, str]] | None = None
+    # Kueue: the LocalQueue the Jobs queue in (created suspended, Kueue admits them)
+    queue_name: str | None = None
+    workload_priority_class: str | None = None
+    admission_timeout_seconds: int | None = None
 
 
 class TaskSpec(BaseModel):
@@ -102,6 +106,10 @@ class DefinitionSpec(BaseModel):
     description: str = ""
     task_types: dict[str, ContainerTemplate] = Field(default_factory=dict)
     tasks: tuple[TaskSpec, ...]
+    # Kueue defaults for the task types that set none of their own
+    queue_name: str | None = None
+    workload_priority_class: str | None = None
+    admission_timeout_seconds: int | None = None
 
     @cached_property
     def _tasks_by_key(self) -> Mapping[str, TaskSpec]:

@@ -24,6 +24,18 @@ def task_started(*, task_key: str, attempt: int, job: str) -> Notice:
     return Notice("TaskStarted", f"task {task_key} attempt {attempt}: Job {job}")
 
 
+def task_admitted(*, task_key: str, attempt: int, job: str) -> Notice:
+    return Notice("TaskAdmitted", f"task {task_key} attempt {attempt}: Kueue admitted Job {job}")
+
+
+def task_evicted(*, task_key: str, attempt: int, job: str) -> Notice:
+    return Notice(
+        "TaskEvicted",
+        f"task {task_key} attempt {attempt}: Kueue suspended Job {job} again (evicted or "
+        "preempted); it waits for admission, the attempt is not failed",
+    )
+
+
 def job_creation_delayed(
     *, task_key: str, attempt: int, job: str, message: str, retry_in: float
 ) -> Notice:

@@ -8,6 +8,7 @@ steps are capped, and messages are truncated.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,10 +44,17 @@ class TaskCounts:
     failed: int = 0
     skipped: int = 0
     cancelled: int = 0
+    # running in the store, but their Jobs wait for Kueue's admission (not in ``running``)
+    admitting: int = 0
 
     @property
     def unresolved(self) -> int:
-        return self.waiting + self.ready + self.running
+        return self.waiting + self.ready + self.admitting + self.running
+
+    def with_admitting(self, admitting: int) -> TaskCounts:
+        """These counts with ``admitting`` of the running tasks counted as admitting."""
+        moved = min(admitting, self.running)
+        return dataclasses.replace(self, running=self.running - moved, admitting=moved)
 
     @property
     def resolved(self) -> int:
@@ -65,9 +73,12 @@ def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
 
 
 def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = ()) -> str:
-    """What the progress printer column shows: succeeded of total, e.g. ``3/4``; while a
-    rollback runs, how far it got too, e.g. ``2/3 compensating 1/2``."""
+    """What the progress printer column shows: succeeded of total, e.g. ``3/4``; how many
+    wait for Kueue's admission, e.g. ``1/6 (4 admitting)``; while a rollback runs, how far
+    it got too, e.g. ``2/3 compensating 1/2``."""
     text = f"{counts.succeeded}/{counts.total}"
+    if counts.admitting:  # Jobs that wait for Kueue are not running: say so
+        text += f" ({counts.admitting} admitting)"
     if any(step.state not in TERMINAL_COMPENSATION_STATES for step in rollback):
         done = sum(step.state in TERMINAL_COMPENSATION_STATES for step in rollback)
         text += f" compensating {done}/{len(rollback)}"
@@ -219,7 +230,8 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             kind="Progressing",
             holds=not finished,
             reason=progressing_reason,
-            message=f"{counts.running} running, {counts.ready} ready, {counts.waiting} waiting",
+            message=f"{counts.running} running, {counts.admitting} admitting, "
+            f"{counts.ready} ready, {counts.waiting} waiting",
         ),
         _condition(
             status,
@@ -252,7 +264,10 @@ def _phase_message(status: StatusInput) -> str:
         return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled" + after
     if status.compensating:
         return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
-    return f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
+    text = f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
+    if counts.admitting:
+        text += f", {counts.admitting} admitting (waiting for Kueue)"
+    return text
 
 
 def project_status(status: StatusInput) -> dict[str, Any]:
@@ -274,6 +289,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
             total=counts.total,
             waiting=counts.waiting,
             ready=counts.ready,
+            admitting=counts.admitting,
             running=counts.running,
             succeeded=counts.succeeded,
             failed=counts.failed,

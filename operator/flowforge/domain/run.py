@@ -23,7 +23,12 @@ from flowforge.domain.caps import (
     MAX_PARAMETERS,
     MAX_PARAMETERS_TOTAL_LENGTH,
 )
-from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
+from flowforge.domain.states import (
+    CompensationState,
+    RunPhase,
+    ShownTaskState,
+    TaskRole,
+)
 
 MAX_TASK_SUMMARIES = 100
 MAX_COMPENSATION_STEPS = 100
@@ -145,6 +150,9 @@ class RunProgress(_WireModel):
     total: int = Field(default=0, ge=0, description="Number of forward tasks in the run.")
     waiting: int = Field(default=0, ge=0, description="Tasks waiting for their dependencies.")
     ready: int = Field(default=0, ge=0, description="Tasks released and about to start.")
+    admitting: int = Field(
+        default=0, ge=0, description="Tasks whose Job waits for Kueue's admission (suspended)."
+    )
     running: int = Field(default=0, ge=0, description="Tasks whose Job is running.")
     succeeded: int = Field(default=0, ge=0, description="Tasks that succeeded.")
     failed: int = Field(default=0, ge=0, description="Tasks that failed after their retries.")
@@ -158,7 +166,9 @@ class TaskSummary(_WireModel):
     """The state of one forward task, as last observed."""
 
     name: str = Field(min_length=1, description="The task's key in the workflow definition.")
-    state: TaskState = Field(description="The task's state.")
+    state: ShownTaskState = Field(
+        description="The task's state; admitting while its Job waits for Kueue's admission."
+    )
     attempt: int = Field(
         default=0, ge=0, description="Attempt number of the latest try (0 before the first try)."
     )

@@ -127,6 +127,40 @@ _OWN_TEMPLATE_FIELDS: Final[dict[str, Any]] = {
     "nodeSelector": _label_map("Node labels the task's Pod must be scheduled on.", max_entries=64),
 }
 
+MAX_ADMISSION_TIMEOUT_SECONDS: Final = 7 * 24 * 3600
+
+
+def _kueue_properties(scope: str) -> dict[str, Any]:
+    """The Kueue fields of a task type, and of the definition as the default of its types."""
+    return {
+        "queueName": {
+            "type": "string",
+            "description": f"The Kueue LocalQueue (in the run's namespace) that {scope} "
+            "queue in: they are created suspended with the kueue.x-k8s.io/queue-name label "
+            "and start when Kueue admits them (Admitting until then).",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": DNS1123_SUBDOMAIN_PATTERN,
+        },
+        "workloadPriorityClass": {
+            "type": "string",
+            "description": f"The Kueue WorkloadPriorityClass of {scope} (the "
+            "kueue.x-k8s.io/priority-class label); only with a queueName.",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": DNS1123_SUBDOMAIN_PATTERN,
+        },
+        "admissionTimeoutSeconds": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_ADMISSION_TIMEOUT_SECONDS,
+            "description": f"Fail an attempt of {scope} whose Job Kueue has not admitted "
+            "this many seconds after it was created (or evicted); no limit when absent. "
+            "timeoutSeconds and pendingTimeoutSeconds count from admission.",
+        },
+    }
+
+
 CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "description": "The template of the Kubernetes Job that runs each task of this type: "
@@ -134,7 +168,11 @@ CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
     f"{KUBERNETES_VERSION}; podSecurityContext is the Pod's securityContext).",
     "additionalProperties": False,
     "required": ["image"],
-    "properties": {**_OWN_TEMPLATE_FIELDS, **TEMPLATE_FIELDS},
+    "properties": {
+        **_OWN_TEMPLATE_FIELDS,
+        **TEMPLATE_FIELDS,
+        **_kueue_properties("this type's Jobs"),
+    },
 }
 
 TASK_SCHEMA: Final[dict[str, Any]] = {
@@ -226,6 +264,7 @@ DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
             "maxProperties": MAX_TASK_TYPES,
             "additionalProperties": CONTAINER_TEMPLATE_SCHEMA,
         },
+        **_kueue_properties("the Jobs of task types that name no queue of their own"),
         "tasks": {
             "type": "array",
             "description": "The tasks: forward tasks and their compensators; at least one.",

@@ -45,6 +45,20 @@ class TaskState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class ShownTaskState(StrEnum):
+    """A forward task's state as people see it (status, CLI): the store's state, except
+    that a running task whose Job waits for Kueue's admission is ``admitting``."""
+
+    WAITING = "waiting"
+    READY = "ready"
+    ADMITTING = "admitting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
 class CompensationState(StrEnum):
     """The state of a compensator: the task that undoes one succeeded forward task."""
 

@@ -21,6 +21,7 @@ from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
 from flowforge.domain.caps import config_text
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import job_name
+from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from flowforge.domain.states import TaskRole
 
 LABEL_RUN = f"{PREFIX}/run"
@@ -64,6 +65,9 @@ class JobRequest:
     config: Mapping[str, Any] = field(default_factory=dict)
     parameters: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: int | None = None
+    # Kueue: the LocalQueue the Job queues in (created suspended) and its priority class
+    queue_name: str | None = None
+    priority_class: str | None = None
 
     @property
     def name(self) -> str:
@@ -233,13 +237,23 @@ def build_job(request: JobRequest) -> dict[str, Any]:
     if request.timeout_seconds is not None:
         job_spec["activeDeadlineSeconds"] = int(request.timeout_seconds)
     job_metadata: Mapping[str, Any] = template.get("jobMetadata") or {}
+    metadata_labels = dict(labels)
+    if request.queue_name:
+        # Kueue admits the Job by unsuspending it; activeDeadlineSeconds restarts then
+        job_spec["suspend"] = True
+        # an eviction suspends the Job again and its Pods are deleted: only a Pod that
+        # really failed (phase Failed) may count against backoffLimit 0, not a deleted one
+        job_spec["podReplacementPolicy"] = "Failed"
+        metadata_labels[QUEUE_NAME_LABEL] = request.queue_name
+        if request.priority_class:
+            metadata_labels[PRIORITY_CLASS_LABEL] = request.priority_class
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": request.name,
             "namespace": request.namespace,
-            "labels": {**job_metadata.get("labels", {}), **labels},
+            "labels": {**job_metadata.get("labels", {}), **metadata_labels},
             "annotations": {
                 **job_metadata.get("annotations", {}),
                 ANNOTATION_RUN_UID: request.run_uid,

@@ -52,12 +52,43 @@ def read_versions(versions_file: Path | None = None) -> dict[str, str]:
 def expected_bin_dir(versions: dict[str, str] | None = None) -> Path:
     """The cache directory build.sh writes to for the pinned versions."""
     pins = versions or read_versions()
-    cache_root = Path(os.environ.get("FLOWFORGE_CACHE", str(Path.home() / ".cache" / "flowforge")))
+    cache_root = _cache_root()
     tag = (
         f"k8s-{pins['KUBE_VERSION']}_etcd-{pins['ETCD_VERSION']}"
         f"_kwok-{pins['KWOK_VERSION']}_helm-{pins['HELM_VERSION']}"
     )
     return cache_root / f"controlplane-{tag}" / "bin"
+
+
+KUEUE_BUILD_COMMAND = "bash deploy/local/build-kueue.sh  (or: make kueue)"
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("FLOWFORGE_CACHE", str(Path.home() / ".cache" / "flowforge")))
+
+
+def kueue_dir(versions: dict[str, str] | None = None) -> Path:
+    """Where deploy/local/build-kueue.sh keeps the pinned Kueue: ``bin/kueue`` (the
+    controller manager), ``crds/`` and ``webhooks.yaml`` from the same module."""
+    pins = versions or read_versions()
+    return _cache_root() / f"kueue-{pins['KUEUE_VERSION']}"
+
+
+def find_kueue() -> Path:
+    """The Kueue directory when its binary, CRDs and webhooks are all there; otherwise
+    BinariesMissingError names the build command."""
+    home = kueue_dir()
+    missing = [
+        str(path) for path in (home / "bin" / "kueue", home / "webhooks.yaml") if not path.exists()
+    ]
+    if not list((home / "crds").glob("*.yaml")):
+        missing.append(str(home / "crds" / "*.yaml"))
+    if missing:
+        raise BinariesMissingError(
+            f"Kueue is not built: missing {', '.join(missing)}. Build it once with: "
+            f"{KUEUE_BUILD_COMMAND} (about 4 minutes)."
+        )
+    return home
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:

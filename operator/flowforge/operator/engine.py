@@ -25,6 +25,7 @@ from flowforge.domain.execution import (
     not_started_outcome,
     parse_timestamp,
 )
+from flowforge.domain.kueue import job_admission
 from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.jobs import JobIdentity
@@ -33,7 +34,8 @@ from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, NotLeaderError
 from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
-from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity, found_job
+from flowforge.operator.kueue import Admissions
+from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
@@ -44,7 +46,6 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
-from flowforge.store.queries import recorded_job_uid
 from flowforge.store.settle import settle_run
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class Engine:
                 delays=self.delays,
                 default_pending_timeout=settings.pending_timeout_seconds,
                 mark=self.status.mark,
+                check_admission=lambda context, job: self.admissions.schedule(
+                    context, job, waiting_since=None
+                ),
             ),
         )
         self.applier = Applier(
@@ -88,6 +92,16 @@ class Engine:
             background=self.background,
             job_ttl_seconds=settings.job_ttl_seconds,
             wake=self.wake,
+        )
+        self.admissions = Admissions(
+            pool=pool,
+            kube=kube,
+            fence=self.fence,
+            runs=self.runs,
+            launcher=self.launcher,
+            background=self.background,
+            apply=self.applier.apply,
+            record=self.record,
         )
         self._started: set[str] = set()
         self._cancelled: set[str] = set()
@@ -265,6 +279,7 @@ class Engine:
         received = time.perf_counter()
         finished = job_outcome(job.get("status") or {}) is not None
         if not finished and event_type != "DELETED":
+            await self.admissions.on_job_event(job, identity)  # Kueue admitted or evicted it
             return
         context = await self.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
@@ -369,16 +384,16 @@ class Engine:
             return  # a Pod is running, or has run
         timeout = self.launcher.pending_timeout(context, job.task_key)
         created = parse_timestamp(body["metadata"].get("creationTimestamp"))
+        admission = job_admission(body)
+        if admission is not None:  # a Kueue Job: waiting for admission is not pending
+            if admission.suspended:
+                return
+            created = admission.since or created
         now = datetime.now(UTC)
         if created is None or (now - created).total_seconds() < timeout:
             return
-        identity = found_job(claim, body)
-        recorded = await recorded_job_uid(
-            self.pool, run_id=context.run_id, task_key=job.task_key, attempt=job.attempt
-        )
-        if identity.uid is None or not self.launcher.check(
-            context, identity, act="outcome", recorded_uid=recorded
-        ):
+        identity = await self.launcher.own_job(context, job, body, act="outcome")
+        if identity is None or identity.uid is None:
             return
         pods = await self.kube.job_pods(
             namespace=context.namespace, job_name=identity.name, job_uid=identity.uid

@@ -27,6 +27,7 @@ from typing import Any
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import AttemptOutcome, refused_outcome
+from flowforge.domain.kueue import queueing
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
 from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
@@ -180,6 +181,8 @@ class AttemptHooks:
     delays: CreationDelays
     default_pending_timeout: float
     mark: Callable[[int], None]  # the run's status is to be re-projected
+    # a Kueue Job was created: check its admission when its admissionTimeoutSeconds is over
+    check_admission: Callable[[RunContext, JobRef], None]
 
 
 class JobLauncher:
@@ -208,6 +211,15 @@ class JobLauncher:
         own = context.definition.spec.task_types[task.type].pending_timeout_seconds
         return float(own) if own is not None else self._hooks.default_pending_timeout
 
+    def schedule_start_check(self, context: RunContext, job: JobRef) -> None:
+        """Check, once the pending timeout is over, that the attempt's Pod started."""
+        name = context.job_name(task_key=job.task_key, attempt=job.attempt, role=job.role)
+        self._background.later(
+            self.pending_timeout(context, job.task_key) + 1.0,
+            key=(context.run_id, f"start:{name}"),
+            coroutine_factory=lambda: self._hooks.check_start(context, job),
+        )
+
     async def create_all(
         self, context: RunContext, dispatched: tuple[Dispatch, ...], *, received: float | None
     ) -> None:
@@ -224,6 +236,7 @@ class JobLauncher:
         """Create the Job of a running attempt (idempotent) and record that it exists."""
         task = context.definition.spec.task(item.task_key)
         template = context.definition.spec.task_types[task.type]
+        queued = queueing(context.definition.spec, task.type)
         request = JobRequest(
             namespace=context.namespace,
             run_name=context.name,
@@ -235,6 +248,8 @@ class JobLauncher:
             config=task.config,
             parameters=context.parameters,
             timeout_seconds=item.timeout_seconds,
+            queue_name=queued.queue_name if queued else None,
+            priority_class=queued.priority_class if queued else None,
         )
         try:
             job = await self._kube.create_job(build_job(request))
@@ -275,11 +290,10 @@ class JobLauncher:
             uid=job.uid,
         )
         ref = JobRef(item.task_key, item.attempt, item.role)
-        self._background.later(
-            self.pending_timeout(context, item.task_key) + 1.0,
-            key=(context.run_id, f"start:{request.name}"),
-            coroutine_factory=lambda: self._hooks.check_start(context, ref),
-        )
+        if queued is None:
+            self.schedule_start_check(context, ref)
+        else:  # the pending timeout counts from admission; the admission timeout from now
+            self._hooks.check_admission(context, ref)
         if cancelled:
             # a cancel committed between the dispatch and this creation and found no Job
             # to stop; its outcome (cancelled) is recorded, so the Job may go
@@ -371,6 +385,21 @@ class JobLauncher:
                 attempt=identity.attempt,
             )
         return self.check(context, identity, act=act, recorded_uid=recorded)
+
+    async def own_job(
+        self, context: RunContext, job: JobRef, body: Mapping[str, Any], *, act: str
+    ) -> JobIdentity | None:
+        """The Job ``body`` found under the attempt's name, when it is the run's own (the
+        recorded uid); None for a copy (reported) or a Job without a uid."""
+        identity = found_job(attempt_identity(context, job), body)
+        recorded = await recorded_job_uid(
+            self._pool, run_id=context.run_id, task_key=job.task_key, attempt=job.attempt
+        )
+        if identity.uid is None or not self.check(
+            context, identity, act=act, recorded_uid=recorded
+        ):
+            return None
+        return identity
 
     def check(
         self, context: RunContext, identity: JobIdentity, *, act: str, recorded_uid: str | None

@@ -41,6 +41,12 @@ FORGED_JOBS = Counter(
     ["act"],  # what the Job would have caused: outcome, vanished, cleanup, adopt
     registry=REGISTRY,
 )
+KUEUE_ADMISSIONS = Counter(
+    "flowforge_kueue_admissions_total",
+    "Kueue Jobs admitted (unsuspended) and evicted (suspended again) by Kueue",
+    ["event"],  # admitted, evicted
+    registry=REGISTRY,
+)
 HANDOFF_LATENCY = Histogram(
     "flowforge_handoff_latency_seconds",
     "From a task's release (its dependencies satisfied, or a retry due) to its Job created",

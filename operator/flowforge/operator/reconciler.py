@@ -36,6 +36,7 @@ from typing import Any
 from flowforge.domain.api import FINALIZER
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import job_outcome, lost_outcome
+from flowforge.domain.kueue import job_admission
 from flowforge.domain.run import shown_phase
 from flowforge.domain.states import TERMINAL_RUN_PHASES, TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
@@ -258,6 +259,9 @@ class Reconciler:
             if job_outcome(job.get("status") or {}) is not None:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
                 await engine.on_job_event(job, "RECONCILE")
+            elif job_admission(job) is not None:  # Kueue: admitted, evicted, waited too long
+                await engine.admissions.check(context, identity_ref(identity), body=job)
+                await engine.check_pod_start(context, identity_ref(identity), body=job)
             else:  # a Pod that has not started within the pending timeout fails it
                 await engine.check_pod_start(context, identity_ref(identity), body=job)
         if released:

@@ -21,7 +21,12 @@ from cachetools import LRUCache
 from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
-from flowforge.domain.states import TERMINAL_RUN_PHASES, CompensationState, TaskState
+from flowforge.domain.states import (
+    TERMINAL_RUN_PHASES,
+    CompensationState,
+    ShownTaskState,
+    TaskState,
+)
 from flowforge.operator import metrics
 from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
@@ -110,6 +115,7 @@ class StatusWriter:
             )
             for row in rows:
                 state = TaskState(row.state)
+                shown = ShownTaskState(row.shown_state)
                 outcome = outcomes.get(row.task_key, {})
                 made = attempts_made(
                     state=state, attempt=row.attempt, started=row.started_at is not None
@@ -117,14 +123,14 @@ class StatusWriter:
                 summaries.append(
                     TaskSummary(
                         name=row.task_key,
-                        state=state,
+                        state=shown,
                         attempt=made,
                         job_name=context.job_name(task_key=row.task_key, attempt=made)
                         if made
                         else None,
                         exit_code=outcome.get("exitCode"),
                         message=_task_message(
-                            state,
+                            shown,
                             delayed=delayed.get((row.task_key, row.attempt), ""),
                             error=row.last_error or "",
                             reason=str(outcome.get("reason") or ""),
@@ -136,11 +142,11 @@ class StatusWriter:
         steps = await rollback_steps(self._pool, context.run_id)
         failure = None
         if counts.failed:
-            failed = [s.name for s in summaries if s.state is TaskState.FAILED]
+            failed = [s.name for s in summaries if s.state is ShownTaskState.FAILED]
             failure = (
                 f"task {', '.join(failed)} failed" if failed else f"{counts.failed} tasks failed"
             )
-            why = [s.message for s in summaries if s.state is TaskState.FAILED and s.message]
+            why = [s.message for s in summaries if s.state is ShownTaskState.FAILED and s.message]
             if len(failed) == 1 and why:
                 failure += f": {why[0]}"
         return project_status(
@@ -185,12 +191,14 @@ class StatusWriter:
             self._patched[run_id] = digest
 
 
-def _task_message(state: TaskState, *, delayed: str, error: str, reason: str) -> str:
-    """A task's line in the status: why its Job is not created yet while it runs; why it
-    failed (the outcome's reason first: ``Unschedulable: 0/3 nodes ...``)."""
-    if state is TaskState.RUNNING:
+def _task_message(state: ShownTaskState, *, delayed: str, error: str, reason: str) -> str:
+    """A task's line in the status: why its Job is not created yet while it runs; that it
+    waits for Kueue; why it failed (the outcome's reason first: ``Unschedulable: ...``)."""
+    if state is ShownTaskState.RUNNING:
         return delayed[:1024]
-    if state is TaskState.FAILED and reason and error and not error.startswith(reason):
+    if state is ShownTaskState.ADMITTING:
+        return (delayed or "the Job waits for Kueue's admission")[:1024]
+    if state is ShownTaskState.FAILED and reason and error and not error.startswith(reason):
         return f"{reason}: {error}"[:1024]
     return error[:1024]
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
+from flowforge.domain.kueue import shown_state
 from flowforge.domain.projection import TaskCounts
 from flowforge.domain.states import (
     ACTIVE_TASK_STATES,
@@ -73,7 +74,17 @@ async def run_progress(pool: Pool, run_id: int) -> RunProgress:
             if kept_row is None:
                 raise RunNotFoundError(run=f"#{run_id}")
             return progress_from_kept_counts(kept_row[0])
-    return _progress_from_counts({(str(role), str(state)): int(n) for role, state, n in rows})
+        progress = _progress_from_counts(
+            {(str(role), str(state)): int(n) for role, state, n in rows}
+        )
+        if not progress.forward.running:
+            return progress
+        admitting = await connection.execute(ADMITTING_COUNT_QUERY, (run_id,))
+        admitting_row = await admitting.fetchone()
+    return dataclasses.replace(
+        progress,
+        forward=progress.forward.with_admitting(int(admitting_row[0]) if admitting_row else 0),
+    )
 
 
 def progress_from_kept_counts(document: Mapping[str, Mapping[str, int]] | None) -> RunProgress:
@@ -100,6 +111,18 @@ class TaskRecord:
     started_at: datetime | None
     finished_at: datetime | None
     last_error: str | None
+    # Kueue: the task's Jobs queue through Kueue, and its current attempt's Job is admitted
+    admission_required: bool = False
+    admitted: bool = False
+
+    @property
+    def shown_state(self) -> str:
+        """The state people see: ``admitting`` while a Kueue attempt is not admitted."""
+        return str(
+            shown_state(
+                self.state, admission_required=self.admission_required, admitted=self.admitted
+            )
+        )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> TaskRecord:
@@ -110,7 +133,8 @@ class TaskRecord:
 
 _TASK_COLUMNS = (
     "run_id, task_key, role, state, compensates_key, attempt, max_attempts, timeout_seconds, "
-    "pending_dependencies, not_before, started_at, finished_at, last_error"
+    "pending_dependencies, not_before, started_at, finished_at, last_error, "
+    "admission_required, admitted_attempt IS NOT DISTINCT FROM attempt"
 )
 
 
@@ -158,8 +182,24 @@ async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCoun
 
 
 async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
+    """Forward task counts by state, the running ones that wait for Kueue's admission
+    counted as admitting."""
     async with pool.connection() as connection:
-        return await forward_counts_locked(connection, run_id)
+        counts = await forward_counts_locked(connection, run_id)
+        if not counts.running:
+            return counts
+        cursor = await connection.execute(ADMITTING_COUNT_QUERY, (run_id,))
+        row = await cursor.fetchone()
+    return counts.with_admitting(int(row[0]) if row else 0)
+
+
+# running forward tasks whose current attempt Kueue has not admitted (progress index, then
+# the running rows only)
+ADMITTING_COUNT_QUERY = (
+    "SELECT count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
+    f"AND state = '{TaskState.RUNNING}' AND admission_required "
+    "AND admitted_attempt IS DISTINCT FROM attempt"
+)
 
 
 LATEST_OUTCOMES_QUERY = (

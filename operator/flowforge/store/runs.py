@@ -18,6 +18,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from flowforge.domain.history import EventKind
+from flowforge.domain.kueue import queued_task_keys
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.states import (
     CompensationState,
@@ -214,6 +215,13 @@ async def _insert_graph(
             positions,
         ),
     )
+    queued = queued_task_keys(spec)
+    if queued:  # their Jobs wait for Kueue's admission (admitting until admitted)
+        await connection.execute(
+            "UPDATE flowforge_task SET admission_required = true "
+            "WHERE run_id = %s AND task_key = ANY(%s)",
+            (run_id, queued),
+        )
     edge_tasks = [task.key for task in spec.forward_tasks for _ in task.depends_on]
     edge_upstreams = [upstream for task in spec.forward_tasks for upstream in task.depends_on]
     if edge_tasks:

@@ -132,7 +132,9 @@ async def test_a_full_quota_delays_the_third_job_until_it_frees_and_blocks_no_ot
 async def test_an_invalid_job_fails_its_attempt_with_the_apiservers_message(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
-    invalid = simulated("1s") | {"labels": {"team": "a b"}}  # the schema lets it through
+    # the schema lets it through: only the apiserver knows an item's path may not hold '..'
+    volume = {"name": "c", "configMap": {"name": "c", "items": [{"key": "k", "path": "../escape"}]}}
+    invalid = simulated("1s") | {"volumes": [volume]}
     await driver.publish(
         {
             "workflow": "invalid",
@@ -154,7 +156,7 @@ async def test_an_invalid_job_fails_its_attempt_with_the_apiservers_message(
     assert by_name["bad"]["message"].startswith("JobRefused: ")
     assert "Invalid value" in by_name["bad"]["message"]
     [detail] = await outcome_details(driver, "i1", body)
-    assert detail["reason"] == "JobRefused" and "a b" in detail["message"]
+    assert detail["reason"] == "JobRefused" and "../escape" in detail["message"]
     failed = [e for e in driver.events("i1") if e.reason == "TaskFailed"]
     assert failed and "Invalid value" in failed[0].message
 

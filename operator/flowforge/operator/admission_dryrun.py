@@ -1,12 +1,12 @@
 """The apiserver judges every task type's template when a definition is applied.
 
 For each distinct template of a WorkflowDefinition being created, admission builds the Job a
-task of that type would get (`flowforge.kube.jobs.build_job`, for a placeholder run) and the
-Pod that Job would make, and asks the apiserver to create both with ``dryRun=All``: PodSpec
-validation answers for the Job; Pod Security (enforced on Pods only, never on a Job), the
-ServiceAccount's existence, LimitRanges and the cluster's own policies on Pods answer for the
-Pod. Nothing is stored. A refusal is mapped back onto the definition's field
-(``spec.taskTypes[py].env[2].name``, `flowforge.kube.job_paths`).
+task of that type would get (`flowforge.kube.jobs.build_job`, for a placeholder run, without
+the ownerReference to it) and the Pod that Job would make, and asks the apiserver to create
+both with ``dryRun=All``: PodSpec validation answers for the Job; Pod Security (enforced on
+Pods only, never on a Job), the ServiceAccount's existence, LimitRanges and the cluster's own
+policies on Pods answer for the Pod. Nothing is stored. A refusal is mapped back onto the
+definition's field (``spec.taskTypes[py].env[2].name``, `flowforge.kube.job_paths`).
 
 Cost is bounded: one Job and one Pod dry-run per distinct template (identical task types share
 one), at most ``concurrency`` at a time, all within ``timeout`` seconds. What is transient is
@@ -93,9 +93,11 @@ def template_checks(
             role=TaskRole.FORWARD,
             template=task_types[names[0]],
         )
-        checks.append(
-            TemplateCheck(type_names=tuple(names), request=request, job=build_job(request))
-        )
+        job = build_job(request)
+        # the placeholder run does not exist; owning by it would only ask the webhook's own
+        # right to block its deletion (OwnerReferencesPermissionEnforcement), no template's
+        del job["metadata"]["ownerReferences"]
+        checks.append(TemplateCheck(type_names=tuple(names), request=request, job=job))
     return checks
 
 

@@ -155,3 +155,15 @@ async def test_the_definitions_cache_is_bounded_by_the_tasks_it_holds(harness: H
     assert fingerprints[0] in cache.definitions and cache.definitions.currsize <= 12
     record = await get_run(harness.pool, contexts[0].run_id)
     assert record.phase is RunPhase.RUNNING
+
+
+async def test_a_cancelled_run_leaves_nothing_cached_either(harness: Harness) -> None:
+    run = await harness.start("cancelled", ONE_TASK)
+    body = harness.kube.runs[(NAMESPACE, "cancelled")]
+    body["spec"]["cancel"] = True
+
+    await observe_run(harness.engine, body)
+    await statuses_written(harness)
+
+    assert (await harness.run(run)).phase is RunPhase.CANCELLED
+    assert harness.engine.cached_runs() == 0

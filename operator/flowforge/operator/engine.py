@@ -143,7 +143,7 @@ class Engine:
             # the first sighting in this process (e.g. after a restart) re-projects the
             # status even when nothing was dispatched: a run that finished while no
             # operator was there to patch its object would otherwise show Running
-            self.status.mark(context.run_id)
+            self.status.mark(context.run_id, shown=body.get("status"))
             if context.run_id in self.runs:
                 self._started.add(uid)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flowforge.domain.states import RunPhase
+from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.reconciler import Reconciler
 from flowforge.operator.runs import RunCache
@@ -155,3 +156,41 @@ async def test_the_definitions_cache_is_bounded_by_the_tasks_it_holds(harness: H
     assert fingerprints[0] in cache.definitions and cache.definitions.currsize <= 12
     record = await get_run(harness.pool, contexts[0].run_id)
     assert record.phase is RunPhase.RUNNING
+
+
+async def test_a_cancelled_run_leaves_nothing_cached_either(harness: Harness) -> None:
+    run = await harness.start("cancelled", ONE_TASK)
+    body = harness.kube.runs[(NAMESPACE, "cancelled")]
+    body["spec"]["cancel"] = True
+
+    await observe_run(harness.engine, body)
+    await statuses_written(harness)
+
+    assert (await harness.run(run)).phase is RunPhase.CANCELLED
+    assert harness.engine.cached_runs() == 0
+
+
+async def test_a_restarted_engine_patches_no_status_its_objects_already_show(
+    harness: Harness,
+) -> None:
+    for n in range(3):
+        await harness.start(f"shown-{n}", [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}])
+    await statuses_written(harness)
+    patches = list(harness.kube.status_patches)
+    restarted = Engine(
+        pool=harness.pool,
+        kube=harness.kube,
+        settings=harness.engine.settings,
+        leadership=harness.engine.leadership,
+    )
+    try:
+        for n in range(3):  # kopf's first listing after the restart: every object once
+            await restarted.start_run(harness.kube.runs[(NAMESPACE, f"shown-{n}")])
+        await harness.settle_background()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if not restarted.status.pending():
+                break
+        assert harness.kube.status_patches == patches
+    finally:
+        await restarted.shutdown()

@@ -149,15 +149,17 @@ class Engine:
             )
         if (body.get("spec") or {}).get("cancel") and uid not in self._cancelled:
             await self.cancel(context, reason="spec.cancel is true")
-            self._cancelled.add(uid)
+            if context.run_id in self.runs:  # still going (its rollback): remember the cancel
+                self._cancelled.add(uid)
             return
         if uid not in self._started:
             await self.dispatch(context)
             # the first sighting in this process (e.g. after a restart) re-projects the
             # status even when nothing was dispatched: a run that finished while no
             # operator was there to patch its object would otherwise show Running
-            self.status.mark(context.run_id)
-            self._started.add(uid)
+            self.status.mark(context.run_id, shown=body.get("status"))
+            if context.run_id in self.runs:
+                self._started.add(uid)
 
     def forget(self, context: RunContext) -> None:
         """The run finished: drop everything this process kept about it (its final status

@@ -92,6 +92,10 @@ class RunCache:
         """How many contexts are cached (the active runs this process works on)."""
         return len(self._by_id)
 
+    def __contains__(self, run_id: object) -> bool:
+        """Whether the run's context is cached (it is active)."""
+        return run_id in self._by_id
+
     def _remember(self, context: RunContext, phase: RunPhase) -> RunContext:
         if phase not in TERMINAL_RUN_PHASES:
             self._by_uid[context.uid] = context

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,9 +75,15 @@ class StatusWriter:
         """Runs whose status is marked or being written."""
         return len(self._dirty) + self._writing
 
-    def mark(self, run_id: int, *, force: bool = False) -> None:
+    def mark(
+        self, run_id: int, *, force: bool = False, shown: Mapping[str, Any] | None = None
+    ) -> None:
+        """Re-project the run's status soon. ``shown``: the status its object shows now (a
+        projection equal to it is not patched, e.g. at the first sighting after a restart)."""
         if force:
             self._patched.pop(run_id, None)
+        elif shown and run_id not in self._patched:
+            self._patched[run_id] = _digest(shown)
         self._dirty.add(run_id)
         self._wake.set()
         if self._worker is None or self._worker.done():
@@ -176,9 +183,7 @@ class StatusWriter:
         async with self._slots:
             context = await self._runs.by_id(run_id)
             body = await self.project(context)
-        digest = hashlib.blake2b(
-            json.dumps(body, sort_keys=True, separators=(",", ":")).encode(), digest_size=16
-        ).digest()
+        digest = _digest(body)
         if self._patched.get(run_id) == digest:
             metrics.STATUS_UNCHANGED.inc()
             return
@@ -189,6 +194,11 @@ class StatusWriter:
             self._patched.pop(run_id, None)  # nothing changes after this: forget the run
         else:
             self._patched[run_id] = digest
+
+
+def _digest(status: Mapping[str, Any]) -> bytes:
+    encoded = json.dumps(status, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
 def _task_message(state: ShownTaskState, *, delayed: str, error: str, reason: str) -> str:

@@ -37,6 +37,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.policies: dict[str, list[dict[str, Any]]] = {}
         self.events: list[PostedEvent] = []
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
@@ -128,6 +129,9 @@ class FakeKube:
 
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
         return [copy.deepcopy(run) for (ns, _), run in self.runs.items() if namespace in (None, ns)]
+
+    async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(policy) for policy in self.policies.get(namespace, [])]
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

@@ -1,10 +1,11 @@
 """The content identity of a definition: ``sha256:<hex>``.
 
 It covers everything that changes what a run does (workflow, version, description, the task
-types' templates, and every task's key, type, dependencies, compensateFor, retries, timeout
-and config) and nothing that does not: task declaration order, ``dependsOn`` order and
-mapping key order are normalised away; list order inside config is kept. A number that JSON
-writes as an integer (``2.0`` from some clients) counts as that integer, as Kubernetes stores it.
+types' templates, every task's key, type, dependencies, compensateFor, retries, timeout and
+config, and the run limits ``maxParallelTasks`` and ``concurrency`` when set) and nothing
+that does not: task declaration order, ``dependsOn`` order and mapping key order are
+normalised away; list order inside config is kept. A number that JSON writes as an integer
+(``2.0`` from some clients) counts as that integer, as Kubernetes stores it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _FORMAT = "flowforge.io/fingerprint/v1"
 
 def fingerprint(spec: DefinitionSpec) -> str:
     """The fingerprint of ``spec``."""
-    payload = {
+    payload: dict[str, Any] = {
         "format": _FORMAT,
         "workflow": spec.workflow,
         "version": spec.version,
@@ -49,6 +50,11 @@ def fingerprint(spec: DefinitionSpec) -> str:
             key=lambda task: task["key"],
         ),
     }
+    # the limits only when set, so a definition without them keeps the fingerprint it had
+    if spec.max_parallel_tasks is not None:
+        payload["maxParallelTasks"] = spec.max_parallel_tasks
+    if spec.concurrency is not None:
+        payload["concurrency"] = spec.concurrency.model_dump(mode="json", by_alias=True)
     text = json.dumps(
         payload,
         sort_keys=True,

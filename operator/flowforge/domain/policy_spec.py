@@ -83,6 +83,13 @@ class PolicyCaps(_PolicyModel):
     max_config_depth: int | None = Field(
         default=None, ge=1, le=MAX_CONFIG_DEPTH, description="Nesting levels of a task's config."
     )
+    max_parallel_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Tasks of one run running at once: caps the definition's and the run's "
+        "maxParallelTasks (a run without one is capped too).",
+    )
 
 
 class PolicySpec(_PolicyModel):
@@ -119,6 +126,21 @@ class PolicySpec(_PolicyModel):
     caps: PolicyCaps = Field(
         default_factory=PolicyCaps,
         description="Caps lower than FlowForge's hard limits (never higher).",
+    )
+    max_running_runs: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Runs of this namespace running at once, all workflows together; a run "
+        "over it is Queued (by spec.priority, then age) until one finishes. Unlimited when "
+        "omitted.",
+    )
+    max_running_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Tasks (forward tasks and compensators) of this namespace's runs running "
+        "at once; a released task over it waits for a slot. Unlimited when omitted.",
     )
 
 

@@ -46,6 +46,10 @@ class KubePort(Protocol):
 
     async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]: ...
 
+    async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's FlowForgePolicy objects."""
+        ...
+
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool: ...

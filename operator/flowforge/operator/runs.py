@@ -98,6 +98,8 @@ class RunCache:
             # admitted: a finished, unsuccessful run of this namespace, same parameters
             retry_of=spec.get("retryOf"),
             requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
+            priority=int(spec.get("priority") or 0),
+            max_parallel_tasks=spec.get("maxParallelTasks"),
         )
         self._definitions[definition.id] = definition
         context = RunContext(

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.domain.errors import UserError
-from flowforge.domain.execution import job_name
+from flowforge.domain.execution import job_name, parse_timestamp
 from flowforge.domain.states import TaskRole
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
@@ -100,6 +100,7 @@ class RunCache:
             requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
             priority=int(spec.get("priority") or 0),
             max_parallel_tasks=spec.get("maxParallelTasks"),
+            submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
         )
         self._definitions[definition.id] = definition
         context = RunContext(

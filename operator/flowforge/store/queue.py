@@ -102,7 +102,7 @@ LIMITS_QUERY = (
 QUEUED_QUERY = f"""
 SELECT id, concurrency_key, max_runs, concurrency_policy, queue_reason FROM flowforge_run
 WHERE namespace = %s AND phase = '{RunPhase.QUEUED}'
-ORDER BY priority DESC, created_at, id
+ORDER BY priority DESC, submitted_at, id
 LIMIT {QUEUE_WINDOW}
 """
 
@@ -128,7 +128,7 @@ WHERE run.namespace = %(namespace)s AND run.phase = '{RunPhase.RUNNING}'
   AND EXISTS (SELECT 1 FROM flowforge_task AS task WHERE task.run_id = run.id
               AND task.role = 'forward' AND task.state = '{TaskState.READY}'
               AND task.not_before <= now())
-ORDER BY run.priority DESC, run.created_at, run.id
+ORDER BY run.priority DESC, run.submitted_at, run.id
 LIMIT {FILL_WINDOW}
 """
 
@@ -150,8 +150,8 @@ POSITION_QUERY = f"""
 SELECT run.queue_reason, run.max_runs,
        (SELECT count(*) FROM flowforge_run AS ahead
         WHERE ahead.namespace = run.namespace AND ahead.phase = '{RunPhase.QUEUED}'
-          AND (ahead.priority, run.created_at, run.id)
-              > (run.priority, ahead.created_at, ahead.id)),
+          AND (ahead.priority, run.submitted_at, run.id)
+              > (run.priority, ahead.submitted_at, ahead.id)),
        (SELECT count(*) FROM flowforge_run AS queued
         WHERE queued.namespace = run.namespace AND queued.phase = '{RunPhase.QUEUED}'),
        (SELECT max_running_runs FROM flowforge_namespace_limits

@@ -94,13 +94,15 @@ async def create_run(
     requested_by: str | None = None,
     priority: int = 0,
     max_parallel_tasks: int | None = None,
+    submitted_at: datetime | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
     for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
     reusable tasks of the old run start succeeded (``reuse.py``). Creating it again returns
     the existing run. The run starts ``Running`` when the limits of its namespace and its
     workflow leave room and no queued run is ahead of it (``queue.py``), else ``Queued``
-    with its ``priority``; ``max_parallel_tasks`` is the run's own (lowering the
+    with its ``priority`` (first come first served within one: ``submitted_at``, the
+    object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
     definition's)."""
     spec = definition.spec
     values = dict(parameters or {})
@@ -111,8 +113,9 @@ async def create_run(
         await lock_namespace(connection, namespace)
         cursor = await connection.execute(
             "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
-            "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
+            "submitted_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now())) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
             (
@@ -127,6 +130,7 @@ async def create_run(
                 key,
                 None if spec.concurrency is None else spec.concurrency.max_runs,
                 None if spec.concurrency is None else spec.concurrency.policy,
+                submitted_at,
             ),
         )
         row = await cursor.fetchone()

@@ -9,6 +9,8 @@ ALTER TABLE flowforge_run ADD CONSTRAINT flowforge_run_phase_check
 
 ALTER TABLE flowforge_run
     ADD COLUMN priority integer NOT NULL DEFAULT 0,
+    -- first come first served: when the WorkflowRun was created (its creationTimestamp)
+    ADD COLUMN submitted_at timestamptz NOT NULL DEFAULT now(),
     ADD COLUMN max_parallel_tasks integer CHECK (max_parallel_tasks >= 1),
     -- the spec.concurrency key (workflow and the key's parameter values); NULL: none
     ADD COLUMN concurrency_key text,
@@ -26,7 +28,7 @@ DROP INDEX flowforge_run_active_idx;
 CREATE INDEX flowforge_run_active_idx ON flowforge_run (id)
     WHERE phase IN ('Pending', 'Queued', 'Running');
 -- serves: admit_locked (the namespace's queue in the order it is served) and queue positions
-CREATE INDEX flowforge_run_queue_idx ON flowforge_run (namespace, priority DESC, created_at, id)
+CREATE INDEX flowforge_run_queue_idx ON flowforge_run (namespace, priority DESC, submitted_at, id)
     WHERE phase = 'Queued';
 -- serves: the running-run counts of a namespace and of a concurrency key, and the running
 -- task count of a namespace (through its running runs)

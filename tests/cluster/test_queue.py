@@ -111,7 +111,7 @@ async def test_max_parallel_tasks_three_over_a_thirty_wide_fan_out(
             "workflow": "wide",
             "version": 1,
             "maxParallelTasks": 5,
-            "taskTypes": {"step": step("2s")},
+            "taskTypes": {"step": step("1s")},
             "tasks": [
                 {"key": "root", "type": "step"},
                 *(
@@ -192,10 +192,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
             "version": 1,
             "concurrency": {"maxRuns": 2, "policy": "Queue"},
             "taskTypes": {"step": step("1s")},
-            "tasks": [
-                {"key": "a", "type": "step"},
-                {"key": "b", "type": "step", "dependsOn": ["a"]},
-            ],
+            "tasks": [{"key": "a", "type": "step"}],
         }
     )
     operator = operators()
@@ -205,7 +202,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
     for index, name in enumerate(names):
         create(driver, name, workflow="nightly", priority=(index * 7) % 3)
     for _ in range(2):
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(2.0)
         operator.kill()
         operator.start()
     queued = driver.printer_row(names[-1])
@@ -221,7 +218,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
     spans = []
     for name in names:
         intervals = jobs.intervals(name)
-        assert len(intervals) == 2
+        assert len(intervals) == 1
         spans.append((min(s for s, _ in intervals), max(e for _, e in intervals)))
     assert most_at_once(spans) <= 2
 
@@ -302,7 +299,7 @@ async def test_a_namespace_run_limit_holds_across_two_workflows(
             {
                 "workflow": name,
                 "version": 1,
-                "taskTypes": {"step": step("2s")},
+                "taskTypes": {"step": step("1s")},
                 "tasks": [{"key": "a", "type": "step"}],
             }
         )

@@ -20,10 +20,6 @@ def run_admitted() -> Notice:
     return Notice(reason="RunStarted", message="left the queue: a slot is free")
 
 
-def run_queued(message: str) -> Notice:
-    return Notice(reason="RunQueued", message=message)
-
-
 def run_replaced(*, by: str) -> Notice:
     return Notice(
         reason="RunReplaced",

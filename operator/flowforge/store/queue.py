@@ -210,7 +210,9 @@ class Admission:
     """What one pass over a namespace's queue decided."""
 
     admitted: tuple[int, ...] = ()
-    still_queued: tuple[int, ...] = ()
+    # queued runs whose reason changed (their status says so at once; positions move with
+    # every admission and are re-projected by the reconciler's pass, not per hand-off)
+    requeued: tuple[int, ...] = ()
     # running runs to cancel for a queued Replace run (the caller cancels them)
     replace: tuple[int, ...] = ()
 
@@ -269,7 +271,7 @@ async def admit_locked(
     await _record_admission(connection, fence=fence, admitted=admitted, waited=waited, held=held)
     return Admission(
         admitted=tuple(admitted),
-        still_queued=tuple(int(run_id) for run_id, _, _ in held),
+        requeued=tuple(int(run_id) for run_id, why, before in held if why != before),
         replace=tuple(victims),
     )
 
@@ -313,7 +315,7 @@ async def start_admitted(
     connection: Connection, *, fence: Fence, admission: Admission, skip: int | None = None
 ) -> tuple[RunDecision, ...]:
     """The decisions of a pass over the queue: the admitted runs' first tasks dispatched,
-    and the runs still queued re-projected (their positions moved)."""
+    and the queued runs whose reason changed re-projected."""
     started = []
     for run_id in admission.admitted:
         if run_id == skip:
@@ -327,10 +329,13 @@ async def start_admitted(
                 ),
             )
         )
-    moved = () if not admission.admitted else admission.still_queued
     return (
         *started,
-        *(RunDecision(run_id=run_id, decision=Decision(recorded=True)) for run_id in moved),
+        *(
+            RunDecision(run_id=run_id, decision=Decision(recorded=True))
+            for run_id in admission.requeued
+            if run_id != skip
+        ),
     )
 
 

@@ -1,11 +1,12 @@
 """Queue hand-off benchmark on the local control plane (kwok) and a local PostgreSQL.
 
-A workflow with ``spec.concurrency.maxRuns: 1`` gets ``--queued`` + 1 single-task runs at
-once: one runs, the rest wait in the queue. Each time the running run's Job completes, the
-transaction that records it finishes the run and starts the next queued one, whose Job the
-same decision creates. The hand-off is measured as ``bench_engine`` measures the in-run one,
-by one watcher: the moment it sees the running run's Job complete -> the moment it sees the
-next run's Job created (so watch lag cancels out).
+A workflow with ``spec.concurrency.maxRuns: 1``: a first run holds the slot for ``--hold``
+seconds while ``--queued`` single-task runs are created behind it and wait in the queue.
+Each time the running run's Job completes, the transaction that records it finishes the run
+and starts the next queued one, whose Job the same decision creates. The hand-off is
+measured as ``bench_engine`` measures the in-run one, by one watcher: the moment it sees the
+running run's Job complete -> the moment it sees the next run's Job created (so watch lag
+cancels out).
 
 Baseline, interleaved round by round on the same cluster and operator: the same number of
 hand-offs inside one chain run (t0 -> t1 -> ...), which no limit holds. Target (issue 16):
@@ -58,33 +59,42 @@ async def main() -> int:
     parser.add_argument("--cluster-dir", type=Path, help="reuse a running local cluster")
     parser.add_argument("--queued", type=int, default=50, help="runs waiting in the queue")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, queue and baseline")
+    parser.add_argument("--hold", type=int, default=20, help="seconds the first run holds the slot")
     args = parser.parse_args()
     async with bench_environment(cluster_dir=args.cluster_dir) as bench:
-        await bench.publish(
-            {
-                "workflow": "queued",
-                "version": 1,
-                "concurrency": {"maxRuns": 1, "policy": "Queue"},
-                "taskTypes": {"step": STEP},
-                "tasks": [{"key": "only", "type": "step"}],
-            },
-            chain_definition(args.queued + 1),
-        )
+        queued = {
+            "workflow": "queued",
+            "version": 1,
+            "concurrency": {"maxRuns": 1, "policy": "Queue"},
+            "taskTypes": {"step": STEP},
+            "tasks": [{"key": "only", "type": "step"}],
+        }
+        # version 2: the same workflow (so the same limit), its one task takes a while
+        slow = {**STEP, "annotations": {"flowforge.io/simulate-duration": f"{args.hold}s"}}
+        holder = {**queued, "version": 2, "taskTypes": {"step": slow}}
+        await bench.publish(queued, holder, chain_definition(args.queued + 1))
         bench.start_operator()
         bench.wait_finished(bench.create_runs("warm", "queued", 2), 120)  # every path once
 
         queue: list[float] = []
         baseline: list[float] = []
         for round_number in range(args.rounds):
+            # the holder takes the slot; the runs queue behind it while it runs, so every
+            # hand-off happens with the queue already there (not during its creation)
             watcher = JobWatcher(bench.batch, bench.namespace)
-            names = bench.create_runs(f"q{round_number}", "queued", args.queued + 1)
+            names = bench.create_runs(f"h{round_number}", "queued", 1, version=2)
+            time.sleep(2)
+            names += bench.create_runs(f"q{round_number}", "queued", args.queued)
             started = time.monotonic()
             bench.wait_finished(names, 600, poll=1)
             elapsed = time.monotonic() - started
             time.sleep(1)
             watcher.close()
             queue += queue_handoffs(watcher, names)
-            print(f"round {round_number + 1}: {len(names)} queued runs in {elapsed:.1f} s")
+            print(
+                f"round {round_number + 1}: {args.queued} queued runs behind a "
+                f"{args.hold} s holder in {elapsed:.1f} s"
+            )
 
             watcher = JobWatcher(bench.batch, bench.namespace)
             chain = bench.create_runs(f"c{round_number}", "chain", 1)

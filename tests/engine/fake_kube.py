@@ -45,6 +45,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.policies: dict[str, list[dict[str, Any]]] = {}
         self.events: list[PostedEvent] = []
         self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
@@ -155,6 +156,9 @@ class FakeKube:
             items=[copy.deepcopy(item) for item in items[start:end]],
             continue_token=str(end) if end < len(items) else None,
         )
+
+    async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(policy) for policy in self.policies.get(namespace, [])]
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

@@ -76,6 +76,7 @@ async def start_run(
     *,
     workflow: str = "etl",
     namespace: str = NAMESPACE,
+    max_parallel_tasks: int | None = None,
 ) -> StartedRun:
     spec = definition(tasks, workflow=workflow)
     await publish_definition(pool, namespace=namespace, definition=spec)
@@ -88,6 +89,7 @@ async def start_run(
         uid=str(uuid.uuid4()),
         definition=stored,
         parameters={"date": "2026-11-30"},
+        max_parallel_tasks=max_parallel_tasks,
     )
     return StartedRun(run=created.run, spec=spec)
 

@@ -35,10 +35,12 @@ from flowforge.store import (
     events,
     outcomes,
     queries,
+    queue,
     retention,
     reuse,
     runs,
     settle,
+    stopping,
     sweep,
 )
 from flowforge.store.connection import Pool
@@ -197,13 +199,55 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (p.run_id, "root", TaskRole.FORWARD, 1),
         needs(TASK_ROW),
     ),
-    "dispatch.DISPATCH_DUE_QUERY": (
-        dispatch.DISPATCH_DUE_QUERY,
+    "queue.DISPATCH_QUERY": (
+        queue.DISPATCH_QUERY,
         lambda p: {"run": p.run_id, "epoch": 1},
-        needs(ACTIVE_RUN, PROGRESS),
+        needs(ACTIVE_RUN, PROGRESS, "flowforge_namespace_limits_pkey"),
     ),
-    "dispatch.NEXT_DUE_QUERY": (
-        dispatch.NEXT_DUE_QUERY,
+    "queue.QUEUED_QUERY": (
+        queue.QUEUED_QUERY,
+        lambda p: (NAMESPACE,),
+        needs("flowforge_run_queue_idx"),
+    ),
+    "queue.RUNNING_KEYS_QUERY": (
+        queue.RUNNING_KEYS_QUERY,
+        lambda p: (NAMESPACE,),
+        needs(frozenset({"flowforge_run_running_idx", "flowforge_run_active_idx"})),
+    ),
+    "queue.OLDEST_RUNNING_QUERY": (
+        queue.OLDEST_RUNNING_QUERY,
+        lambda p: (NAMESPACE, "wf-3", 1),
+        needs(frozenset({"flowforge_run_running_idx", "flowforge_run_active_idx"})),
+    ),
+    "queue.READY_RUNS_QUERY": (
+        queue.READY_RUNS_QUERY,
+        lambda p: {"namespace": NAMESPACE, "skip": 0},
+        needs(frozenset({"flowforge_run_running_idx", "flowforge_run_active_idx"}), PROGRESS),
+    ),
+    "queue.POSITION_QUERY": (
+        queue.POSITION_QUERY,
+        lambda p: (p.run_id,),
+        needs(frozenset({RUN_PKEY, "flowforge_run_queue_idx"}), "flowforge_run_queue_idx"),
+    ),
+    "queue.LOCK_NAMESPACE_QUERY": (queue.LOCK_NAMESPACE_QUERY, lambda p: (NAMESPACE,), needs()),
+    "queue.LOCK_NAMESPACE_OF_RUN_QUERY": (
+        queue.LOCK_NAMESPACE_OF_RUN_QUERY,
+        lambda p: ("x", p.run_id),
+        needs(RUN_PKEY),
+    ),
+    "queue.LIMITS_QUERY": (
+        queue.LIMITS_QUERY,
+        lambda p: (NAMESPACE,),
+        needs("flowforge_namespace_limits_pkey"),
+    ),
+    # an insert (its conflict arbiter is the primary key, which no plan node names)
+    "queue.UPSERT_LIMITS_QUERY": (
+        queue.UPSERT_LIMITS_QUERY,
+        lambda p: {"namespace": NAMESPACE, "runs": 1, "tasks": None, "parallel": None},
+        needs(),
+    ),
+    "queue.NEXT_DUE_QUERY": (
+        queue.NEXT_DUE_QUERY,
         lambda p: (p.run_id,),
         needs(PROGRESS),
     ),
@@ -226,8 +270,8 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         ),
         needs(LEASE_PKEY, TASK_ROW),
     ),
-    "cancel.CANCEL_TASKS_QUERY": (
-        cancel.CANCEL_TASKS_QUERY,
+    "stopping.CANCEL_TASKS_QUERY": (
+        stopping.CANCEL_TASKS_QUERY,
         lambda p: {"run": p.run_id, "reason": "x"},
         needs(PROGRESS, TASK_PKEY),
     ),
@@ -309,7 +353,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "reuse.LIST_QUERY": (
         reuse.LIST_QUERY,
-        lambda p: (NAMESPACE, 100),
+        lambda p: (NAMESPACE, None, None, 100),
         # newest first: a backward scan of the primary key that stops at the limit, or the
         # namespace's entries of the identity index, sorted
         needs(frozenset({RUN_PKEY, "flowforge_run_identity"}), "flowforge_definition_pkey"),

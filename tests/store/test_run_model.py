@@ -107,6 +107,8 @@ class Dag:
     """A drawn definition: its tasks as the document lists them."""
 
     tasks: tuple[Mapping[str, Any], ...]
+    # the run's maxParallelTasks (None: unlimited)
+    limit: int | None = None
 
     def __repr__(self) -> str:
         parts = []
@@ -117,7 +119,8 @@ class Dag:
             if task.get("compensateFor"):
                 text += f", undoes {task['compensateFor']}"
             parts.append(text + ")")
-        return "Dag[" + "; ".join(parts) + "]"
+        limit = f", maxParallelTasks={self.limit}" if self.limit else ""
+        return "Dag[" + "; ".join(parts) + limit + "]"
 
 
 @st.composite
@@ -137,7 +140,8 @@ def dags(draw: st.DrawFn) -> Dag:
         if draw(st.booleans()):
             tasks.append({"key": f"undo-{key}", "compensateFor": key, "retries": draw(retries)})
     order = draw(st.permutations(range(len(tasks))), label="declaration order")
-    return Dag(tasks=tuple(tasks[position] for position in order))
+    limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
+    return Dag(tasks=tuple(tasks[position] for position in order), limit=limit)
 
 
 # -- the model --------------------------------------------------------------------------------
@@ -163,6 +167,11 @@ class RunModel:
         self.rollback: tuple[str, ...] = ()  # the compensators it runs, in order
         self.resolved_compensators: dict[str, CompensationState] = {}
         self.dispatched = False  # the roots were dispatched (after create_run)
+        # under maxParallelTasks: the released tasks that run (the rest stay ready), filled
+        # in topological order (ties by key) as slots free
+        self.limit = dag.limit
+        self.active: set[str] = set()
+        self.topological = self.graph.topological_order()
 
     # what every row is
 
@@ -184,6 +193,8 @@ class RunModel:
             return TaskState.SKIPPED
         if key in self.released():
             may_dispatch = self.dispatched and not self.cancel_requested
+            if self.limit is not None:
+                may_dispatch = may_dispatch and key in self.active
             return TaskState.RUNNING if may_dispatch else TaskState.READY
         return TaskState.WAITING
 
@@ -239,11 +250,22 @@ class RunModel:
 
     def dispatch(self) -> None:
         self.dispatched = True
+        self.fill()
+
+    def fill(self) -> None:
+        """The free slots of maxParallelTasks go to the released tasks first in topological
+        order."""
+        if self.limit is None or self.cancel_requested or self.phase in TERMINAL_RUN_PHASES:
+            return
+        released = self.released()
+        waiting = [key for key in self.topological if key in released and key not in self.active]
+        self.active |= set(waiting[: max(0, self.limit - len(self.active))])
 
     def outcome(self, job: Job, *, succeeded: bool) -> None:
         key, attempt, role = job
         assert job in self.running_jobs(), f"the model has no running attempt {job}"
         retry = not succeeded and attempt < self.max_attempts[key]
+        self.active.discard(key)
         if retry:
             self.attempts[key] += 1
         elif role is TaskRole.FORWARD:
@@ -255,6 +277,7 @@ class RunModel:
             for rest in self.rollback:
                 self.resolved_compensators.setdefault(rest, CompensationState.SKIPPED)
         self.settle()
+        self.fill()
 
     def cancel(self, *, rollback: bool) -> bool:
         """Whether the cancel is recorded."""
@@ -269,6 +292,7 @@ class RunModel:
             }
             self.cancel_requested = True
             self.cancelled |= unresolved
+            self.active.clear()
             recorded = True
         if not rollback:  # the object is gone: no compensator can run any more
             for key in self.compensators.values():
@@ -356,7 +380,13 @@ class Checker:
 
     async def create(self) -> None:
         workflow = f"model-{next(_workflow_numbers)}"
-        started = await start_run(self.pool, self.fence, self.dag.tasks, workflow=workflow)
+        started = await start_run(
+            self.pool,
+            self.fence,
+            self.dag.tasks,
+            workflow=workflow,
+            max_parallel_tasks=self.dag.limit,
+        )
         self.run_id, self.run_uid = started.run.id, started.run.uid
         self.log.append(f"create_run {workflow} (run #{self.run_id})")
         observed = await _snapshot(self.pool, self.run_id)
@@ -403,10 +433,32 @@ class Checker:
             if not replay:
                 self.model.outcome(job, succeeded=succeeded)
                 self.stale.append(job)
+        if len(ended) > 1 and self.model.limit is not None:
+            await self.adopt_slots()
             key, attempt, role = job
             what = "success" if succeeded else "failure"
             labels.append(f"{'replayed ' if replay else ''}{what} of {role} {key}#{attempt}")
         await self.step(" together with ".join(labels), decision, recorded=not replay)
+
+    async def adopt_slots(self) -> None:
+        """Two outcomes at once hand their slots on in either order: which released tasks
+        got them may differ from one fill of the end state, but every slot is taken by a
+        released task; the model then goes on from what the store chose."""
+        model = self.model
+        observed = await _snapshot(self.pool, self.run_id)
+        running = {
+            key
+            for (role, key), (state, _) in observed.items()
+            if role == TaskRole.FORWARD and state == TaskState.RUNNING
+        }
+        released = model.released()
+        self.expect(running <= released, f"running {sorted(running)} not all released")
+        if not model.cancel_requested and model.phase not in TERMINAL_RUN_PHASES:
+            assert model.limit is not None
+            full = min(model.limit, len(released))
+            self.expect(len(running) == full, f"{len(running)} running, {full} slots taken")
+        model.active = running
+        event("two outcomes handed slots on together")
 
     async def cancel(self, *, rollback: bool) -> None:
         first = not self.model.cancel_requested
@@ -526,6 +578,10 @@ class Checker:
             if role == "compensation" and state == CompensationState.RUNNING
         ]
         self.expect(len(running) <= 1, f"compensators running at once: {running}")
+        limit = self.model.limit
+        if limit is not None:  # maxParallelTasks counts forward tasks and compensators
+            busy = having(TaskState.RUNNING) | set(running)
+            self.expect(len(busy) <= limit, f"{sorted(busy)} running, maxParallelTasks {limit}")
         if self.compensators_started:
             order = graph.compensation_order(succeeded, self.model.compensators)
             self.expect(

@@ -156,7 +156,16 @@ def test_names_columns_and_subresources() -> None:
         assert version["subresources"] == {"status": {}}
         if spec["names"]["kind"] == "WorkflowRun":
             assert spec["names"]["shortNames"] == ["wfr"]
-            assert columns == ["Workflow", "Version", "Phase", "Progress", "Age"]
+            assert columns == [
+                "Workflow",
+                "Version",
+                "Phase",
+                "Progress",
+                "Priority",
+                "Queue",
+                "Position",
+                "Age",
+            ]
         else:
             assert spec["names"]["shortNames"] == ["wfd"]
             assert columns == ["Workflow", "Version", "Tasks", "Age"]

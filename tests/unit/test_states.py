@@ -81,7 +81,14 @@ def test_a_compensator_runs_only_once_triggered() -> None:
 
 
 def test_run_phases_are_spelled_as_kubernetes_spells_them() -> None:
-    assert [str(p) for p in RunPhase] == ["Pending", "Running", "Succeeded", "Failed", "Cancelled"]
+    assert [str(p) for p in RunPhase] == [
+        "Pending",
+        "Queued",
+        "Running",
+        "Succeeded",
+        "Failed",
+        "Cancelled",
+    ]
     assert str(CompensationState.NOT_TRIGGERED) == "not_triggered"
 
 

@@ -236,6 +236,15 @@ def _add_watch(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_phase_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--phase",
+        metavar="PHASE",
+        help="only runs in this phase: Queued (the runs a limit holds back), Running, "
+        "Succeeded, Failed or Cancelled",
+    )
+
+
 def _register_runs(subparsers: Subcommands) -> None:
     get = _command(
         subparsers,
@@ -252,6 +261,7 @@ def _register_runs(subparsers: Subcommands) -> None:
     )
     get.add_argument("type", choices=RUN_TYPES, metavar="TYPE", help="runs (or wfr)")
     get.add_argument("--limit", type=int, default=50, help="how many runs (default 50)")
+    _add_phase_option(get)
     _add_get_arguments(get, names="*")
 
     describe = _command(
@@ -280,6 +290,7 @@ def _register_runs(subparsers: Subcommands) -> None:
         parser = aliases.add_parser(alias)
         if verb == "get":
             parser.add_argument("--limit", type=int, default=50)
+            _add_phase_option(parser)
         _add_get_arguments(parser, names=names)
         if verb == "describe":
             _add_watch(parser)

@@ -74,12 +74,20 @@ def get_runs(args: argparse.Namespace) -> int:
     require_reader(args)
     names: list[str] = args.runs
     with_tasks = bool(names) and args.output in ("json", "yaml")
+    phase = getattr(args, "phase", None)
+    if phase is not None and phase not in {str(p) for p in RunPhase}:
+        raise CommandError(
+            f"--phase: {phase!r} is not a run phase ({', '.join(str(p) for p in RunPhase)})",
+            exit_code=EXIT_USAGE,
+        )
 
     async def work(pool: Pool) -> list[RunReport]:
         if names:
             runs = [await _named(pool, namespace=namespace, name=name) for name in names]
         else:
-            runs = await list_runs_by_namespace(pool, namespace=namespace, limit=args.limit)
+            runs = await list_runs_by_namespace(
+                pool, namespace=namespace, limit=args.limit, phase=phase
+            )
         return [await load_report(pool, run, with_tasks=with_tasks) for run in runs]
 
     reports = with_store(args, work)

@@ -64,6 +64,10 @@ class Decision:
     outcome: Outcome | None = None
     phase: RunPhase | None = None  # the run's phase after the move, when it finished
     wake_at: datetime | None = None  # a retry or the next compensator is due then
+    # what the same transaction decided for other runs: a slot this move freed started a
+    # queued run (or the ready tasks of another run of the namespace), a Replace cancelled
+    # an older run; each is applied like a decision of its own
+    elsewhere: tuple[RunDecision, ...] = ()
 
     @classmethod
     def lost(cls) -> Decision:
@@ -89,4 +93,19 @@ class Decision:
             outcome=self.outcome or later.outcome,
             phase=later.phase or self.phase,
             wake_at=min(wakes) if wakes else None,
+            elsewhere=self.elsewhere + later.elsewhere,
         )
+
+    def also(self, others: tuple[RunDecision, ...]) -> Decision:
+        """This decision, and what the same transaction decided for other runs."""
+        if not others:
+            return self
+        return dataclasses.replace(self, recorded=True, elsewhere=self.elsewhere + others)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDecision:
+    """A decision about another run than the one the move was about."""
+
+    run_id: int
+    decision: Decision

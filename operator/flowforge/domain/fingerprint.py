@@ -1,8 +1,9 @@
 """The content identity of a definition: ``sha256:<hex>``.
 
 It covers everything that changes what a run does (workflow, version, description, the task
-types' templates, the definition's Kueue defaults, and every task's key, type, dependencies,
-compensateFor, retries, timeout and config) and nothing that does not: task declaration
+types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
+compensateFor, retries, timeout and config, and the run limits ``maxParallelTasks`` and
+``concurrency`` when set) and nothing that does not: task declaration
 order, ``dependsOn`` order and mapping key order are normalised away; list order inside
 config is kept. A number that JSON writes as an integer (``2.0`` from some clients) counts as
 that integer, as Kubernetes stores it.
@@ -23,7 +24,7 @@ _FORMAT = "flowforge.io/fingerprint/v1"
 
 def fingerprint(spec: DefinitionSpec) -> str:
     """The fingerprint of ``spec``."""
-    payload = {
+    payload: dict[str, Any] = {
         "format": _FORMAT,
         "workflow": spec.workflow,
         "version": spec.version,
@@ -58,6 +59,11 @@ def fingerprint(spec: DefinitionSpec) -> str:
     ):
         if value is not None:
             payload[field] = value
+    # the limits only when set, so a definition without them keeps the fingerprint it had
+    if spec.max_parallel_tasks is not None:
+        payload["maxParallelTasks"] = spec.max_parallel_tasks
+    if spec.concurrency is not None:
+        payload["concurrency"] = spec.concurrency.model_dump(mode="json", by_alias=True)
     text = json.dumps(
         payload,
         sort_keys=True,

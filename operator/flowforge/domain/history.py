@@ -16,6 +16,9 @@ from flowforge.domain.states import RunPhase
 class EventKind(StrEnum):
     RUN_CREATED = "run.created"
     RUN_RETRY_OF = "run.retry_of"
+    RUN_QUEUED = "run.queued"  # a limit holds it (detail: the reason)
+    RUN_ADMITTED = "run.admitted"  # it left the queue: its tasks may run
+    RUN_REPLACED = "run.replaced"  # cancelled to make room for a newer run of its key
     RUN_CANCEL_REQUESTED = "run.cancel_requested"
     RUN_COMPENSATING = "run.compensating"
     RUN_SUCCEEDED = "run.succeeded"

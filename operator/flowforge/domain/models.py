@@ -96,6 +96,16 @@ class TaskSpec(BaseModel):
         return self.compensate_for is not None
 
 
+class ConcurrencySpec(BaseModel):
+    """``spec.concurrency``: how many runs of the workflow (per key) run at once."""
+
+    model_config = _MODEL_CONFIG
+
+    max_runs: int
+    key: tuple[str, ...] = ()
+    policy: str = "Queue"
+
+
 class DefinitionSpec(BaseModel):
     """The ``spec`` of a WorkflowDefinition: identity, task types and tasks."""
 
@@ -105,6 +115,8 @@ class DefinitionSpec(BaseModel):
     version: int
     description: str = ""
     task_types: dict[str, ContainerTemplate] = Field(default_factory=dict)
+    max_parallel_tasks: int | None = None
+    concurrency: ConcurrencySpec | None = None
     tasks: tuple[TaskSpec, ...]
     # Kueue defaults for the task types that set none of their own
     queue_name: str | None = None

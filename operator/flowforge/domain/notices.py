@@ -16,6 +16,17 @@ def run_started(*, workflow: str, version: int, tasks: int) -> Notice:
     return Notice("RunStarted", f"running {workflow} v{version} ({tasks} tasks)")
 
 
+def run_admitted() -> Notice:
+    return Notice(reason="RunStarted", message="left the queue: a slot is free")
+
+
+def run_replaced(*, by: str) -> Notice:
+    return Notice(
+        reason="RunReplaced",
+        message=f"cancelled to make room for run {by} (spec.concurrency.policy Replace)",
+    )
+
+
 def run_refused(message: str) -> Notice:
     return Notice("RunRefused", message, warning=True)
 

@@ -83,6 +83,13 @@ class PolicyCaps(_PolicyModel):
     max_config_depth: int | None = Field(
         default=None, ge=1, le=MAX_CONFIG_DEPTH, description="Nesting levels of a task's config."
     )
+    max_parallel_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Tasks of one run running at once: caps the definition's and the run's "
+        "maxParallelTasks (a run without one is capped too).",
+    )
 
 
 class PodSecurityRules(_PolicyModel):
@@ -176,6 +183,21 @@ class PolicySpec(_PolicyModel):
         description="What task types may loosen of the restricted Pod defaults (privileged, "
         "capabilities, host namespaces and paths, root, unconfined profiles, sysctls) and the "
         "runtime and priority classes they may name.",
+    )
+    max_running_runs: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Runs of this namespace running at once, all workflows together; a run "
+        "over it is Queued (by spec.priority, then age) until one finishes. Unlimited when "
+        "omitted.",
+    )
+    max_running_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Tasks (forward tasks and compensators) of this namespace's runs running "
+        "at once; a released task over it waits for a slot. Unlimited when omitted.",
     )
 
 

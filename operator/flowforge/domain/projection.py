@@ -20,6 +20,7 @@ from flowforge.domain.run import (
     CompensationSummary,
     Condition,
     ConditionStatus,
+    QueueStatus,
     RunProgress,
     RunStatus,
     TaskSummary,
@@ -103,6 +104,8 @@ class StatusInput:
     # when the rollback was triggered, and when a compensator failed and halted it
     rollback_started_at: datetime | None = None
     rollback_halted_at: datetime | None = None
+    # while the run is Queued: the limit that holds it and its position
+    queue: QueueStatus | None = None
 
 
 def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime:
@@ -211,7 +214,9 @@ def run_conditions(status: StatusInput) -> list[Condition]:
     phase = status.phase
     finished = phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
     counts = status.counts
-    if status.compensating:
+    if phase is RunPhase.QUEUED:
+        progressing_reason = "Queued"
+    elif status.compensating:
         progressing_reason = "Compensating"
     elif status.cancel_requested and not finished:
         progressing_reason = "Cancelling"
@@ -249,6 +254,25 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             message="spec.cancel is true" if status.cancel_requested else "",
         ),
         *_rollback_conditions(status),
+        *_queue_conditions(status),
+    ]
+
+
+def _queue_conditions(status: StatusInput) -> list[Condition]:
+    """While the run waits: ``Queued`` with the limit that holds it as its reason, and its
+    position in the message."""
+    queue = status.queue
+    if status.phase is not RunPhase.QUEUED or queue is None:
+        return []
+    return [
+        Condition(
+            type="Queued",
+            status=ConditionStatus.TRUE,
+            reason=queue.reason,
+            message=queue.message,
+            last_transition_time=status.started_at or status.now,
+            observed_generation=status.observed_generation,
+        )
     ]
 
 
@@ -262,6 +286,8 @@ def _phase_message(status: StatusInput) -> str:
         return (status.failure_message or f"{counts.failed} tasks failed") + after
     if status.phase is RunPhase.CANCELLED:
         return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled" + after
+    if status.phase is RunPhase.QUEUED:
+        return f"queued: {status.queue.message}" if status.queue else "queued"
     if status.compensating:
         return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
     text = f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
@@ -300,6 +326,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         tasks=list(status.tasks) if small else [],
         tasks_truncated=not small,
         compensation=compensation_summary(status),
+        queue=status.queue if status.phase is RunPhase.QUEUED else None,
         message=_phase_message(status)[:4096],
     )
     body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -33,6 +33,7 @@ from flowforge.domain.states import (
 MAX_TASK_SUMMARIES = 100
 MAX_COMPENSATION_STEPS = 100
 MAX_CONDITIONS = 16
+MAX_PRIORITY = 1_000_000
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # a WorkflowRun's metadata.name: a DNS-1123 subdomain
 RUN_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -82,6 +83,21 @@ class RunSpec(_WireModel):
         default=False,
         description="Set to true to cancel the run: no new task starts, running tasks are "
         "stopped and the compensators of succeeded tasks run in reverse dependency order.",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Where the run waits while a limit queues it: higher first, first come "
+        "first served within one priority. Cannot change after creation.",
+    )
+    max_parallel_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="At most this many tasks of the run at once; may only lower the "
+        "definition's spec.maxParallelTasks (the namespace's FlowForgePolicy caps both). "
+        "Cannot change after creation.",
     )
 
 
@@ -223,12 +239,27 @@ class CompensationSummary(_WireModel):
     )
 
 
+class QueueStatus(_WireModel):
+    """Why a queued run waits, and where."""
+
+    reason: str = Field(
+        max_length=64,
+        description="The limit that holds it: WorkflowConcurrency, NamespaceRunLimit or "
+        "Replacing (an older run of its key is being cancelled for it).",
+    )
+    position: int = Field(
+        ge=1, description="1 for the run that starts next among the namespace's queued runs."
+    )
+    message: str = Field(default="", max_length=1024, description="The limit, spelled out.")
+
+
 class RunStatus(_WireModel):
     """The observed state of a run, projected from its rows in PostgreSQL."""
 
     phase: RunPhase | None = Field(
         default=None,
-        description="Lifecycle phase: pending, running, succeeded, failed or cancelled. A run "
+        description="Lifecycle phase: pending, queued (a limit holds it), running, succeeded, "
+        "failed or cancelled. A run "
         "that is rolling back stays running until every triggered compensator has settled.",
     )
     observed_generation: int | None = Field(
@@ -267,6 +298,9 @@ class RunStatus(_WireModel):
     )
     compensation: CompensationSummary | None = Field(
         default=None, description="Progress of the saga rollback, once one is triggered."
+    )
+    queue: QueueStatus | None = Field(
+        default=None, description="Present while the run is Queued: the limit and its position."
     )
     message: str = Field(
         default="", max_length=4096, description="Human-readable explanation of the phase."

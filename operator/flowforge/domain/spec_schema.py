@@ -230,6 +230,52 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 
+MAX_PARALLEL_TASKS: Final = 10_000
+MAX_CONCURRENT_RUNS: Final = 10_000
+MAX_CONCURRENCY_KEY_PARAMETERS: Final = 8
+
+MAX_PARALLEL_TASKS_SCHEMA: Final[dict[str, Any]] = {
+    "type": "integer",
+    "description": "At most this many tasks of one run (forward tasks and compensators alike) "
+    "run at once; a run may lower it, the namespace's FlowForgePolicy caps it. Unlimited when "
+    "omitted.",
+    "minimum": 1,
+    "maximum": MAX_PARALLEL_TASKS,
+}
+
+CONCURRENCY_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "How many runs of this workflow may run at once, and what a run over the "
+    "limit does. Counted over every version of the workflow in the namespace, per key.",
+    "additionalProperties": False,
+    "required": ["maxRuns"],
+    "properties": {
+        "maxRuns": {
+            "type": "integer",
+            "description": "Runs of this workflow (with the same key) running at once.",
+            "minimum": 1,
+            "maximum": MAX_CONCURRENT_RUNS,
+        },
+        "key": {
+            "type": "array",
+            "description": "Names of run parameters whose values form the key: the limit holds "
+            "per distinct key (e.g. [tenant]: maxRuns per tenant). One key for all runs when "
+            "omitted.",
+            "minItems": 1,
+            "maxItems": MAX_CONCURRENCY_KEY_PARAMETERS,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1, "maxLength": 253},
+        },
+        "policy": {
+            "type": "string",
+            "description": "A run over the limit: Queue waits for a slot (the default), Forbid "
+            "is refused when it is applied, Replace cancels the oldest running run of the key "
+            "(which rolls back) and starts when it has finished.",
+            "enum": ["Queue", "Forbid", "Replace"],
+        },
+    },
+}
+
 DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -265,6 +311,8 @@ DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
             "additionalProperties": CONTAINER_TEMPLATE_SCHEMA,
         },
         **_kueue_properties("the Jobs of task types that name no queue of their own"),
+        "maxParallelTasks": MAX_PARALLEL_TASKS_SCHEMA,
+        "concurrency": CONCURRENCY_SCHEMA,
         "tasks": {
             "type": "array",
             "description": "The tasks: forward tasks and their compensators; at least one.",

@@ -10,7 +10,8 @@ Run phases follow Kubernetes convention (``Pending``, ``Running``, ``Succeeded``
 ``Running`` with its ``compensating`` flag set until the rollback settles; only then does
 it finish ``Failed`` (or ``Cancelled`` when the rollback followed a cancel request). A run
 that succeeds is never compensated. ``Pending`` is the phase of a WorkflowRun the store does
-not hold yet (the store creates a run ``Running``, with its whole graph at once).
+not hold yet (the store creates a run with its whole graph at once, ``Running``, or
+``Queued`` while a limit of ``flowforge.domain.queue`` holds it: no task of a queued run runs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from types import MappingProxyType
 
 class RunPhase(StrEnum):
     PENDING = "Pending"
+    QUEUED = "Queued"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -73,7 +75,10 @@ class CompensationState(StrEnum):
 RUN_TRANSITIONS: Mapping[RunPhase, frozenset[RunPhase]] = MappingProxyType(
     {
         # a WorkflowRun whose definition is refused is marked Failed on the object only
-        RunPhase.PENDING: frozenset({RunPhase.RUNNING, RunPhase.FAILED}),
+        RunPhase.PENDING: frozenset({RunPhase.QUEUED, RunPhase.RUNNING, RunPhase.FAILED}),
+        # a run over a limit waits (``flowforge.domain.queue``); it leaves the queue when a
+        # slot frees, or is cancelled while it waits (no task of it ever started)
+        RunPhase.QUEUED: frozenset({RunPhase.RUNNING, RunPhase.CANCELLED}),
         RunPhase.RUNNING: frozenset({RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED}),
         RunPhase.SUCCEEDED: frozenset(),
         RunPhase.FAILED: frozenset(),

@@ -331,6 +331,15 @@ def workflow_run_crd() -> Schema:
         _column("Version", "integer", ".spec.version", "The definition version being run."),
         _column("Phase", "string", ".status.phase", "The run's lifecycle phase."),
         _column("Progress", "string", ".status.progress", "Succeeded over total tasks."),
+        _column("Priority", "integer", ".spec.priority", "Order in the queue (higher first)."),
+        _column(
+            "Queue",
+            "string",
+            ".status.queue.reason",
+            "The limit that holds a queued run (WorkflowConcurrency, NamespaceRunLimit, "
+            "Replacing).",
+        ),
+        _column("Position", "integer", ".status.queue.position", "Place in the queue."),
         _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
     ]
     return _crd(

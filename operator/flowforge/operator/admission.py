@@ -25,6 +25,12 @@ from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
 from flowforge.domain.caps import parameter_errors
 from flowforge.domain.errors import DefinitionError, InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.queue import (
+    concurrency_key,
+    forbidden_message,
+    key_parameter_errors,
+    parallelism_error,
+)
 from flowforge.domain.run import RunSpec
 from flowforge.domain.states import RunPhase
 from flowforge.domain.validation import parse_definition
@@ -81,6 +87,10 @@ class RetrySources(Protocol):
 
     async def run_named(self, *, namespace: str, name: str) -> RetrySource | None:
         """The newest run of that name in the namespace, or None."""
+        ...
+
+    async def running_runs(self, *, namespace: str, key: str) -> int:
+        """Runs of that ``spec.concurrency`` key running or queued now."""
         ...
 
 
@@ -470,3 +480,30 @@ def _decide_run_update(request: AdmissionRequest) -> Verdict:
             code=CODE_FORBIDDEN,
         )
     return Verdict.allow()
+
+
+async def decide_run_limits(
+    request: AdmissionRequest, *, definition: DefinitionSpec | None, runs: RetrySources | None
+) -> Verdict:
+    """On CREATE, against the definition the run would run: ``spec.maxParallelTasks`` only
+    lowers the definition's, every parameter of the concurrency key is given, and a
+    ``Forbid`` workflow whose key is full refuses the run, saying why
+    (``flowforge.domain.queue``)."""
+    spec = _spec_of(request.new_object)
+    if request.operation != "CREATE" or definition is None or not isinstance(spec, Mapping):
+        return Verdict.allow()
+    parameters = spec.get("parameters") if isinstance(spec.get("parameters"), Mapping) else {}
+    assert isinstance(parameters, Mapping)
+    errors = key_parameter_errors(definition, parameters)
+    requested = spec.get("maxParallelTasks")
+    too_many = parallelism_error(definition, requested if type(requested) is int else None)
+    if too_many is not None:
+        errors.append(too_many)
+    if errors:
+        return Verdict.deny("invalid WorkflowRun:\n" + "\n".join(errors), code=CODE_INVALID)
+    key = concurrency_key(definition, parameters)
+    if key is None or runs is None:
+        return Verdict.allow()
+    running = await runs.running_runs(namespace=request.namespace, key=key)
+    refused = forbidden_message(definition, parameters, running=running)
+    return Verdict.allow() if refused is None else Verdict.deny(refused, code=CODE_CONFLICT)

@@ -12,7 +12,9 @@ performs its effects:
 4. delete the finished Job whose outcome it recorded, after the TTL, and count the
    outcome and a finished run;
 5. re-project the run's status (coalesced with other changes of the run);
-6. wake the run up when a retry's backoff (or a compensator's) is over: no polling.
+6. wake the run up when a retry's backoff (or a compensator's) is over: no polling;
+7. apply what the same transaction decided for other runs (``Decision.elsewhere``): a queued
+   run that the freed slot started, another run's tasks, a run a ``Replace`` cancelled.
 
 Every effect is idempotent, so a crash between the commit and any step is repaired by the
 reconciler doing the same again.
@@ -20,7 +22,7 @@ reconciler doing the same again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +36,7 @@ from flowforge.operator.runs import RunContext
 from flowforge.operator.status import StatusWriter
 
 Wake = Callable[[RunContext], Coroutine[Any, Any, None]]
+ContextOf = Callable[[int], Awaitable[RunContext]]
 
 
 class Applier:
@@ -47,6 +50,7 @@ class Applier:
         background: Background,
         job_ttl_seconds: float,
         wake: Wake,
+        context_of: ContextOf,
     ) -> None:
         self._kube = kube
         self._launcher = launcher
@@ -55,6 +59,7 @@ class Applier:
         self._background = background
         self._job_ttl_seconds = job_ttl_seconds
         self._wake = wake
+        self._context_of = context_of
 
     async def apply(
         self, context: RunContext, decision: Decision, *, received: float | None = None
@@ -93,3 +98,5 @@ class Applier:
                 earliest=True,
                 coroutine_factory=lambda: self._wake(context),
             )
+        for other in decision.elsewhere:
+            await self.apply(await self._context_of(other.run_id), other.decision)

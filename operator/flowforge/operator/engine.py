@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from flowforge.domain import notices
 from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.execution import (
@@ -26,6 +28,8 @@ from flowforge.domain.execution import (
     parse_timestamp,
 )
 from flowforge.domain.kueue import job_admission
+from flowforge.domain.policy_spec import PolicySpec
+from flowforge.domain.queue import namespace_limits
 from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.jobs import JobIdentity
@@ -46,6 +50,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
+from flowforge.store.queue import set_namespace_limits
 from flowforge.store.settle import settle_run
 
 logger = logging.getLogger(__name__)
@@ -92,6 +97,7 @@ class Engine:
             background=self.background,
             job_ttl_seconds=settings.job_ttl_seconds,
             wake=self.wake,
+            context_of=self.runs.by_id,
         )
         self.admissions = Admissions(
             pool=pool,
@@ -106,6 +112,7 @@ class Engine:
         self._started: set[str] = set()
         self._cancelled: set[str] = set()
         self._refused: set[str] = set()
+        self._limits_read: set[str] = set()  # namespaces whose limits this process copied
 
     def fence(self) -> Fence:
         fence = self.leadership.fence
@@ -124,6 +131,9 @@ class Engine:
         as a watch event): only the first sighting dispatches, and a cancel acts once.
         """
         uid = str(body["metadata"]["uid"])
+        namespace = str(body["metadata"]["namespace"])
+        if namespace not in self._limits_read:
+            await self.policy_changed(namespace)  # the limits hold from the first run on
         try:
             sighting = await self.runs.ensure(body, fence=self.fence())
         except RunRefusedError as error:
@@ -180,6 +190,23 @@ class Engine:
             + self.delays.runs()
             + len(self.status)
         )
+
+    async def policy_changed(self, namespace: str) -> None:
+        """Copy the namespace's limits from its FlowForgePolicy objects into the store (an
+        invalid one counts as none: admission refuses everything it governs); what may start
+        under new limits starts."""
+        specs = []
+        for obj in await self.kube.list_policies(namespace=namespace):
+            try:
+                specs.append(PolicySpec.model_validate(obj.get("spec") or {}))
+            except ValidationError:
+                continue
+        others = await set_namespace_limits(
+            self.pool, fence=self.fence(), namespace=namespace, limits=namespace_limits(specs)
+        )
+        self._limits_read.add(namespace)
+        for other in others:
+            await self.applier.apply(await self.runs.by_id(other.run_id), other.decision)
 
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
         metadata = body["metadata"]

@@ -17,7 +17,14 @@ from typing import Any
 
 import kopf
 
-from flowforge.domain.api import DEFINITION_PLURAL, GROUP, PREFIX, RUN_PLURAL, VERSION
+from flowforge.domain.api import (
+    DEFINITION_PLURAL,
+    GROUP,
+    POLICY_PLURAL,
+    PREFIX,
+    RUN_PLURAL,
+    VERSION,
+)
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import health, metrics
@@ -188,3 +195,14 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
                 namespace=metadata["namespace"], name=metadata["name"], status=status
             ),
         )
+
+
+@kopf.on.event(GROUP, VERSION, POLICY_PLURAL)
+async def policy_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A FlowForgePolicy changed (or went): copy the namespace's limits into the store, where
+    every dispatch reads them."""
+    engine = _engine(memo)
+    if engine is None:
+        return
+    namespace = str(event["object"]["metadata"].get("namespace"))
+    await _guarded(engine, f"FlowForgePolicy of {namespace}", engine.policy_changed(namespace))

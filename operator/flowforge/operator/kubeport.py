@@ -54,6 +54,10 @@ class KubePort(Protocol):
         """One page (at most ``limit``) of the WorkflowRuns, as ``list_jobs``."""
         ...
 
+    async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's FlowForgePolicy objects."""
+        ...
+
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flowforge.operator.admission import RetrySource
 from flowforge.store.connection import Pool
+from flowforge.store.queue import running_count
 from flowforge.store.reuse import find_run_by_name
 
 
@@ -20,3 +21,6 @@ class StoreRetrySources:
         return RetrySource(
             phase=str(run.phase), workflow=run.workflow, parameters=dict(run.parameters)
         )
+
+    async def running_runs(self, *, namespace: str, key: str) -> int:
+        return await running_count(self._pool, namespace=namespace, key=key)

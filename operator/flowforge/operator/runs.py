@@ -20,7 +20,7 @@ from cachetools import LRUCache
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.domain.compact import RunDefinition
 from flowforge.domain.errors import UserError
-from flowforge.domain.execution import job_name
+from flowforge.domain.execution import job_name, parse_timestamp
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import (
@@ -150,6 +150,9 @@ class RunCache:
             # admitted: a finished, unsuccessful run of this namespace, same parameters
             retry_of=spec.get("retryOf"),
             requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
+            priority=int(spec.get("priority") or 0),
+            max_parallel_tasks=spec.get("maxParallelTasks"),
+            submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
         )
         context = RunContext(
             run_id=created.run.id,

@@ -21,10 +21,12 @@ from cachetools import LRUCache
 
 from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
-from flowforge.domain.run import CompensationStep, TaskSummary
+from flowforge.domain.queue import queue_message
+from flowforge.domain.run import CompensationStep, QueueStatus, TaskSummary
 from flowforge.domain.states import (
     TERMINAL_RUN_PHASES,
     CompensationState,
+    RunPhase,
     ShownTaskState,
     TaskState,
 )
@@ -41,6 +43,7 @@ from flowforge.store.queries import (
     rollback_started_at,
     rollback_steps,
 )
+from flowforge.store.queue import queue_position
 from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
@@ -176,8 +179,18 @@ class StatusWriter:
                     (row.finished_at for row in steps if row.state is CompensationState.FAILED),
                     None,
                 ),
+                queue=await self._queue(context) if record.phase is RunPhase.QUEUED else None,
             )
         )
+
+    async def _queue(self, context: RunContext) -> QueueStatus | None:
+        where = await queue_position(self._pool, context.run_id)
+        if where is None or where.reason is None:
+            return None
+        message = queue_message(
+            where.reason, position=where.position, queued=where.queued, limit=where.limit
+        )
+        return QueueStatus(reason=where.reason.value, position=where.position, message=message)
 
     async def write(self, run_id: int) -> None:
         async with self._slots:

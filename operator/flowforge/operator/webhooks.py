@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.models import DefinitionSpec
 from flowforge.kube.access_review import UserInfo
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
@@ -27,6 +28,7 @@ from flowforge.operator.admission import (
     Verdict,
     decide_definition,
     decide_run,
+    decide_run_limits,
     decide_run_mutation,
 )
 from flowforge.operator.admission_access import (
@@ -99,6 +101,19 @@ def _user(handler_kwargs: Mapping[str, Any]) -> UserInfo | None:
     return UserInfo.from_review(handler_kwargs.get("userinfo"))
 
 
+async def _run_definition(request: AdmissionRequest, checks: AccessChecks) -> DefinitionSpec | None:
+    """The definition a run being created would run (decide_run has checked its spec)."""
+    spec = (request.new_object or {}).get("spec")
+    if request.operation != "CREATE" or not isinstance(spec, Mapping):
+        return None
+    workflow, version = spec.get("workflow"), spec.get("version")
+    if not isinstance(workflow, str) or type(version) is not int:
+        return None
+    return await checks.load_definition(
+        namespace=request.namespace, workflow=workflow, version=version
+    )
+
+
 def register_admission_handlers(
     registry: kopf.OperatorRegistry,
     *,
@@ -145,8 +160,15 @@ def register_admission_handlers(
     )
     async def validate_workflow_run(**kwargs: Any) -> None:
         request = _request(kwargs)
-        _enforce(await decide_run(request, definitions(), runs=None if runs is None else runs()))
-        _enforce(await decide_run_access(request, user=_user(kwargs), checks=access()))
+        sources = None if runs is None else runs()
+        _enforce(await decide_run(request, definitions(), runs=sources))
+        checks = access()
+        _enforce(await decide_run_access(request, user=_user(kwargs), checks=checks))
+        _enforce(
+            await decide_run_limits(
+                request, definition=await _run_definition(request, checks), runs=sources
+            )
+        )
 
     @kopf.on.mutate(
         GROUP,

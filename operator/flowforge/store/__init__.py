@@ -16,6 +16,10 @@ Tables (``migrations/0001_initial.sql``)
   TRUNCATE to all but retention).
 - ``flowforge_schema_migration``: applied migration versions (``migrate.py``).
 - ``flowforge_reporting_grant``: which namespaces each reporting login may read (schema 4).
+- ``flowforge_namespace_limits``: a namespace's ``maxRunningRuns``, ``maxRunningTasks`` and
+  ``caps.maxParallelTasks``, copied from its FlowForgePolicy objects (schema 5, ``queue.py``);
+  runs carry their own ``priority``, ``submitted_at``, ``max_parallel_tasks``, concurrency
+  key, ``max_runs``, policy and, while queued, ``queue_reason``.
 
 Roles (``migrations/0004_roles.sql``, ``roles.py`` with the threat model): migrator (owns
 everything), operator (no DELETE/TRUNCATE), webhook (read-only), retention (the only one
@@ -23,7 +27,7 @@ that deletes history), reporting and server (row-level security by namespace).
 
 States (``flowforge.domain.states``, mirrored by CHECK constraints)
 -------------------------------------------------------------------
-Runs: Pending, Running, Succeeded, Failed, Cancelled (+ the ``compensating`` flag while a
+Runs: Pending, Queued, Running, Succeeded, Failed, Cancelled (+ the ``compensating`` flag while a
 rollback runs; the run finishes only when it settles). Forward tasks: waiting, ready,
 running, succeeded, failed, skipped, cancelled. Compensators: not_triggered, pending,
 running, succeeded, failed, skipped. One CHECK ties the allowed states to the row's role,

@@ -10,36 +10,22 @@ finished are skipped too and the run finishes ``Cancelled`` at once.
 
 from __future__ import annotations
 
-from flowforge.domain import notices
-from flowforge.domain.decision import Decision, JobRef
+from flowforge.domain.decision import Decision
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import (
     TERMINAL_COMPENSATION_STATES,
     TERMINAL_RUN_PHASES,
-    UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
-    TaskState,
     sql_list,
 )
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.events import append_event, append_task_events
+from flowforge.store.events import append_task_events
 from flowforge.store.lease import Fence, check_fence
+from flowforge.store.queue import fill_locked, lock_namespace_of_run
 from flowforge.store.settle import settle_locked
+from flowforge.store.stopping import request_cancel
 from flowforge.store.transaction import in_transaction
-
-CANCEL_TASKS_QUERY = f"""
-WITH locked AS (
-    SELECT id, state AS previous FROM flowforge_task
-    WHERE run_id = %(run)s AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)}
-    ORDER BY id FOR NO KEY UPDATE
-)
-UPDATE flowforge_task AS task
-SET state = '{TaskState.CANCELLED}', finished_at = now(), updated_at = now(),
-    last_error = %(reason)s
-FROM locked WHERE task.id = locked.id
-RETURNING task.task_key, task.attempt, locked.previous
-"""
 
 ABANDON_QUERY = f"""
 UPDATE flowforge_task SET state = '{CompensationState.SKIPPED}', finished_at = now(),
@@ -58,6 +44,7 @@ async def cancel_run(
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
+        namespace = await lock_namespace_of_run(connection, run_id)
         cursor = await connection.execute(
             "SELECT phase, cancel_requested FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
             (run_id,),
@@ -67,49 +54,20 @@ async def cancel_run(
             return Decision.lost()
         decision = Decision.lost()
         if not row[1]:
-            decision = await _cancel(connection, fence=fence, run_id=run_id, reason=reason)
+            decision = await request_cancel(connection, fence=fence, run_id=run_id, reason=reason)
         if not rollback:
             decision = decision.then(
                 await _abandon(connection, fence=fence, run_id=run_id, reason=reason)
             )
-        if not decision.recorded:
+        if not decision.recorded or namespace is None:
             return decision
-        return decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        # the cancelled tasks' slots are free for the namespace's other runs
+        return decision.also(
+            await fill_locked(connection, fence=fence, namespace=namespace, skip=run_id)
+        )
 
     return await in_transaction(pool, decide)
-
-
-async def _cancel(connection: Connection, *, fence: Fence, run_id: int, reason: str) -> Decision:
-    await connection.execute(
-        "UPDATE flowforge_run SET cancel_requested = true, updated_at = now() WHERE id = %s",
-        (run_id,),
-    )
-    await append_event(
-        connection,
-        run_id=run_id,
-        kind=EventKind.RUN_CANCEL_REQUESTED,
-        epoch=fence.epoch,
-        detail={"reason": reason},
-    )
-    cursor = await connection.execute(CANCEL_TASKS_QUERY, {"run": run_id, "reason": reason})
-    rows = await cursor.fetchall()
-    await append_task_events(
-        connection,
-        run_id=run_id,
-        kind=EventKind.TASK_CANCELLED,
-        epoch=fence.epoch,
-        task_keys=sorted(str(r[0]) for r in rows),
-    )
-    stop = tuple(
-        JobRef(task_key=str(key), attempt=int(attempt))
-        for key, attempt, previous in rows
-        if previous == TaskState.RUNNING
-    )
-    return Decision(
-        recorded=True,
-        stop_jobs=stop,
-        notices=(notices.run_cancelling(reason=reason, stopped=len(stop)),),
-    )
 
 
 async def _abandon(connection: Connection, *, fence: Fence, run_id: int, reason: str) -> Decision:

@@ -3,83 +3,98 @@
 A task is released (``waiting -> ready``, or straight to ``running`` on the success hot
 path in ``outcomes.py``) on proof that every upstream succeeded; a retry is ``ready``
 until its backoff is over. ``dispatch_due`` moves every due one of a run to running in one
-statement, however many there are (a 10,000-task fan-out's roots), and returns what their
-Jobs need. Creating the Jobs is the caller's, after the commit; ``record_job_created`` then
-notes that a Job exists for an attempt, and its uid, which is how the reconciler tells "never
-created" (create it) from "vanished" (a lost attempt), and how the operator tells its own Job
-from a copy with the same labels (only the recorded uid counts).
+statement, however many there are (a 10,000-task fan-out's roots) and its limits allow
+(``queue.py``), and returns what their Jobs need; for a queued run it serves the queue.
+Creating the Jobs is the caller's, after the commit; ``record_job_created`` then notes that
+a Job exists for an attempt, and its uid, which is how the reconciler tells "never created"
+(create it) from "vanished" (a lost attempt), and how the operator tells its own Job from a
+copy with the same labels (only the recorded uid counts).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.decision import Decision, Dispatch
+from flowforge.domain import notices
+from flowforge.domain.decision import Decision, RunDecision
 from flowforge.domain.history import EventKind
-from flowforge.domain.states import ACTIVE_RUN_PHASES, TaskRole, TaskState, sql_list
+from flowforge.domain.states import RunPhase, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import StaleEpochError
+from flowforge.store.events import append_event
 from flowforge.store.lease import Fence, check_fence
-from flowforge.store.transaction import in_transaction
-
-DISPATCH_DUE_QUERY = f"""
-WITH run AS (
-    SELECT id FROM flowforge_run
-    WHERE id = %(run)s AND phase IN {sql_list(ACTIVE_RUN_PHASES)} AND NOT cancel_requested
-    FOR NO KEY UPDATE
-), moved AS (
-    UPDATE flowforge_task
-    SET state = '{TaskState.RUNNING}', started_at = coalesce(started_at, now()),
-        updated_at = now()
-    WHERE run_id = (SELECT id FROM run) AND role = 'forward' AND state = '{TaskState.READY}'
-      AND not_before <= now()
-    RETURNING task_key, attempt, timeout_seconds, not_before
-), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch)
-    SELECT %(run)s, task_key, attempt, '{EventKind.TASK_DISPATCHED}', %(epoch)s FROM moved
-    ORDER BY task_key
+from flowforge.store.queue import (
+    admit_locked,
+    dispatch_locked,
+    lock_namespace_of_run,
+    start_admitted,
 )
-SELECT task_key, attempt, timeout_seconds, not_before FROM moved ORDER BY task_key
-"""
-
-# the next retry of the run whose backoff is not over yet
-NEXT_DUE_QUERY = f"""
-SELECT min(not_before) FROM flowforge_task
-WHERE run_id = %s AND role = 'forward' AND state = '{TaskState.READY}' AND not_before > now()
-"""
+from flowforge.store.settle import settle_locked
+from flowforge.store.stopping import request_cancel
+from flowforge.store.transaction import in_transaction
 
 
 async def dispatch_due_locked(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
-    """Inside a transaction that passed the fence check (locks the run row)."""
-    cursor = await connection.execute(DISPATCH_DUE_QUERY, {"run": run_id, "epoch": fence.epoch})
-    dispatched = tuple(
-        Dispatch(
-            run_id=run_id,
-            task_key=key,
-            role=TaskRole.FORWARD,
-            attempt=attempt,
-            timeout_seconds=timeout,
-            released_at=not_before,
-        )
-        for key, attempt, timeout, not_before in await cursor.fetchall()
-    )
-    later = await connection.execute(NEXT_DUE_QUERY, (run_id,))
-    next_row = await later.fetchone()
-    wake_at = None if next_row is None else next_row[0]
-    return Decision(
-        recorded=bool(dispatched) or wake_at is not None, create_jobs=dispatched, wake_at=wake_at
-    )
+    """Inside a transaction that passed the fence check and holds the namespace's lock
+    (locks the run row): its due ready tasks, within its limits (``queue.py``)."""
+    return await dispatch_locked(connection, fence=fence, run_id=run_id)
 
 
 async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
-    """Move every released task of the run whose time has come to running (none while the
-    run is cancelling or over); ``wake_at`` is when the next one's backoff is over."""
+    """Move every released task of the run whose time has come to running, as many as its
+    limits allow (none while the run is queued, cancelling or over); ``wake_at`` is when
+    the next one's backoff is over. A queued run is looked at for admission first: the
+    namespace's queue is served (this run, if its turn has come, and any other whose turn
+    it is), and a ``Replace`` run whose key is full cancels the oldest running run of it."""
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
-        return await dispatch_due_locked(connection, fence=fence, run_id=run_id)
+        namespace = await lock_namespace_of_run(connection, run_id)
+        if namespace is None:
+            return Decision.lost()
+        cursor = await connection.execute(
+            "SELECT phase = %s, name FROM flowforge_run WHERE id = %s", (RunPhase.QUEUED, run_id)
+        )
+        row = await cursor.fetchone()
+        if row is None or not row[0]:
+            return await dispatch_locked(connection, fence=fence, run_id=run_id)
+        admission = await admit_locked(connection, fence=fence, namespace=namespace, replace=True)
+        replaced = [
+            await _replace(connection, fence=fence, run_id=victim, by=str(row[1]))
+            for victim in admission.replace
+        ]
+        others = await start_admitted(connection, fence=fence, admission=admission, skip=run_id)
+        own = Decision(recorded=True)
+        if run_id in admission.admitted:
+            started = await dispatch_locked(connection, fence=fence, run_id=run_id)
+            own = dataclasses.replace(
+                started, recorded=True, notices=(*started.notices, notices.run_admitted())
+            )
+        return own.also((*replaced, *others))
 
     return await in_transaction(pool, decide)
+
+
+async def _replace(connection: Connection, *, fence: Fence, run_id: int, by: str) -> RunDecision:
+    """Cancel the run for a newer one of its key: it rolls back, and its finish lets the
+    newer one start."""
+    await connection.execute(
+        "SELECT 1 FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE", (run_id,)
+    )
+    stopped = await request_cancel(
+        connection,
+        fence=fence,
+        run_id=run_id,
+        reason=f"replaced by run {by} (spec.concurrency.policy Replace)",
+    )
+    await append_event(
+        connection, run_id=run_id, kind=EventKind.RUN_REPLACED, epoch=fence.epoch, detail={"by": by}
+    )
+    notice = Decision(recorded=True, notices=(notices.run_replaced(by=by),))
+    settled = await settle_locked(connection, fence=fence, run_id=run_id)
+    return RunDecision(run_id=run_id, decision=stopped.then(notice).then(settled))
 
 
 JOB_CREATED_QUERY = f"""

@@ -38,18 +38,18 @@ from flowforge.domain.execution import (
 )
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import (
-    ACTIVE_RUN_PHASES,
     RELEASED_TASK_STATES,
     CompensationState,
+    RunPhase,
     TaskRole,
     TaskState,
     sql_list,
 )
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.dispatch import dispatch_due_locked
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
+from flowforge.store.queue import dispatch_locked, fill_locked, lock_namespace_of_run
 from flowforge.store.settle import settle_locked, settle_run
 from flowforge.store.transaction import in_transaction
 
@@ -57,7 +57,14 @@ RECORD_SUCCESS_QUERY = f"""
 WITH fence AS (
     SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
 ), run AS (
-    SELECT phase IN {sql_list(ACTIVE_RUN_PHASES)} AND NOT cancel_requested AS may_dispatch
+    -- a run under a task limit dispatches nothing here: the locked dispatch that follows
+    -- the commit does, within its limits (queue.py)
+    SELECT phase = '{RunPhase.RUNNING}' AND NOT cancel_requested AS active,
+           max_parallel_tasks IS NOT NULL OR EXISTS (
+               SELECT 1 FROM flowforge_namespace_limits AS limits
+               WHERE limits.namespace = flowforge_run.namespace
+                 AND (limits.max_running_tasks IS NOT NULL
+                      OR limits.max_parallel_tasks IS NOT NULL)) AS limited
     FROM flowforge_run WHERE id = %(run)s
 ), moved AS (
     UPDATE flowforge_task
@@ -77,12 +84,12 @@ WITH fence AS (
     UPDATE flowforge_task AS task
     SET pending_dependencies = task.pending_dependencies - 1,
         state = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
-                     THEN CASE WHEN (SELECT may_dispatch FROM run) THEN '{TaskState.RUNNING}'
-                               ELSE '{TaskState.READY}' END
+                     THEN CASE WHEN (SELECT active AND NOT limited FROM run)
+                               THEN '{TaskState.RUNNING}' ELSE '{TaskState.READY}' END
                      ELSE task.state END,
         started_at = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
-                               AND (SELECT may_dispatch FROM run)
+                               AND (SELECT active AND NOT limited FROM run)
                           THEN coalesce(task.started_at, now()) ELSE task.started_at END,
         not_before = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
@@ -108,6 +115,7 @@ WITH fence AS (
 )
 SELECT (SELECT epoch FROM fence),
        (SELECT count(*) FROM moved),
+       coalesce((SELECT limited FROM run), false),
        (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}),
        ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
              ORDER BY task_key),
@@ -171,18 +179,21 @@ async def record_outcome(
         job=job, reason=outcome.reason.value, job_gone=outcome.reason is OutcomeReason.LOST
     )
     if job.role is TaskRole.FORWARD and outcome.succeeded:
-        dispatched, released = await _record_success(
+        dispatched, released, limited = await _record_success(
             pool, fence=fence, run_id=run_id, job=job, outcome=outcome
         )
         if dispatched is None:
             return Decision.lost()
         success = Decision(recorded=True, create_jobs=dispatched, outcome=recorded)
+        if limited:  # the slot it freed, and the tasks it released, are handed on locked
+            return success.then(await _hand_on(pool, fence=fence, run_id=run_id))
         if released:  # a released task is unresolved: whoever resolves it settles
             return success
         return success.then(await settle_run(pool, fence=fence, run_id=run_id))
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
+        namespace = await lock_namespace_of_run(connection, run_id)
         run = await connection.execute(
             "SELECT cancel_requested FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
             (run_id,),
@@ -216,9 +227,7 @@ async def record_outcome(
                 delay=delay,
             )
             if not run_row[0]:
-                moved = moved.then(
-                    await dispatch_due_locked(connection, fence=fence, run_id=run_id)
-                )
+                moved = moved.then(await dispatch_locked(connection, fence=fence, run_id=run_id))
         else:
             moved = await _record_compensation(
                 connection,
@@ -237,18 +246,41 @@ async def record_outcome(
             outcome=recorded,
             wake_at=moved.wake_at,
         )
-        return moved.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        moved = moved.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        return moved.also(
+            await fill_locked(connection, fence=fence, namespace=str(namespace), skip=run_id)
+        )
+
+    return await in_transaction(pool, decide)
+
+
+async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
+    """After a success of a run under a task limit: its ready tasks take the slots the
+    limits leave (the one it freed among them), other runs of the namespace those left
+    over, and the run settles when nothing is left to run."""
+
+    async def decide(connection: Connection) -> Decision:
+        await check_fence(connection, fence)
+        namespace = await lock_namespace_of_run(connection, run_id)
+        if namespace is None:
+            return Decision.lost()
+        decision = await dispatch_locked(connection, fence=fence, run_id=run_id)
+        if not decision.create_jobs:
+            decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        return decision.also(
+            await fill_locked(connection, fence=fence, namespace=namespace, skip=run_id)
+        )
 
     return await in_transaction(pool, decide)
 
 
 async def _record_success(
     pool: Pool, *, fence: Fence, run_id: int, job: JobRef, outcome: AttemptOutcome
-) -> tuple[tuple[Dispatch, ...] | None, bool]:
-    """The dispatched dependents (None: the attempt was not running) and whether any
-    dependent was released."""
+) -> tuple[tuple[Dispatch, ...] | None, bool, bool]:
+    """The dispatched dependents (None: the attempt was not running), whether any
+    dependent was released, and whether the run is under a task limit."""
 
-    async def decide(connection: Connection) -> tuple[tuple[Dispatch, ...] | None, bool]:
+    async def decide(connection: Connection) -> tuple[tuple[Dispatch, ...] | None, bool, bool]:
         cursor = await connection.execute(
             RECORD_SUCCESS_QUERY,
             {
@@ -262,11 +294,11 @@ async def _record_success(
         )
         row = await cursor.fetchone()
         assert row is not None
-        current_epoch, moved, released, keys, attempts, timeouts, not_befores = row
+        current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row
         if current_epoch != fence.epoch:
             raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch)
         if moved != 1:
-            return None, False
+            return None, False, False
         dispatched = tuple(
             Dispatch(
                 run_id=run_id,
@@ -280,7 +312,7 @@ async def _record_success(
                 keys, attempts, timeouts, not_befores, strict=True
             )
         )
-        return dispatched, released > 0
+        return dispatched, released > 0, bool(limited)
 
     return await in_transaction(pool, decide, single_statement=True)
 

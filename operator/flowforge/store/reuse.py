@@ -50,7 +50,7 @@ SELECT run.id, run.namespace, run.name, run.uid, run.phase, run.compensating,
        definition.id, definition.workflow, definition.version
 FROM flowforge_run AS run
 JOIN flowforge_definition AS definition ON definition.id = run.definition_id
-WHERE run.namespace = %s
+WHERE run.namespace = %s AND (%s::text IS NULL OR run.phase = %s::text)
 ORDER BY run.id DESC LIMIT %s
 """
 
@@ -113,10 +113,12 @@ async def _find_by_name(connection: Connection, *, namespace: str, name: str) ->
     return None if row is None else NamedRun.from_row(row)
 
 
-async def list_runs_by_namespace(pool: Pool, *, namespace: str, limit: int = 100) -> list[NamedRun]:
-    """The newest ``limit`` runs of a namespace, newest first."""
+async def list_runs_by_namespace(
+    pool: Pool, *, namespace: str, limit: int = 100, phase: str | None = None
+) -> list[NamedRun]:
+    """The newest ``limit`` runs of a namespace (only those in ``phase``), newest first."""
     async with pool.connection() as connection:
-        cursor = await connection.execute(LIST_QUERY, (namespace, limit))
+        cursor = await connection.execute(LIST_QUERY, (namespace, phase, phase, limit))
         return [NamedRun.from_row(row) for row in await cursor.fetchall()]
 
 

@@ -5,7 +5,8 @@
 reused tasks ``succeeded``), one row per compensator (``not_triggered``) and every
 dependency edge, in one transaction: a run's
 graph becomes visible all at once or not at all. A run is identified by its Kubernetes
-object (namespace, name, uid); creating it again returns the existing run.
+object (namespace, name, uid); creating it again returns the existing run. A run over a
+limit of its namespace or workflow is created ``Queued`` (``queue.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.queue import concurrency_key, run_parallelism
 from flowforge.domain.states import (
     CompensationState,
     RunPhase,
@@ -31,6 +33,7 @@ from flowforge.store.definitions import StoredDefinition
 from flowforge.store.errors import RunNotFoundError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
+from flowforge.store.queue import admit_locked, lock_namespace
 from flowforge.store.reuse import reused_for
 from flowforge.store.settle import settle_locked
 from flowforge.store.transaction import in_transaction
@@ -84,20 +87,46 @@ async def create_run(
     parameters: Mapping[str, Any] | None = None,
     retry_of: str | None = None,
     requested_by: str | None = None,
+    priority: int = 0,
+    max_parallel_tasks: int | None = None,
+    submitted_at: datetime | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
     for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
     reusable tasks of the old run start succeeded (``reuse.py``). Creating it again returns
-    the existing run."""
+    the existing run. The run starts ``Running`` when the limits of its namespace and its
+    workflow leave room and no queued run is ahead of it (``queue.py``), else ``Queued``
+    with its ``priority`` (first come first served within one: ``submitted_at``, the
+    object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
+    definition's)."""
+    spec = definition.spec
+    values = dict(parameters or {})
+    key = concurrency_key(spec, values)
 
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
+        await lock_namespace(connection, namespace)
         cursor = await connection.execute(
-            "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase) "
-            "VALUES (%s, %s, %s, %s, %s, %s) "
+            "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
+            "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
+            "submitted_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now())) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
-            (namespace, name, uid, definition.id, Jsonb(dict(parameters or {})), RunPhase.RUNNING),
+            (
+                namespace,
+                name,
+                uid,
+                definition.id,
+                Jsonb(values),
+                RunPhase.QUEUED,
+                priority,
+                run_parallelism(spec, max_parallel_tasks),
+                key,
+                None if spec.concurrency is None else spec.concurrency.max_runs,
+                None if spec.concurrency is None else spec.concurrency.policy,
+                submitted_at,
+            ),
         )
         row = await cursor.fetchone()
         if row is None:
@@ -122,6 +151,9 @@ async def create_run(
             reused=reused,
             retry_of=retry_of,
         )
+        admission = await admit_locked(connection, fence=fence, namespace=namespace, only=run.id)
+        if run.id in admission.admitted:
+            run = dataclasses.replace(run, phase=RunPhase.RUNNING)
         if reused:
             # a retry with everything reused has no outcome left to settle it
             settled = await settle_locked(connection, fence=fence, run_id=run.id)

@@ -24,7 +24,9 @@ finds unresolved tasks locks one of them ``FOR SHARE`` before it concludes the r
 a success that already updated the row is waited for (and the row no longer counts), a
 later one waits for this commit and then settles. The reconciler calls ``settle_run`` as
 the backstop for a process that died between the two transactions, and for a rollback to
-resume after a restart.
+resume after a restart. A run that finishes hands its slot on in the same transaction: the
+namespace's queued runs that may start now do (``queue.py``; every caller holds the
+namespace's lock, taken before the run's row lock).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.queries import forward_counts_locked
+from flowforge.store.queue import lock_namespace_of_run, rebalance_locked
 from flowforge.store.transaction import in_transaction
 
 UNRESOLVED_QUERY = f"""
@@ -105,8 +108,8 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     """Inside a transaction that passed the fence check: lock the run and settle it.
     ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, cancel_requested FROM flowforge_run WHERE id = %s "
-        "FOR NO KEY UPDATE",
+        "SELECT phase, compensating, cancel_requested, namespace FROM flowforge_run "
+        "WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
@@ -225,15 +228,23 @@ async def _next_step(
 async def _finish(
     connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase
 ) -> Decision:
-    await connection.execute(
+    """Finish the run; its slot goes to the next queued run of its namespace at once (the
+    caller holds the namespace's lock, ``queue.py``)."""
+    cursor = await connection.execute(
         "UPDATE flowforge_run SET phase = %s, compensating = false, finished_at = now(), "
-        "updated_at = now() WHERE id = %s",
+        "queue_reason = NULL, updated_at = now() WHERE id = %s RETURNING namespace",
         (phase, run_id),
     )
+    row = await cursor.fetchone()
     await append_event(
         connection, run_id=run_id, kind=EventKind.run_finished(phase), epoch=fence.epoch
     )
-    return Decision(recorded=True, phase=phase, notices=(notices.run_finished(phase),))
+    finished = Decision(recorded=True, phase=phase, notices=(notices.run_finished(phase),))
+    if row is None:
+        return finished
+    return finished.also(
+        await rebalance_locked(connection, fence=fence, namespace=str(row[0]), skip=run_id)
+    )
 
 
 async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
@@ -253,6 +264,7 @@ async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
+        await lock_namespace_of_run(connection, run_id)
         return await settle_locked(connection, fence=fence, run_id=run_id)
 
     return await in_transaction(pool, decide)

@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane crds clean
+.PHONY: dev dev-down test test-unit lint controlplane crds clean image image-tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,17 @@ $(NODE_STAMP): tests/tools/package.json tests/tools/package-lock.json
 controlplane:
 	bash deploy/local/build.sh
 
-test: $(STAMP) $(NODE_STAMP) controlplane
+# The container image, built with buildah on this machine (no Docker engine; see
+# deploy/image/): buildah and mmdebstrap are installed from Debian's packages when missing,
+# the base and the layers are cached in ~/.cache/flowforge/image.
+image-tools:
+	bash deploy/image/install-tools.sh
+
+image:
+	bash deploy/image/build.sh
+
+# The image is built before pytest (tests/e2e/test_image.py runs it; warm, nothing rebuilds).
+test: $(STAMP) $(NODE_STAMP) controlplane image
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

@@ -10,10 +10,11 @@
 #   --build-arg BASE_IMAGE=python:3.11.11-slim-bookworm@sha256:<digest>
 ARG BASE_IMAGE=python:3.11.11-slim-bookworm
 
-# Dependencies: the virtual environment /opt/flowforge with FlowForge's dependencies, read
-# from pyproject.toml alone, in a layer of their own: a change to the code reuses it (buildah
-# --layers, Docker's build cache), and so does every pull of a newer image. pip itself stays
-# out of that environment (it lives in /opt/pip of the build stages only).
+# Dependencies: the virtual environment /opt/flowforge with exactly the packages pinned in
+# deploy/image/requirements.txt (deploy/image/lock.sh makes it from pyproject.toml), in a
+# layer keyed by that file alone: a change to the code or to pyproject.toml's tool settings
+# reuses it (buildah --layers, Docker's build cache), and so does every pull of a newer image.
+# pip itself stays out of that environment (it lives in /opt/pip of the build stages only).
 # A build behind a TLS-inspecting proxy passes the CAs to trust as the optional build secret
 # `ca-certificates` (make image passes the host's); it is used by pip and never stored.
 FROM ${BASE_IMAGE} AS deps
@@ -24,20 +25,25 @@ RUN --mount=type=secret,id=ca-certificates \
     && /opt/pip/bin/pip install --quiet 'setuptools>=77' \
     && python3 -m venv --without-pip /opt/flowforge
 WORKDIR /src
-COPY pyproject.toml ./
+COPY deploy/image/requirements.txt ./
 RUN --mount=type=secret,id=ca-certificates \
     if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
-    && python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > requirements.txt \
-    && /opt/pip/bin/pip --python /opt/flowforge/bin/python install --quiet --requirement requirements.txt
+    && /opt/pip/bin/pip --python /opt/flowforge/bin/python install --quiet --no-deps \
+       --only-binary=:all: --requirement requirements.txt
 
 # FlowForge itself, as a wheel installed under /staging: only its own files (the package and
 # the `flowforge` scripts), to be laid over the environment in a small layer.
+# `pip check` fails the build when the pins no longer satisfy pyproject.toml.
 FROM deps AS build
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY operator ./operator
 RUN /opt/pip/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /wheels . \
     && /opt/pip/bin/pip --python /opt/flowforge/bin/python install --quiet --no-deps \
-       --no-compile --no-warn-script-location --root /staging /wheels/flowforge-*.whl
+       --no-compile --no-warn-script-location --root /staging /wheels/flowforge-*.whl \
+    && /opt/pip/bin/pip --python /opt/flowforge/bin/python install --quiet --no-deps \
+       --no-compile /wheels/flowforge-*.whl \
+    && { /opt/pip/bin/pip --python /opt/flowforge/bin/python check \
+         || { echo "deploy/image/requirements.txt is stale: run deploy/image/lock.sh" >&2; exit 1; }; }
 
 # Runtime: the base and that environment, nothing else (no pip, no compiler); a fixed
 # non-root uid so that `runAsNonRoot` can verify it (the chart's podSecurityContext).

@@ -17,6 +17,16 @@ started=$SECONDS
 
 bash "$here/install-tools.sh"
 
+# Every dependency or base change leaves the previous layers behind as the cache: past the
+# limit, start the cache afresh (the base tarball stays; the next build takes minutes).
+limit_mb=${FLOWFORGE_IMAGE_STORAGE_LIMIT_MB:-8192}
+storage=${FLOWFORGE_IMAGE_CACHE:-$HOME/.cache/flowforge/image}/storage
+if [ -d "$storage" ] && [ "$(du -sm "$storage" | cut -f1)" -gt "$limit_mb" ]; then
+    echo "==> $storage is over ${limit_mb} MiB: clearing buildah's layer cache" >&2
+    "${buildah[@]}" rm --all >/dev/null
+    "${buildah[@]}" rmi --all --force >/dev/null
+fi
+
 version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
 image=${FLOWFORGE_IMAGE:-localhost/flowforge/operator:$version}
 official=docker.io/library/$(sed -n 's/^ARG BASE_IMAGE=//p' "$repo/Dockerfile")

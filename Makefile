@@ -51,6 +51,14 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
 
+# Task types' Pod-spec schema from Kubernetes' OpenAPI (go fetches the module k8s.io/kubernetes
+# at the pinned version), then the CRDs, their reference and the chart's copy.
+crds: $(STAMP)
+	$(PY) -m flowforge.kube.podspec_gen
+	$(PY) -m flowforge.kube.crdgen
+	$(PY) -m flowforge.kube.crddocs
+	cp crds/*.yaml charts/flowforge/crds/
+
 dev: $(STAMP) controlplane
 	bash deploy/local/dev.sh
 

@@ -18,30 +18,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-from flowforge.domain.api import API_VERSION, GROUP, RUN_KIND, RUN_PLURAL, VERSION
+from flowforge.domain.api import GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.validation import parse_definition
-from flowforge.localdev import postgres as localdev_postgres
-from flowforge.localdev.binaries import repo_root
-from flowforge.localdev.controlplane import start_cluster, stop_cluster
 from flowforge.store.definitions import publish_definition
-from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
+from harness import (
+    BenchEnvironment,
+    bench_environment,
+    create_run_object,
+    exit_on_sigterm,
+    start_operator,
+    stop_operator,
+)
 
 STEP = {"image": "busybox:1.36"}
 METRICS_PORT = 19464
@@ -176,219 +175,153 @@ async def main() -> int:
     )
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
-    work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
-    cluster_dir = args.cluster_dir or work / "cluster"
-    operator: subprocess.Popen[bytes] | None = None
-    try:
-        cluster = start_cluster(
-            state_dir=cluster_dir, controller_manager_qps=args.controller_manager_qps
-        )
-        postgres = localdev_postgres.start(
-            work / "pg", settings={"fsync": "off", "synchronous_commit": "off"}
-        )
-        await migrate(postgres.dsn)
-        configuration = k8s.Configuration()
-        k8s_config.load_kube_config(
-            config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
-            client_configuration=configuration,
-        )
-        configuration.connection_pool_maxsize = 32
-        api = k8s.ApiClient(configuration)
-        extensions = k8s.ApiextensionsV1Api(api)
-        for path in sorted((repo_root() / "crds").glob("workflowruns.*.yaml")):
-            body = yaml.safe_load(path.read_text())
-            try:
-                extensions.create_custom_resource_definition(body)
-            except k8s.ApiException as error:
-                if error.status != 409:
-                    raise
-        time.sleep(2)
-        core, batch, custom = k8s.CoreV1Api(api), k8s.BatchV1Api(api), k8s.CustomObjectsApi(api)
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        core.create_namespace({"metadata": {"name": namespace}})
-        while True:
-            try:
-                core.read_namespaced_service_account("default", namespace)
-                break
-            except k8s.ApiException:
-                time.sleep(0.2)
+    operators: list[subprocess.Popen[bytes]] = []
+    async with bench_environment(
+        cluster_dir=args.cluster_dir, controller_manager_qps=args.controller_manager_qps
+    ) as env:
+        try:
+            return await measure(env, args, started=operators.append)
+        finally:
+            for started_operator in operators:
+                stop_operator(started_operator)
 
-        ceiling = raw_ceiling(batch, namespace, args.jobs)
-        print(
-            f"raw ceiling: {ceiling:.0f} Jobs/min created and completed "
-            f"({args.jobs} Jobs, plain client, 16 concurrent creations)"
-        )
 
-        pool = await open_pool(postgres.dsn, min_size=1, max_size=2)
-        for spec in (
-            {
-                "workflow": "single",
-                "version": 1,
-                "taskTypes": {"step": STEP},
-                "tasks": [{"key": "only", "type": "step"}],
-            },
-            {
-                "workflow": "chain",
-                "version": 1,
-                "taskTypes": {"step": STEP},
-                "tasks": [{"key": "t0", "type": "step"}]
-                + [
-                    {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
-                    for n in range(1, args.chain_length)
-                ],
-            },
-        ):
-            await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
-        await pool.close()
+async def measure(
+    env: BenchEnvironment,
+    args: argparse.Namespace,
+    *,
+    started: Callable[[subprocess.Popen[bytes]], None],
+) -> int:
+    api, namespace = env.api, env.namespace
+    batch, custom = k8s.BatchV1Api(api), k8s.CustomObjectsApi(api)
+    ceiling = raw_ceiling(batch, namespace, args.jobs)
+    print(
+        f"raw ceiling: {ceiling:.0f} Jobs/min created and completed "
+        f"({args.jobs} Jobs, plain client, 16 concurrent creations)"
+    )
 
-        log = (work / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowforge.operator",
-                "--dsn",
-                postgres.dsn,
-                "--namespace",
-                namespace,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--job-ttl",
-                "-1",
-                "--identity",
-                "bench",
-                "--metrics-port",
-                str(METRICS_PORT),
+    pool = await open_pool(env.dsn, min_size=1, max_size=2)
+    for spec in (
+        {
+            "workflow": "single",
+            "version": 1,
+            "taskTypes": {"step": STEP},
+            "tasks": [{"key": "only", "type": "step"}],
+        },
+        {
+            "workflow": "chain",
+            "version": 1,
+            "taskTypes": {"step": STEP},
+            "tasks": [{"key": "t0", "type": "step"}]
+            + [
+                {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
+                for n in range(1, args.chain_length)
             ],
-            env={**os.environ, "FLOWFORGE_JOB_CREATION_QPS": "200"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        },
+    ):
+        await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
+    await pool.close()
+
+    started(
+        start_operator(
+            env,
+            identity="bench",
+            metrics_port=METRICS_PORT,
+            extra_args=("--job-ttl", "-1"),
+            extra_env={"FLOWFORGE_JOB_CREATION_QPS": "200"},
         )
-        time.sleep(8)
+    )
+    time.sleep(8)
 
-        def create_runs(prefix: str, workflow: str, count: int) -> list[str]:
-            names = [f"{prefix}-{i:03d}" for i in range(count)]
+    def create_runs(prefix: str, workflow: str, count: int) -> list[str]:
+        names = [f"{prefix}-{i:03d}" for i in range(count)]
 
-            def create(name: str) -> None:
-                custom.create_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    RUN_PLURAL,
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": RUN_KIND,
-                        "metadata": {"name": name},
-                        "spec": {"workflow": workflow, "version": 1},
-                    },
-                )
+        def create(name: str) -> None:
+            create_run_object(custom, namespace, name, workflow=workflow)
 
-            threads = [threading.Thread(target=create, args=(name,)) for name in names]
-            for index in range(0, len(threads), 16):
-                for thread in threads[index : index + 16]:
-                    thread.start()
-                for thread in threads[index : index + 16]:
-                    thread.join()
-            return names
+        threads = [threading.Thread(target=create, args=(name,)) for name in names]
+        for index in range(0, len(threads), 16):
+            for thread in threads[index : index + 16]:
+                thread.start()
+            for thread in threads[index : index + 16]:
+                thread.join()
+        return names
 
-        def wait_finished(
-            names: list[str], timeout: float, *, poll: float = 0.25
-        ) -> dict[str, str]:
-            """Poll the runs' phases (a LIST of every run is heavy for the apiserver: the
-            interval bounds the throughput figure's error, 0.25 s in 60 s)."""
-            deadline = time.monotonic() + timeout
-            wanted = set(names)
-            phases: dict[str, str] = {}
-            while time.monotonic() < deadline:
-                runs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RUN_PLURAL)
-                items = runs["items"]
-                phases = {
-                    item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
-                    for item in items
-                    if item["metadata"]["name"] in wanted
-                }
-                if len(phases) == len(wanted) and all(
-                    p in ("Succeeded", "Failed", "Cancelled") for p in phases.values()
-                ):
-                    return phases
-                time.sleep(poll)
-            raise SystemExit(f"runs not finished in {timeout} s: {phases}")
+    def wait_finished(names: list[str], timeout: float, *, poll: float = 0.25) -> dict[str, str]:
+        """Poll the runs' phases (a LIST of every run is heavy for the apiserver: the
+        interval bounds the throughput figure's error, 0.25 s in 60 s)."""
+        deadline = time.monotonic() + timeout
+        wanted = set(names)
+        phases: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            runs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RUN_PLURAL)
+            items = runs["items"]
+            phases = {
+                item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
+                for item in items
+                if item["metadata"]["name"] in wanted
+            }
+            if len(phases) == len(wanted) and all(
+                p in ("Succeeded", "Failed", "Cancelled") for p in phases.values()
+            ):
+                return phases
+            time.sleep(poll)
+        raise SystemExit(f"runs not finished in {timeout} s: {phases}")
 
-        # warm-up: one run through every path
-        wait_finished(create_runs("warm", "chain", 1), 120)
+    # warm-up: one run through every path
+    wait_finished(create_runs("warm", "chain", 1), 120)
 
-        started = time.monotonic()
-        names = create_runs("single", "single", args.runs)
-        phases = wait_finished(names, 600)
-        elapsed = time.monotonic() - started
-        throughput = len(names) / elapsed * 60
-        assert set(phases.values()) == {"Succeeded"}, phases
-        print(
-            f"single-task runs: {throughput:.0f} runs/min completed ({len(names)} runs in "
-            f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)"
-        )
+    started = time.monotonic()
+    names = create_runs("single", "single", args.runs)
+    phases = wait_finished(names, 600)
+    elapsed = time.monotonic() - started
+    throughput = len(names) / elapsed * 60
+    assert set(phases.values()) == {"Succeeded"}, phases
+    print(
+        f"single-task runs: {throughput:.0f} runs/min completed ({len(names)} runs in "
+        f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)"
+    )
 
-        watcher = JobWatcher(batch, namespace)
-        names = create_runs("chain", "chain", args.chains)
-        wait_finished(names, 600, poll=2)
-        time.sleep(1)
-        watcher.close()
-        by_run: dict[str, dict[str, str]] = {}
-        for job, labels in watcher.labels.items():
-            by_run.setdefault(labels.get("flowforge.io/run", ""), {})[
-                labels.get("flowforge.io/task", "")
-            ] = job
-        handoffs: list[tuple[float, str]] = []
-        for name in names:
-            jobs = by_run.get(name, {})
-            for n in range(1, args.chain_length):
-                upstream, dependent = jobs.get(f"t{n - 1}"), jobs.get(f"t{n}")
-                if upstream in watcher.completed and dependent in watcher.created:
-                    handoffs.append(
-                        (
-                            watcher.created[dependent] - watcher.completed[upstream],
-                            f"{name} t{n - 1}->t{n}",
-                        )
+    watcher = JobWatcher(batch, namespace)
+    names = create_runs("chain", "chain", args.chains)
+    wait_finished(names, 600, poll=2)
+    time.sleep(1)
+    watcher.close()
+    by_run: dict[str, dict[str, str]] = {}
+    for job, labels in watcher.labels.items():
+        by_run.setdefault(labels.get("flowforge.io/run", ""), {})[
+            labels.get("flowforge.io/task", "")
+        ] = job
+    handoffs: list[tuple[float, str]] = []
+    for name in names:
+        jobs = by_run.get(name, {})
+        for n in range(1, args.chain_length):
+            upstream, dependent = jobs.get(f"t{n - 1}"), jobs.get(f"t{n}")
+            if upstream in watcher.completed and dependent in watcher.created:
+                handoffs.append(
+                    (
+                        watcher.created[dependent] - watcher.completed[upstream],
+                        f"{name} t{n - 1}->t{n}",
                     )
-        latencies = [latency for latency, _ in handoffs]
-        expected = args.chains * (args.chain_length - 1)
-        print(
-            f"hand-off latency, {len(latencies)} of {expected} hand-offs in "
-            f"{args.chains} concurrent runs: "
-            f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
-            f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
-            f"max {max(latencies) * 1000:.0f} ms, "
-            f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)"
-        )
-        print(operator_handoff())
-        print(
-            "slowest: "
-            + ", ".join(
-                f"{where} {latency * 1000:.0f} ms" for latency, where in sorted(handoffs)[-3:]
-            )
-        )
-        return 0
-    finally:
-        if operator is not None:
-            operator.send_signal(signal.SIGTERM)
-            try:
-                operator.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-        localdev_postgres.stop(work / "pg")
-        if args.cluster_dir is None:
-            stop_cluster(cluster_dir)
-        if os.environ.get("FLOWFORGE_BENCH_KEEP"):
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: stop the cluster and servers
+                )
+    latencies = [latency for latency, _ in handoffs]
+    expected = args.chains * (args.chain_length - 1)
+    print(
+        f"hand-off latency, {len(latencies)} of {expected} hand-offs in "
+        f"{args.chains} concurrent runs: "
+        f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
+        f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
+        f"max {max(latencies) * 1000:.0f} ms, "
+        f"mean {statistics.fmean(latencies) * 1000:.0f} ms (target p99 < 250 ms)"
+    )
+    print(operator_handoff())
+    print(
+        "slowest: "
+        + ", ".join(f"{where} {latency * 1000:.0f} ms" for latency, where in sorted(handoffs)[-3:])
+    )
+    return 0
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     sys.exit(asyncio.run(main()))

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.event_series import COMBINED_PREFIX, SIMILAR_BEFORE_SERIES
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT
+from flowforge.operator.notifier import SERIES_FLUSH_SECONDS
 from flowforge.store import queries as store_queries
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
@@ -152,6 +154,19 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
     created = await store_queries.job_created_attempts(driver.pool, run.id)
     assert len(created) == width + 2
+
+    # 52 starts: the first few are Events of their own, the rest one Event that counts them
+    started: list[Any] = []
+    deadline = time.monotonic() + SERIES_FLUSH_SECONDS + 10
+    while time.monotonic() < deadline:
+        started = [e for e in driver.events("f1") if e.reason == "TaskStarted"]
+        if sum(e.count for e in started) == width + 2:
+            break
+        await asyncio.sleep(0.5)
+    [series] = [e for e in started if e.count > 1]
+    assert series.count == width + 2 - SIMILAR_BEFORE_SERIES
+    assert series.message.startswith(COMBINED_PREFIX)
+    assert len(started) == SIMILAR_BEFORE_SERIES + 1
 
 
 async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(

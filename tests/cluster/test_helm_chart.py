@@ -255,14 +255,17 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
     assert sorted(r["metadata"]["namespace"] for r in operator_roles) == ["team-a", "team-b"]
     webhook_roles = [r for r in roles if r["metadata"]["name"].endswith("-webhook-read")]
     assert sorted(r["metadata"]["namespace"] for r in webhook_roles) == ["team-a", "team-b"]
-    # the webhook reads definitions (runs applied with theirs) and policies, and writes nothing
+    # the webhook reads definitions (runs applied with theirs) and policies, and writes
+    # nothing: it creates Jobs and Pods only as dry-runs of the task types
     for role in webhook_roles:
         assert role["rules"] == [
             {
                 "apiGroups": ["flowforge.io"],
                 "resources": ["workflowdefinitions", "flowforgepolicies"],
                 "verbs": ["list"],
-            }
+            },
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
         ]
     assert len(roles) == len(operator_roles) + len(webhook_roles)
     cluster_roles = {

@@ -9,6 +9,7 @@ and after the database is back nothing is stuck longer than the statement timeou
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -23,12 +24,18 @@ from pathlib import Path
 
 import pytest
 
+from flowforge.kube.webhook_config import TIMEOUT_SECONDS as WEBHOOK_TIMEOUT_SECONDS
+from flowforge.kube.webhook_config import VALIDATE_DEFINITION_HANDLER_ID
 from flowforge.localdev import postgres as localdev
+from flowforge.localdev.controlplane import Cluster
 from flowforge.store.connection import Pool
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
+from tests.cluster.test_admission_fuzz import admission_review
 from tests.cluster.test_engine_crash import assert_exactly_once, diamond, wait_all
+from tests.cluster.test_webhooks import definition
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
+from tests.plugins.webhooks import WebhookHttps, spawn_webhook_server, stop_webhook_server
 
 pytestmark = pytest.mark.cluster
 
@@ -198,3 +205,38 @@ async def test_runs_ride_out_a_thirty_second_postgres_outage(
     finally:
         sampling.cancel()
         await pool.close()
+
+
+def test_admission_answers_before_the_apiserver_gives_up_while_postgres_is_paused(
+    cluster: Cluster,
+    flowforge_crds: list[str],
+    outage_postgres: tuple[Path, int, str],
+    tmp_path: Path,
+) -> None:
+    """A wedged database must not hang `kubectl apply` for the webhook's whole timeout: the
+    webhook's pool bounds every read (``store/session.py::WEBHOOK_LIMITS``) and refuses."""
+    directory, _, dsn = outage_postgres
+    server = spawn_webhook_server(cluster, directory=tmp_path, dsn=dsn)
+    https = WebhookHttps(server, client=cluster.webhook_client)
+    document = json.loads(
+        admission_review(
+            definition(name="paused") | {"metadata": {"name": "paused", "namespace": "pg-paused"}},
+            namespace="pg-paused",
+        )
+    )
+    # an administrator, so that only the store can refuse it
+    document["request"]["userInfo"] = {"username": "admin", "groups": ["system:masters"]}
+    review = json.dumps(document).encode()
+    try:
+        before = https.post(VALIDATE_DEFINITION_HANDLER_ID, review).json()["response"]
+        with paused(directory / "data"):
+            started = time.monotonic()
+            during = https.post(VALIDATE_DEFINITION_HANDLER_ID, review, timeout=30).json()
+            elapsed = time.monotonic() - started
+        after = https.post(VALIDATE_DEFINITION_HANDLER_ID, review).json()["response"]
+    finally:
+        stop_webhook_server(server)
+    assert before["allowed"] is True, before
+    assert during["response"]["allowed"] is False, during
+    assert elapsed < WEBHOOK_TIMEOUT_SECONDS - 1, elapsed  # then the apiserver gives up
+    assert after["allowed"] is True, after

@@ -50,6 +50,23 @@ class Harness:
         *,
         task_type: Mapping[str, Any] | None = None,
     ) -> RunContext:
+        body = await self.unstarted(name, tasks, task_type=task_type)
+        await self.engine.start_run(body)
+        run_id = await find_run_id_by_uid(
+            self.pool, namespace=NAMESPACE, uid=body["metadata"]["uid"]
+        )
+        assert run_id is not None
+        return await self.engine.runs.by_id(run_id)
+
+    async def unstarted(
+        self,
+        name: str,
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        task_type: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A published definition and a WorkflowRun object of it whose watch event was
+        missed (the store holds no run for it yet)."""
         document: dict[str, Any] = {
             "workflow": name,
             "version": 1,
@@ -66,12 +83,7 @@ class Harness:
             "spec": {"workflow": name, "version": 1},
         }
         self.kube.runs[(NAMESPACE, name)] = body
-        await self.engine.start_run(body)
-        run_id = await find_run_id_by_uid(
-            self.pool, namespace=NAMESPACE, uid=body["metadata"]["uid"]
-        )
-        assert run_id is not None
-        return await self.engine.runs.by_id(run_id)
+        return body
 
     def job_of(self, task_key: str, *, attempt: int = 1) -> str:
         for (_, name), job in self.kube.jobs.items():

@@ -20,8 +20,16 @@ from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.jobs import CreatedJob, JobIdentity
+from flowforge.kube.pages import ListPage
 
 Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ListCall:
+    kind: str  # jobs | runs
+    limit: int
+    continue_token: str | None
 
 
 @dataclasses.dataclass
@@ -38,9 +46,12 @@ class FakeKube:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[PostedEvent] = []
+        self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
         self.pods: list[dict[str, Any]] = []
+        self.lists: list[ListCall] = []  # every LIST, paged as the apiserver pages it
+        self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
         # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
@@ -81,15 +92,16 @@ class FakeKube:
         return None if job is None else copy.deepcopy(job)
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str
-    ) -> list[dict[str, Any]]:
+        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+    ) -> ListPage:
         label, _, value = label_selector.partition("=")
-        return [
-            copy.deepcopy(job)
-            for (job_namespace, _), job in self.jobs.items()
+        matching = [
+            job
+            for (job_namespace, _), job in sorted(self.jobs.items())
             if namespace in (None, job_namespace)
             and job["metadata"].get("labels", {}).get(label) == value
         ]
+        return self._page("jobs", matching, limit=limit, continue_token=continue_token)
 
     async def job_termination(
         self, *, namespace: str, job_name: str, job_uid: str
@@ -126,8 +138,23 @@ class FakeKube:
         run = self.runs.get((namespace, name))
         return None if run is None else copy.deepcopy(run)
 
-    async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(run) for (ns, _), run in self.runs.items() if namespace in (None, ns)]
+    async def list_runs(
+        self, *, namespace: str | None, limit: int, continue_token: str | None
+    ) -> ListPage:
+        matching = [run for (ns, _), run in sorted(self.runs.items()) if namespace in (None, ns)]
+        return self._page("runs", matching, limit=limit, continue_token=continue_token)
+
+    def _page(
+        self, kind: str, items: list[dict[str, Any]], *, limit: int, continue_token: str | None
+    ) -> ListPage:
+        """As the apiserver pages a LIST: at most ``limit`` items, and a token for the rest."""
+        self.lists.append(ListCall(kind, limit, continue_token))
+        start = int(continue_token or 0)
+        end = start + limit
+        return ListPage(
+            items=[copy.deepcopy(item) for item in items[start:end]],
+            continue_token=str(end) if end < len(items) else None,
+        )
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
@@ -136,6 +163,7 @@ class FakeKube:
         if run is None:
             return False
         run["status"] = {**run.get("status", {}), **status}
+        self.status_patches.append(name)
         return True
 
     async def json_patch_run(
@@ -187,6 +215,20 @@ class FakeKube:
         warning: bool = False,
     ) -> None:
         self.events.append(PostedEvent(namespace, run_name, reason, message, warning))
+
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
+    ) -> None:
+        self.event_series[(namespace, name)] = (reason, message, count)
 
     # what the Job controller would do
 

@@ -8,11 +8,13 @@ lost in the middle of recording an outcome, an outcome seen twice.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from flowforge.domain.event_series import COMBINED_PREFIX, SIMILAR_BEFORE_SERIES
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
 from flowforge.store.errors import StaleEpochError
@@ -197,3 +199,19 @@ async def test_a_deleted_run_skips_its_rollback_and_finishes_cancelled(harness: 
     states = await harness.states(run)
     assert states["release"] == states["refund"] == CompensationState.SKIPPED
     assert not [role for role, _ in harness.roles_created() if role == TaskRole.COMPENSATION]
+
+
+async def test_a_wide_run_posts_the_first_starts_alone_and_counts_the_rest_in_one_event(
+    harness: Harness,
+) -> None:
+    width = SIMILAR_BEFORE_SERIES + 15
+    run = await harness.start("wide", [{"key": f"t{n:02d}"} for n in range(width)])
+    await harness.settle_background()
+
+    assert len(harness.kube.created) == width
+    assert harness.kube.reasons().count("TaskStarted") == SIMILAR_BEFORE_SERIES
+    await harness.engine.notifier.flush_series(run, "TaskStarted")  # the flush timer's work
+    [(key, (reason, message, count))] = harness.kube.event_series.items()
+    assert key[1].startswith(f"wide.{run.uid[:8]}.taskstarted.")
+    assert (reason, count) == ("TaskStarted", width - SIMILAR_BEFORE_SERIES)
+    assert message.startswith(COMBINED_PREFIX) and re.search(r"\bt\d\d\b", message)

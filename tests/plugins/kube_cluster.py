@@ -54,13 +54,22 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
     crds_dir = repo_root() / "crds"
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds_dir))
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
-    kubectl(
-        cluster,
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        *[f"crd/{name}" for name in names],
-    )
+    deadline = time.monotonic() + 60
+    while True:
+        # kubectl wait fails at once on a CRD whose status has no conditions yet
+        waited = kubectl(
+            cluster,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            *[f"crd/{name}" for name in names],
+            check=False,
+        )
+        if waited.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"the CRDs are not Established after 60 s: {waited.stderr}")
+        time.sleep(0.2)
     _refresh_discovery(cluster, group=GROUP, expected=len(names))
     return names
 

@@ -38,6 +38,7 @@ from flowforge.store import (
     reuse,
     runs,
     settle,
+    sweep,
 )
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
@@ -49,6 +50,8 @@ from tests.store.conftest import NAMESPACE, failure, record, roll_back, start_ru
 pytestmark = pytest.mark.store
 
 RUN_PKEY = "flowforge_run_pkey"
+# a run by its object's identity: the identity index, or the uid index (as selective)
+RUN_BY_OBJECT = frozenset({"flowforge_run_identity", "flowforge_run_uid_idx"})
 TASK_PKEY = "flowforge_task_pkey"
 LEASE_PKEY = "flowforge_lease_pkey"
 TASK_IDENTITY = "flowforge_task_identity"
@@ -246,7 +249,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "runs.FIND_RUN_QUERY": (
         runs.FIND_RUN_QUERY,
         lambda p: (NAMESPACE, "wf-3-run", "x"),
-        needs("flowforge_run_identity"),
+        needs(RUN_BY_OBJECT),
     ),
     "reuse.CANDIDATES_QUERY": (
         reuse.CANDIDATES_QUERY,
@@ -264,10 +267,25 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (NAMESPACE, "wf-3"),
         needs("flowforge_definition_identity"),
     ),
-    "runs.ACTIVE_RUNS_QUERY": (
-        runs.ACTIVE_RUNS_QUERY,
-        lambda p: (0, 100),
-        needs("flowforge_run_active_idx"),
+    "sweep.SWEEP_QUERY": (
+        sweep.SWEEP_QUERY,
+        lambda p: {"after": 0, "limit": 100},
+        needs("flowforge_run_active_idx", PROGRESS, JOBS_CREATED),
+    ),
+    "sweep.LISTED_RUNS_QUERY": (
+        sweep.LISTED_RUNS_QUERY,
+        lambda p: ([NAMESPACE, NAMESPACE], ["wf-3-run", "wf-4-run"], ["x", "y"]),
+        needs(RUN_BY_OBJECT),
+    ),
+    "queries.RUN_BY_UID_QUERY": (
+        queries.RUN_BY_UID_QUERY,
+        lambda p: ("x",),
+        needs("flowforge_run_uid_idx"),
+    ),
+    "definitions.FINGERPRINT_QUERY": (
+        definitions.FINGERPRINT_QUERY,
+        lambda p: (1,),
+        needs("flowforge_definition_pkey"),
     ),
     "reuse.FIND_BY_NAME_QUERY": (
         reuse.FIND_BY_NAME_QUERY,

@@ -13,7 +13,7 @@ from flowforge.store import migrate as migrate_module
 from flowforge.store.errors import SchemaNotMigratedError, SchemaTooNewError
 from flowforge.store.migrate import known_migrations, migrate, newest_known_version
 from flowforge.store.pool import open_pool
-from flowforge.store.runs import ACTIVE_RUNS_QUERY
+from flowforge.store.sweep import SWEEP_QUERY
 
 pytestmark = pytest.mark.store
 
@@ -100,7 +100,7 @@ async def test_schema_2_spells_the_phases_of_existing_runs_as_kubernetes_does(
         rows = connection.execute("SELECT name, phase FROM flowforge_run").fetchall()
         connection.execute("SET enable_seqscan = off")
         plan = connection.execute(
-            ("EXPLAIN (FORMAT JSON) " + ACTIVE_RUNS_QUERY).encode(), (0, 10)
+            ("EXPLAIN (FORMAT JSON) " + SWEEP_QUERY).encode(), {"after": 0, "limit": 10}
         ).fetchone()
     assert dict(rows) == {phase: RunPhase(phase.capitalize()) for phase in old_spelling}
     assert plan is not None and "flowforge_run_active_idx" in json.dumps(plan[0])

@@ -14,7 +14,8 @@ from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, list_tasks
-from flowforge.store.runs import create_run, find_run, get_run, list_active_runs
+from flowforge.store.runs import create_run, find_run, get_run
+from flowforge.store.sweep import sweep_page
 from tests.store.conftest import DIAMOND, NAMESPACE, finish, kinds, start_run
 
 pytestmark = pytest.mark.store
@@ -43,7 +44,9 @@ async def test_a_run_appears_with_roots_ready_and_the_rest_waiting(
     assert {task.attempt for task in tasks.values()} == {1}
     assert started.run.phase is RunPhase.RUNNING
     assert [t.task_key for t in await active_tasks(store, started.run.id)] == ["extract"]
-    assert await list_active_runs(store) == [started.run.id]
+    assert [run.run_id for run in (await sweep_page(store, after_id=0, limit=10)).runs] == [
+        started.run.id
+    ]
     assert await kinds(store, started.run.id) == [EventKind.RUN_CREATED]
 
 
@@ -76,7 +79,7 @@ async def test_a_finished_run_leaves_the_active_list(store: Pool, fence: Fence) 
     assert decision.phase is RunPhase.SUCCEEDED
     run = await get_run(store, started.run.id)
     assert run.phase is RunPhase.SUCCEEDED and run.finished_at is not None
-    assert await list_active_runs(store) == []
+    assert (await sweep_page(store, after_id=0, limit=10)).runs == ()
 
 
 async def test_history_is_append_only(store_dsn: str, store: Pool, fence: Fence) -> None:

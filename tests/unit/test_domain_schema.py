@@ -94,8 +94,8 @@ def test_an_unknown_field_is_reported_at_its_own_path() -> None:
 
 
 def test_an_unknown_template_field_names_the_task_type_in_brackets() -> None:
-    document = spec(taskTypes={"py": {"image": "x", "imagePullPolicy": "Always"}})
-    assert paths(shape_errors(document)) == ["spec.taskTypes[py].imagePullPolicy"]
+    document = spec(taskTypes={"py": {"image": "x", "imagePolicy": "Always"}})
+    assert paths(shape_errors(document)) == ["spec.taskTypes[py].imagePolicy"]
 
 
 def test_errors_use_kubernetes_style_paths_for_list_items() -> None:

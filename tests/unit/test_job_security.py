@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from flowforge.domain.errors import InvalidDefinitionError
+from flowforge.domain.policy import Policy, definition_violations
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.jobs import JobRequest, build_job
@@ -94,16 +95,57 @@ def test_pods_of_one_job_do_not_share_the_defaults_by_reference() -> None:
 
 
 @pytest.mark.parametrize(
-    "template",
+    ("template", "field"),
     [
-        {"image": "x", "securityContext": {"privileged": True}},
-        {"image": "x", "hostNetwork": True},
-        {"image": "x", "automountServiceAccountToken": "yes"},
+        ({"image": "x", "securityContext": {"privileged": True}}, "securityContext.privileged"),
+        ({"image": "x", "hostNetwork": True}, "hostNetwork"),
+        (
+            {"image": "x", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
+            "securityContext.capabilities.add[0]",
+        ),
+        ({"image": "x", "podSecurityContext": {"runAsUser": 0}}, "podSecurityContext.runAsUser"),
+        (
+            {"image": "x", "volumes": [{"name": "h", "hostPath": {"path": "/etc"}}]},
+            "volumes[0].hostPath",
+        ),
     ],
 )
-def test_a_definition_cannot_loosen_the_pod(template: dict[str, Any]) -> None:
+def test_the_default_policy_refuses_what_loosens_the_pod(
+    template: dict[str, Any], field: str
+) -> None:
     spec = {"workflow": "w", "version": 1, "taskTypes": {"t": template},
+            "tasks": [{"key": "a", "type": "t"}]}  # fmt: skip
+    violations = definition_violations(parse_definition(spec), [Policy.default("team-a")])
+    assert [violation.path for violation in violations] == [f"spec.taskTypes.t.{field}"]
+
+
+def test_a_template_cannot_say_what_the_schema_refuses() -> None:
+    spec = {"workflow": "w", "version": 1,
+            "taskTypes": {"t": {"image": "x", "automountServiceAccountToken": "yes"}},
             "tasks": [{"key": "a", "type": "t"}]}  # fmt: skip
     with pytest.raises(InvalidDefinitionError) as caught:
         parse_definition(spec)
-    assert "spec.taskTypes[t]." in str(caught.value)
+    assert "spec.taskTypes[t].automountServiceAccountToken" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        {"image": "x", "securityContext": {"capabilities": {"drop": []}, "runAsUser": 1000}},
+        {"image": "x", "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}},
+        {"image": "x", "podSecurityContext": {"runAsUser": 1000, "fsGroup": 2000}},
+        {
+            "image": "x",
+            "initContainers": [
+                {"name": "proxy", "image": "envoy", "restartPolicy": "Always"},
+            ],
+        },
+    ],
+)
+def test_a_template_security_context_keeps_the_restricted_defaults(
+    template: dict[str, Any],
+) -> None:
+    pod = pod_of(template)
+    assert restricted_problems(pod) == []
+    for container in pod.get("initContainers", []):
+        assert restricted_problems({**pod, "containers": [container]}) == []

@@ -33,6 +33,7 @@ class EnvVar(BaseModel):
 
     name: str
     value: str | None = None
+    value_from: dict[str, Any] | None = None
 
 
 class ContainerTemplate(BaseModel):
@@ -52,6 +53,25 @@ class ContainerTemplate(BaseModel):
     tolerations: tuple[dict[str, Any], ...] | None = None
     automount_service_account_token: bool | None = None
     pending_timeout_seconds: int | None = None
+    # Kubernetes' own Pod and container fields (shapes in `podspec_schema`): held as the
+    # documents they are, handed to the Job as they are.
+    env_from: tuple[dict[str, Any], ...] | None = None
+    volume_mounts: tuple[dict[str, Any], ...] | None = None
+    image_pull_policy: str | None = None
+    working_dir: str | None = None
+    security_context: dict[str, Any] | None = None
+    volumes: tuple[dict[str, Any], ...] | None = None
+    image_pull_secrets: tuple[dict[str, Any], ...] | None = None
+    affinity: dict[str, Any] | None = None
+    topology_spread_constraints: tuple[dict[str, Any], ...] | None = None
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+    pod_security_context: dict[str, Any] | None = None
+    init_containers: tuple[dict[str, Any], ...] | None = None
+    host_network: bool | None = None
+    host_pid: bool | None = Field(default=None, alias="hostPID")
+    host_ipc: bool | None = Field(default=None, alias="hostIPC")
+    job_metadata: dict[str, dict[str, str]] | None = None
 
 
 class TaskSpec(BaseModel):

@@ -24,7 +24,8 @@ from typing import Any, Final
 
 from flowforge.domain.caps import config_text, nesting_depth
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
-from flowforge.domain.policy_spec import PolicyCaps, PolicySpec, TolerationRule
+from flowforge.domain.policy_pods import pod_security_findings, required_node_labels
+from flowforge.domain.policy_spec import PodSecurityRules, PolicyCaps, PolicySpec, TolerationRule
 
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
 ANY: Final = "*"
@@ -185,6 +186,32 @@ def template_violations(
             else:
                 continue
             found.append(Violation(f"{path}.nodeSelector.{key}", message))
+        found.extend(_affinity_violations(template, path=path, spec=spec, by=by))
+        found.extend(
+            Violation(at, f"{what} is not allowed by {by}")
+            for at, what in pod_security_findings(template, path=path, rules=spec.pod_security)
+        )
+    return found
+
+
+def _affinity_violations(
+    template: ContainerTemplate, *, path: str, spec: PolicySpec, by: str
+) -> list[Violation]:
+    """A required node affinity chooses nodes as a nodeSelector does: the same rules hold."""
+    found = []
+    for at, key, values in required_node_labels(template, path=path):
+        allowed = spec.node_selector.get(key)
+        if allowed is None:
+            found.append(Violation(f"{at}.key", f"node label {key!r} is not allowed by {by}"))
+        elif ANY not in allowed and (values is None or not set(values) <= set(allowed)):
+            shown = "any value" if values is None else ", ".join(map(repr, values))
+            found.append(
+                Violation(
+                    at,
+                    f"{shown} of node label {key!r} is not allowed by {by} (allowed: "
+                    f"{', '.join(allowed) or 'none'})",
+                )
+            )
     return found
 
 
@@ -291,6 +318,7 @@ def policies_or_default(policies: Sequence[Policy], *, namespace: str) -> list[P
 __all__ = [
     "DEFAULT_SERVICE_ACCOUNT",
     "ImageReference",
+    "PodSecurityRules",
     "Policy",
     "PolicyCaps",
     "PolicySpec",

@@ -85,6 +85,57 @@ class PolicyCaps(_PolicyModel):
     )
 
 
+class PodSecurityRules(_PolicyModel):
+    """What task types may loosen of the restricted Pod defaults; omitted: nothing."""
+
+    privileged: bool = Field(
+        default=False,
+        description="Containers may be privileged (securityContext.privileged, Windows "
+        "hostProcess).",
+    )
+    allow_privilege_escalation: bool = Field(
+        default=False,
+        description="Containers may set securityContext.allowPrivilegeEscalation: true.",
+    )
+    capabilities: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Linux capabilities containers may add (`*`: any). Default: none.",
+    )
+    host_namespaces: bool = Field(
+        default=False, description="Pods may use hostNetwork, hostPID and hostIPC."
+    )
+    host_paths: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Host directories hostPath volumes may mount (each allows itself and "
+        "what is below it). Default: none.",
+    )
+    run_as_root: bool = Field(
+        default=False, description="Pods and containers may run as user 0 (runAsNonRoot: false)."
+    )
+    unconfined: bool = Field(
+        default=False,
+        description="Seccomp or AppArmor profile Unconfined, procMount Unmasked, and SELinux "
+        "options beyond the container types.",
+    )
+    sysctls: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_POLICY_ENTRIES,
+        description="Sysctls the Pod may set (globs). Default: none.",
+    )
+    runtime_classes: list[str] = Field(
+        default_factory=lambda: ["*"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="RuntimeClasses task types may name (globs). Default: any.",
+    )
+    priority_classes: list[str] = Field(
+        default_factory=lambda: ["*"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="PriorityClasses task types may name (globs). Default: any.",
+    )
+
+
 class PolicySpec(_PolicyModel):
     """What the Jobs of this namespace's workflows may use (every policy of it applies)."""
 
@@ -120,6 +171,12 @@ class PolicySpec(_PolicyModel):
         default_factory=PolicyCaps,
         description="Caps lower than FlowForge's hard limits (never higher).",
     )
+    pod_security: PodSecurityRules = Field(
+        default_factory=PodSecurityRules,
+        description="What task types may loosen of the restricted Pod defaults (privileged, "
+        "capabilities, host namespaces and paths, root, unconfined profiles, sysctls) and the "
+        "runtime and priority classes they may name.",
+    )
 
 
 def _with_item_bounds(schema: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +200,9 @@ def _with_item_bounds(schema: dict[str, Any]) -> dict[str, Any]:
     for branch in rule["effects"]["anyOf"]:
         if branch.get("type") == "array":
             branch["items"] = {"type": "string", "pattern": _EFFECT_PATTERN}
+    pods = schema["$defs"]["PodSecurityRules"]["properties"]
+    for name in ("capabilities", "hostPaths", "sysctls", "runtimeClasses", "priorityClasses"):
+        pods[name]["items"] = {"type": "string", "minLength": 1, "maxLength": 512}
     return schema
 
 

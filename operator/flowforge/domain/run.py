@@ -102,6 +102,12 @@ def deletion_waits_for_rollback(metadata: Mapping[str, Any]) -> bool:
     return FINALIZER in (metadata.get("finalizers") or []) and not deletion_forced(metadata)
 
 
+def shown_phase(body: Mapping[str, Any]) -> str | None:
+    """The phase a WorkflowRun object's status shows (None: no status written yet)."""
+    phase = (body.get("status") or {}).get("phase")
+    return None if phase is None else str(phase)
+
+
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from flowforge.domain.errors import DefinitionSchemaError
 from flowforge.domain.fastcheck import Check, compile_check, go_compatible_pattern
+from flowforge.domain.k8s_grammar import PATTERN_DESCRIPTIONS
 from flowforge.domain.spec_schema import (
     CONTAINER_TEMPLATE_SCHEMA,
     DEFINITION_SPEC_SCHEMA,
-    PATTERN_DESCRIPTIONS,
     TASK_SCHEMA,
 )
 
@@ -51,9 +51,10 @@ def _pattern_keyword(
 def _validator() -> Any:
     # imported here: a valid spec never needs jsonschema (the fast check answers), and the
     # import is a tenth of `flowforge plan`
+    # (the schema's own validity is a unit test: checking it here cost seconds per process
+    # once the Pod-spec fields made it large)
     import jsonschema
 
-    jsonschema.Draft202012Validator.check_schema(DEFINITION_SPEC_SCHEMA)
     extend: Any = jsonschema.validators.extend
     validator_class = extend(jsonschema.Draft202012Validator, {"pattern": _pattern_keyword})
     return validator_class(DEFINITION_SPEC_SCHEMA)
@@ -148,8 +149,23 @@ def _message(keyword: Any, argument: Any, instance: Any, fallback: str) -> str:
         case "enum":
             return f"must be one of {', '.join(_show(item) for item in argument)}"
         case "anyOf":
-            return f"{_show(instance)} must be an integer or a string"
+            return _any_of_message(argument, instance)
     return fallback if len(fallback) <= 200 else fallback[:197] + "..."
+
+
+def _any_of_message(branches: list[Any], instance: Any) -> str:
+    """Int-or-string fields: say what the string branch wants of a string that fails it."""
+    for branch in branches:
+        if not isinstance(instance, str) or branch.get("type") != "string":
+            continue
+        limit = branch.get("maxLength")
+        if limit is not None and len(instance) > limit:
+            return f"must be at most {limit} characters long"
+        pattern = branch.get("pattern")
+        if pattern is not None:
+            expected = PATTERN_DESCRIPTIONS.get(pattern, f"a string matching {pattern}")
+            return f"{_show(instance)} is not {expected}"
+    return f"{_show(instance)} must be an integer or a string"
 
 
 def _first_duplicate(items: list[Any]) -> Any:

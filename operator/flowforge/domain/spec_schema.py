@@ -12,24 +12,19 @@ from __future__ import annotations
 from typing import Any, Final
 
 from flowforge.domain.caps import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_TASKS
-
-DNS1123_LABEL_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS1123_SUBDOMAIN_PATTERN: Final = (
-    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+from flowforge.domain.k8s_grammar import (
+    DNS1123_LABEL_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN,
+    LABEL_VALUE_PATTERN,
+    NON_BLANK_PATTERN,
 )
+from flowforge.domain.podspec_schema import KUBERNETES_VERSION, TEMPLATE_FIELDS
+
 TASK_KEY_MAX_LENGTH: Final = 50
 MAX_TASK_TYPES: Final = 256
 MAX_RETRIES: Final = 100
 MAX_TIMEOUT_SECONDS: Final = 30 * 24 * 3600
 MAX_VERSION: Final = 2**31 - 1
-
-PATTERN_DESCRIPTIONS: Final[dict[str, str]] = {
-    DNS1123_LABEL_PATTERN: (
-        "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a "
-        "letter or digit)"
-    ),
-    DNS1123_SUBDOMAIN_PATTERN: ("a DNS-1123 subdomain (DNS-1123 labels joined by '.')"),
-}
 
 
 def _task_key(description: str) -> dict[str, Any]:
@@ -60,140 +55,86 @@ def _string_list(description: str, *, max_items: int) -> dict[str, Any]:
     }
 
 
-_QUANTITY: Final[dict[str, Any]] = {
-    "anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 64}],
-    "x-kubernetes-int-or-string": True,
+def _label_map(description: str, *, max_entries: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "maxProperties": max_entries,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": LABEL_VALUE_PATTERN,
+        },
+    }
+
+
+_ANNOTATION_VALUE_LENGTH: Final = 65_536
+
+_OWN_TEMPLATE_FIELDS: Final[dict[str, Any]] = {
+    "image": {
+        "type": "string",
+        "description": "The container image, e.g. python:3.12-slim.",
+        "minLength": 1,
+        "maxLength": 1024,
+        "pattern": NON_BLANK_PATTERN,
+    },
+    "command": _string_list(
+        "The container's entrypoint; the image's ENTRYPOINT when omitted.", max_items=256
+    ),
+    "args": _string_list(
+        "Arguments to the entrypoint; the image's CMD when omitted.", max_items=256
+    ),
+    "annotations": _string_map(
+        "Annotations added to the task's Pod.",
+        max_value_length=_ANNOTATION_VALUE_LENGTH,
+        max_entries=128,
+    ),
+    "labels": _label_map("Labels added to the task's Pod.", max_entries=64),
+    "jobMetadata": {
+        "type": "object",
+        "description": "Labels and annotations added to the task's Job (labels and "
+        "annotations above go to its Pod).",
+        "additionalProperties": False,
+        "properties": {
+            "labels": _label_map("Labels added to the task's Job.", max_entries=64),
+            "annotations": _string_map(
+                "Annotations added to the task's Job.",
+                max_value_length=_ANNOTATION_VALUE_LENGTH,
+                max_entries=128,
+            ),
+        },
+    },
+    "serviceAccountName": {
+        "type": "string",
+        "description": "The service account the task's Pod runs as.",
+        "maxLength": 253,
+        "pattern": DNS1123_SUBDOMAIN_PATTERN,
+    },
+    "pendingTimeoutSeconds": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 86400,
+        "description": "Fail an attempt whose Pod has not started this many seconds "
+        "after its Job was created (unschedulable, image not pulled, missing Secret), with "
+        "the Pod's own reason; the operator's default (the chart's "
+        "operator.pendingTimeoutSeconds) when absent.",
+    },
+    "automountServiceAccountToken": {
+        "type": "boolean",
+        "description": "Mount the ServiceAccount's API token into the task's Pod; not "
+        "mounted unless true.",
+    },
+    "nodeSelector": _label_map("Node labels the task's Pod must be scheduled on.", max_entries=64),
 }
 
 CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
-    "description": "The template of the Kubernetes Job that runs each task of this type.",
+    "description": "The template of the Kubernetes Job that runs each task of this type: "
+    "the task's container and its Pod, in the Pod spec's own field names (Kubernetes "
+    f"{KUBERNETES_VERSION}; podSecurityContext is the Pod's securityContext).",
     "additionalProperties": False,
     "required": ["image"],
-    "properties": {
-        "image": {
-            "type": "string",
-            "description": "The container image, e.g. python:3.12-slim.",
-            "minLength": 1,
-            "maxLength": 1024,
-        },
-        "command": _string_list(
-            "The container's entrypoint; the image's ENTRYPOINT when omitted.", max_items=256
-        ),
-        "args": _string_list(
-            "Arguments to the entrypoint; the image's CMD when omitted.", max_items=256
-        ),
-        "env": {
-            "type": "array",
-            "description": "Environment variables set in the container.",
-            "maxItems": 512,
-            "items": {
-                "type": "object",
-                "description": "One environment variable.",
-                "additionalProperties": False,
-                "required": ["name"],
-                "properties": {
-                    "name": {
-                        "type": "string",
-                        "description": "The variable's name.",
-                        "minLength": 1,
-                        "maxLength": 253,
-                    },
-                    "value": {
-                        "type": "string",
-                        "description": "The variable's value; empty when omitted.",
-                        "maxLength": 32_768,
-                    },
-                },
-            },
-        },
-        "resources": {
-            "type": "object",
-            "description": "Compute resources of the container, as in a Pod spec.",
-            "additionalProperties": False,
-            "properties": {
-                "limits": {
-                    "type": "object",
-                    "description": "The most the container may use, e.g. {cpu: '1', memory: 1Gi}.",
-                    "maxProperties": 32,
-                    "additionalProperties": _QUANTITY,
-                },
-                "requests": {
-                    "type": "object",
-                    "description": "What the scheduler reserves, e.g. {cpu: 250m, memory: 256Mi}.",
-                    "maxProperties": 32,
-                    "additionalProperties": _QUANTITY,
-                },
-            },
-        },
-        "annotations": _string_map(
-            "Annotations added to the task's Pod.", max_value_length=65_536, max_entries=128
-        ),
-        "labels": _string_map(
-            "Labels added to the task's Pod.", max_value_length=63, max_entries=64
-        ),
-        "serviceAccountName": {
-            "type": "string",
-            "description": "The service account the task's Pod runs as.",
-            "maxLength": 253,
-            "pattern": DNS1123_SUBDOMAIN_PATTERN,
-        },
-        "pendingTimeoutSeconds": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 86400,
-            "description": "Fail an attempt whose Pod has not started this many seconds "
-            "after its Job was created (unschedulable, image not pulled, missing Secret), with "
-            "the Pod's own reason; the operator's default (the chart's "
-            "operator.pendingTimeoutSeconds) when absent.",
-        },
-        "automountServiceAccountToken": {
-            "type": "boolean",
-            "description": "Mount the ServiceAccount's API token into the task's Pod; not "
-            "mounted unless true.",
-        },
-        "nodeSelector": _string_map(
-            "Node labels the task's Pod must be scheduled on.",
-            max_value_length=253,
-            max_entries=64,
-        ),
-        "tolerations": {
-            "type": "array",
-            "description": "Taints the task's Pod tolerates, as in a Pod spec.",
-            "maxItems": 64,
-            "items": {
-                "type": "object",
-                "description": "One toleration.",
-                "additionalProperties": False,
-                "properties": {
-                    "key": {
-                        "type": "string",
-                        "description": "The taint key; empty with operator Exists matches all.",
-                        "maxLength": 316,
-                    },
-                    "operator": {
-                        "type": "string",
-                        "description": "Exists or Equal (the default).",
-                        "enum": ["Exists", "Equal"],
-                    },
-                    "value": {
-                        "type": "string",
-                        "description": "The taint value, for operator Equal.",
-                        "maxLength": 63,
-                    },
-                    "effect": {
-                        "type": "string",
-                        "description": "The taint effect to match; empty matches all effects.",
-                        "enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"],
-                    },
-                    "tolerationSeconds": {
-                        "type": "integer",
-                        "description": "How long a NoExecute taint is tolerated.",
-                    },
-                },
-            },
-        },
-    },
+    "properties": {**_OWN_TEMPLATE_FIELDS, **TEMPLATE_FIELDS},
 }
 
 TASK_SCHEMA: Final[dict[str, Any]] = {

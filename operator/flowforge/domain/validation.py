@@ -2,8 +2,9 @@
 
 0. Caps (``caps.py``): a config nested too deeply or too large, or too many edges, is
    reported alone and first: nothing else (least of all anything recursive) reads it.
-1. Shape (JSON Schema): when the spec has any shape error, only shape errors are reported,
-   because fixing the shape is the cheaper fix and the graph of a malformed spec is noise.
+1. Shape (JSON Schema, then the template rules JSON Schema cannot say, `template_rules.py`):
+   when the spec has any shape error, only shape errors are reported, because fixing the
+   shape is the cheaper fix and the graph of a malformed spec is noise.
 2. Graph: duplicate keys, unknown task types, unknown dependencies, compensation rules and
    cycles, all of them, in document order (the cycle last).
 
@@ -31,7 +32,8 @@ from flowforge.domain.errors import (
 )
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec, TaskSpec
-from flowforge.domain.schema import shape_errors
+from flowforge.domain.schema import format_path, shape_errors
+from flowforge.domain.template_rules import template_problems
 
 
 def validate_spec(spec: object) -> list[DefinitionError]:
@@ -77,6 +79,10 @@ def _check_unpaused(spec: object) -> tuple[list[DefinitionError], DefinitionSpec
     shape = shape_errors(spec)
     if shape:
         return list(shape), None
+    assert isinstance(spec, dict)  # the schema says so
+    rules = template_problems(spec)
+    if rules:
+        return [DefinitionSchemaError(message, path=format_path(at)) for at, message in rules], None
     try:
         definition = DefinitionSpec.model_validate(spec)
     except ValidationError as exc:  # the schema admits nothing the model rejects; be safe

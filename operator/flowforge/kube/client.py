@@ -31,6 +31,7 @@ from flowforge.domain.api import (
 from flowforge.domain.execution import TerminatedContainer, container_termination
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
+from flowforge.kube.pages import ListPage
 
 
 class TokenBucket:
@@ -62,6 +63,10 @@ class TokenBucket:
 def _json(body: bytes) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(body)
     return data
+
+
+def _paging(limit: int, continue_token: str | None) -> dict[str, Any]:
+    return {"limit": limit} | ({"_continue": continue_token} if continue_token else {})
 
 
 def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -169,6 +174,10 @@ class KubeClient:
         await self._api_bucket.acquire()
         return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args, kwargs)
 
+    @property
+    def api_client(self) -> k8s.ApiClient:
+        return self._api
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._jobs_pool.shutdown(wait=False, cancel_futures=True)
@@ -223,18 +232,15 @@ class KubeClient:
         return _json(response)
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str
-    ) -> list[dict[str, Any]]:
+        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+    ) -> ListPage:
+        """One page of the Jobs with the label; the next page from ``continue_token``."""
+        paging = _paging(limit, continue_token) | {"label_selector": label_selector}
         if namespace is None:
-            response = await self._call(
-                self._batch.list_job_for_all_namespaces, label_selector=label_selector
-            )
+            response = await self._call(self._batch.list_job_for_all_namespaces, **paging)
         else:
-            response = await self._call(
-                self._batch.list_namespaced_job, namespace, label_selector=label_selector
-            )
-        items: list[dict[str, Any]] = _json(response).get("items", [])
-        return items
+            response = await self._call(self._batch.list_namespaced_job, namespace, **paging)
+        return ListPage.of(_json(response))
 
     async def job_pods(
         self, *, namespace: str, job_name: str, job_uid: str
@@ -279,8 +285,12 @@ class KubeClient:
             raise
         return _json(response)
 
-    async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]:
-        return await self._list(RUN_PLURAL, namespace=namespace)
+    async def list_runs(
+        self, *, namespace: str | None, limit: int, continue_token: str | None
+    ) -> ListPage:
+        """One page of the WorkflowRuns; the next page from ``continue_token``."""
+        paging = _paging(limit, continue_token)
+        return ListPage.of(await self._list_body(RUN_PLURAL, namespace=namespace, **paging))
 
     async def list_definitions(self, *, namespace: str) -> list[dict[str, Any]]:
         """The namespace's WorkflowDefinition objects, read from the apiserver (a quorum read,
@@ -288,16 +298,25 @@ class KubeClient:
         return await self._list(DEFINITION_PLURAL, namespace=namespace)
 
     async def _list(self, plural: str, *, namespace: str | None) -> list[dict[str, Any]]:
+        return ListPage.of(await self._list_body(plural, namespace=namespace)).items
+
+    async def _list_body(
+        self, plural: str, *, namespace: str | None, **paging: Any
+    ) -> dict[str, Any]:
         if namespace is None:
             response = await self._call(
-                self._custom.list_cluster_custom_object, GROUP, VERSION, plural
+                self._custom.list_cluster_custom_object, GROUP, VERSION, plural, **paging
             )
         else:
             response = await self._call(
-                self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural
+                self._custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                **paging,
             )
-        items: list[dict[str, Any]] = _json(response).get("items", [])
-        return items
+        return _json(response)
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
@@ -385,6 +404,53 @@ class KubeClient:
             "count": 1,
         }
         await self._call(self._core.create_namespaced_event, namespace, body)
+
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
+    ) -> None:
+        """Create or update the Event ``name`` that stands for ``count`` similar Events of
+        the run (``domain/event_series.py``): updated in place, as the event recorder does."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        change = {"message": message[:1000], "count": count, "lastTimestamp": now}
+        if exists:
+            try:
+                await self._call(self._core.patch_namespaced_event, name, namespace, change)
+                return
+            except KubernetesError as error:
+                if not error.not_found:  # expired (Events live an hour): create it again
+                    raise
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": RUN_KIND,
+                "name": run_name,
+                "namespace": namespace,
+                "uid": run_uid,
+            },
+            "reason": reason,
+            "type": "Normal",
+            "source": {"component": "flowforge-operator"},
+            "firstTimestamp": now,
+            **change,
+        }
+        try:
+            await self._call(self._core.create_namespaced_event, namespace, body)
+        except KubernetesError as error:
+            if not error.conflict:
+                raise
+            await self._call(self._core.patch_namespaced_event, name, namespace, change)
 
     # Admission's reads: the namespace's policies, and what a user may do
 

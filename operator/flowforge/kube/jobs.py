@@ -1,8 +1,10 @@
 """The Job manifest for one attempt of one task: a pure function of its inputs.
 
 The container template arrives in Kubernetes' own camelCase shape (image, command, args,
-env, resources, annotations, labels, serviceAccountName, nodeSelector, tolerations), so this
-module does not depend on how the domain models it.
+env, resources, annotations, labels, serviceAccountName, nodeSelector, tolerations and the
+Pod-spec fields of `flowforge.domain.podspec_schema`), so this module does not depend on how
+the domain models it. Security contexts are FlowForge's restricted defaults with the
+template's own settings laid over them (the namespace policy has judged those).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def job_labels(request: JobRequest) -> dict[str, str]:
     }
 
 
-def _environment(request: JobRequest) -> list[dict[str, Any]]:
+def _identity_environment(request: JobRequest) -> dict[str, str]:
     ours: dict[str, str] = {
         "FLOWFORGE_RUN": request.run_name,
         "FLOWFORGE_TASK": request.task_key,
@@ -98,9 +100,24 @@ def _environment(request: JobRequest) -> list[dict[str, Any]]:
     }
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
-    env: list[dict[str, Any]] = [
-        dict(entry) for entry in request.template.get("env") or [] if entry.get("name") not in ours
+    return ours
+
+
+def template_env_positions(request: JobRequest) -> list[int]:
+    """For each entry of the task container's env that comes from the template, its index in
+    the template's env (entries FlowForge sets itself replace the template's)."""
+    ours = _identity_environment(request)
+    return [
+        index
+        for index, entry in enumerate(request.template.get("env") or [])
+        if entry.get("name") not in ours
     ]
+
+
+def _environment(request: JobRequest) -> list[dict[str, Any]]:
+    ours = _identity_environment(request)
+    template_env = request.template.get("env") or []
+    env = [dict(template_env[index]) for index in template_env_positions(request)]
     env.extend({"name": key, "value": value} for key, value in ours.items())
     return env
 
@@ -123,6 +140,60 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+# Template fields that go to the task's container, and to its Pod, as they are.
+CONTAINER_FIELDS = (
+    "command",
+    "args",
+    "resources",
+    "envFrom",
+    "volumeMounts",
+    "imagePullPolicy",
+    "workingDir",
+)
+POD_FIELDS = (
+    "serviceAccountName",
+    "nodeSelector",
+    "tolerations",
+    "volumes",
+    "imagePullSecrets",
+    "affinity",
+    "topologySpreadConstraints",
+    "priorityClassName",
+    "runtimeClassName",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+)
+
+
+def container_security_context(own: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The restricted defaults with a template's container securityContext over them.
+    ``capabilities.drop`` always keeps ALL (what is added is added back); a privileged
+    container does not get the default allowPrivilegeEscalation: false, which the apiserver
+    refuses next to privileged: true."""
+    merged = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
+    if not own:
+        return merged
+    merged.update(copy.deepcopy(dict(own)))
+    if own.get("privileged") is True and "allowPrivilegeEscalation" not in own:
+        del merged["allowPrivilegeEscalation"]
+    capabilities = dict(own.get("capabilities") or {})
+    drop = ["ALL", *(item for item in capabilities.get("drop") or [] if item != "ALL")]
+    merged["capabilities"] = {**capabilities, "drop": drop}
+    return merged
+
+
+def pod_security_context(own: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The restricted Pod defaults with a template's podSecurityContext over them."""
+    return {**copy.deepcopy(POD_SECURITY_CONTEXT), **copy.deepcopy(dict(own or {}))}
+
+
+def _init_container(container: Mapping[str, Any]) -> dict[str, Any]:
+    own = dict(container)
+    own["securityContext"] = container_security_context(container.get("securityContext"))
+    return own
+
+
 def build_job(request: JobRequest) -> dict[str, Any]:
     """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``, with
     restricted security defaults; the ServiceAccount token is mounted only when the template
@@ -133,20 +204,22 @@ def build_job(request: JobRequest) -> dict[str, Any]:
         "name": CONTAINER_NAME,
         "image": template["image"],
         "env": _environment(request),
-        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": container_security_context(template.get("securityContext")),
     }
-    for key in ("command", "args", "resources"):
+    for key in CONTAINER_FIELDS:
         if template.get(key):
-            container[key] = template[key]
+            container[key] = copy.deepcopy(template[key])
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": template.get("automountServiceAccountToken") is True,
-        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "securityContext": pod_security_context(template.get("podSecurityContext")),
         "containers": [container],
     }
-    for key in ("serviceAccountName", "nodeSelector", "tolerations"):
+    if template.get("initContainers"):
+        pod_spec["initContainers"] = [_init_container(c) for c in template["initContainers"]]
+    for key in POD_FIELDS:
         if template.get(key):
-            pod_spec[key] = template[key]
+            pod_spec[key] = copy.deepcopy(template[key])
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "template": {
@@ -159,14 +232,16 @@ def build_job(request: JobRequest) -> dict[str, Any]:
     }
     if request.timeout_seconds is not None:
         job_spec["activeDeadlineSeconds"] = int(request.timeout_seconds)
+    job_metadata: Mapping[str, Any] = template.get("jobMetadata") or {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": request.name,
             "namespace": request.namespace,
-            "labels": labels,
+            "labels": {**job_metadata.get("labels", {}), **labels},
             "annotations": {
+                **job_metadata.get("annotations", {}),
                 ANNOTATION_RUN_UID: request.run_uid,
                 ANNOTATION_RUN_NAME: request.run_name,
             },

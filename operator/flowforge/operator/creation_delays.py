@@ -80,3 +80,7 @@ class CreationDelays:
     def forget_run(self, run_id: int) -> None:
         for key in [key for key in self._delays if key[0] == run_id]:
             del self._delays[key]
+
+    def runs(self) -> int:
+        """How many runs have a delayed attempt."""
+        return len({run_id for run_id, _, _ in self._delays})

@@ -25,7 +25,7 @@ from flowforge.domain.execution import (
     not_started_outcome,
     parse_timestamp,
 )
-from flowforge.domain.run import deletion_waits_for_rollback
+from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
@@ -111,18 +111,26 @@ class Engine:
         """
         uid = str(body["metadata"]["uid"])
         try:
-            context, created = await self.runs.ensure(body, fence=self.fence())
+            sighting = await self.runs.ensure(body, fence=self.fence())
         except RunRefusedError as error:
             if uid not in self._refused:
                 self._refused.add(uid)
                 await self._refuse(body, str(error))
             raise
-        if created:
+        context = sighting.context
+        if sighting.finished:
+            # nothing to start or cancel, and nothing of it is kept: only an object that
+            # does not show the store's final phase yet (e.g. a crash before its last
+            # status patch) is re-projected
+            if sighting.phase is not None and shown_phase(body) != sighting.phase.value:
+                self.status.mark(context.run_id, force=True)
+            return
+        if sighting.created:
             spec = context.definition.spec
             self.notifier.post(
                 context,
                 notices.run_started(
-                    workflow=spec.workflow, version=spec.version, tasks=len(spec.forward_tasks)
+                    workflow=spec.workflow, version=spec.version, tasks=spec.forward_count
                 ),
             )
         if (body.get("spec") or {}).get("cancel") and uid not in self._cancelled:
@@ -136,6 +144,26 @@ class Engine:
             # operator was there to patch its object would otherwise show Running
             self.status.mark(context.run_id)
             self._started.add(uid)
+
+    def forget(self, context: RunContext) -> None:
+        """The run finished: drop everything this process kept about it (its final status
+        patch, already marked, still goes out)."""
+        self.runs.forget(context)
+        self._started.discard(context.uid)
+        self._cancelled.discard(context.uid)
+        self.delays.forget_run(context.run_id)
+        self.launcher.forgeries.forget_run(context.run_id)
+        self.launcher.uids.forget_run(context.run_id)
+
+    def cached_runs(self) -> int:
+        """Entries this process keeps per run (contexts, sightings, delayed creations, last
+        patched projections): bounded by the active runs, none for a finished one."""
+        return (
+            len(self.runs)
+            + len(self._started | self._cancelled)
+            + self.delays.runs()
+            + len(self.status)
+        )
 
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
         metadata = body["metadata"]
@@ -171,6 +199,7 @@ class Engine:
         """The WorkflowRun is gone: its Jobs go by garbage collection; the store keeps the
         history and records the run as cancelled."""
         metadata = body["metadata"]
+        self._refused.discard(str(metadata["uid"]))
         context = await self.runs.by_uid(namespace=metadata["namespace"], uid=metadata["uid"])
         if context is not None:
             await self.run_gone(context)
@@ -218,7 +247,14 @@ class Engine:
     async def _move(self, context: RunContext, name: str, move: Any) -> None:
         with metrics.store_timer(name):
             decision: Decision = await move
-        await self.applier.apply(context, decision)
+        await self._apply(context, decision)
+
+    async def _apply(
+        self, context: RunContext, decision: Decision, *, received: float | None = None
+    ) -> None:
+        await self.applier.apply(context, decision, received=received)
+        if decision.finished:
+            self.forget(context)
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
         """A Job finished or was deleted: record its attempt's outcome (or that it was lost)
@@ -297,7 +333,10 @@ class Engine:
         decided_at = time.perf_counter()
         if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
             self.background.cancel((context.run_id, f"start:{identity.name}"))
-        await self.applier.apply(context, decision, received=received)
+            self.launcher.uids.forget(
+                run_id=context.run_id, task_key=identity.task_key, attempt=identity.attempt
+            )
+        await self._apply(context, decision, received=received)
         if received is not None and decision.create_jobs:
             done = time.perf_counter()
             if done - received > SLOW_HANDOFF_SECONDS:

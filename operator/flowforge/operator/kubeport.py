@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.jobs import CreatedJob
+from flowforge.kube.pages import ListPage
 
 
 class KubePort(Protocol):
@@ -27,8 +28,11 @@ class KubePort(Protocol):
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str
-    ) -> list[dict[str, Any]]: ...
+        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+    ) -> ListPage:
+        """One page (at most ``limit``) of the Jobs with the label; the next one from the
+        page's ``continue_token``."""
+        ...
 
     async def job_termination(
         self, *, namespace: str, job_name: str, job_uid: str
@@ -44,7 +48,11 @@ class KubePort(Protocol):
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    async def list_runs(self, *, namespace: str | None) -> list[dict[str, Any]]: ...
+    async def list_runs(
+        self, *, namespace: str | None, limit: int, continue_token: str | None
+    ) -> ListPage:
+        """One page (at most ``limit``) of the WorkflowRuns, as ``list_jobs``."""
+        ...
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
@@ -67,4 +75,17 @@ class KubePort(Protocol):
         reason: str,
         message: str,
         warning: bool = False,
+    ) -> None: ...
+
+    async def write_run_event_series(
+        self,
+        *,
+        namespace: str,
+        run_name: str,
+        run_uid: str,
+        name: str,
+        reason: str,
+        message: str,
+        count: int,
+        exists: bool,
     ) -> None: ...

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 FORGERY_NOTICES_PER_RUN = 5
 FORGERY_NOTICE_WINDOW_SECONDS = 3600.0
 _REMEMBERED_FORGERIES = 10_000
+# uids of Jobs this process created and recorded, for attempts still running
+_REMEMBERED_UIDS = 100_000
 
 # the engine records an attempt that failed before its Job ran (refused, never started)
 FailAttempt = Callable[[RunContext, JobRef, AttemptOutcome], Awaitable[None]]
@@ -125,6 +127,48 @@ class ForgeryNotices:
         posted.append(now)
         return True
 
+    def forget_run(self, run_id: int) -> None:
+        """The run finished: its notice budget goes (the forged Jobs seen stay, bounded)."""
+        self._posted.pop(run_id, None)
+
+
+class RecordedUids:
+    """The uids this process recorded with ``task.job_created``, so the ownership check of a
+    finished Job does not read the store on the hand-off path. An entry counts only under the
+    epoch that recorded it: after a change of leader the store may hold a newer uid, so the
+    store is asked again. Bounded: an attempt's entry goes when its outcome is recorded, a
+    run's when it finishes, and the oldest run's first beyond ``_REMEMBERED_UIDS``."""
+
+    def __init__(self) -> None:
+        # run -> (task, attempt) -> (epoch, uid); runs in the order they were first seen
+        self._runs: dict[int, dict[tuple[str, int], tuple[int, str]]] = {}
+        self._count = 0
+
+    def remember(self, *, epoch: int, run_id: int, task_key: str, attempt: int, uid: str) -> None:
+        attempts = self._runs.setdefault(run_id, {})
+        if (task_key, attempt) not in attempts:
+            self._count += 1
+        attempts[(task_key, attempt)] = (epoch, uid)
+        while self._count > _REMEMBERED_UIDS:
+            self.forget_run(next(iter(self._runs)))
+
+    def lookup(self, *, epoch: int, run_id: int, task_key: str, attempt: int) -> str | None:
+        entry = self._runs.get(run_id, {}).get((task_key, attempt))
+        return entry[1] if entry is not None and entry[0] == epoch else None
+
+    def forget(self, *, run_id: int, task_key: str, attempt: int) -> None:
+        attempts = self._runs.get(run_id)
+        if attempts is not None and attempts.pop((task_key, attempt), None) is not None:
+            self._count -= 1
+
+    def forget_run(self, run_id: int) -> None:
+        """The run finished: the entries of attempts whose outcome was never recorded here
+        (cancelled, stopped) go too."""
+        self._count -= len(self._runs.pop(run_id, {}))
+
+    def __len__(self) -> int:
+        return self._count
+
 
 @dataclasses.dataclass(frozen=True)
 class AttemptHooks:
@@ -156,6 +200,7 @@ class JobLauncher:
         self._background = background
         self._hooks = hooks
         self.forgeries = ForgeryNotices()
+        self.uids = RecordedUids()
 
     def pending_timeout(self, context: RunContext, task_key: str) -> float:
         """Seconds the attempt's Pod may take to start: its task type's, else the default."""
@@ -211,15 +256,23 @@ class JobLauncher:
             return
         if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
+        fence = self._fence()
         cancelled = await record_job_created(
             self._pool,
-            fence=self._fence(),
+            fence=fence,
             run_id=context.run_id,
             task_key=item.task_key,
             attempt=item.attempt,
             job=request.name,
             uid=job.uid,
             created=job.created,
+        )
+        self.uids.remember(
+            epoch=fence.epoch,
+            run_id=context.run_id,
+            task_key=item.task_key,
+            attempt=item.attempt,
+            uid=job.uid,
         )
         ref = JobRef(item.task_key, item.attempt, item.role)
         self._background.later(
@@ -302,10 +355,16 @@ class JobLauncher:
 
     async def owns(self, context: RunContext, identity: JobIdentity, *, act: str) -> bool:
         """Whether the Job is the run's own for the attempt it claims (the recorded uid is
-        read from the store); a forgery is reported (``act``: what it would have caused)."""
+        the one this process recorded under the current epoch, else read from the store); a
+        forgery is reported (``act``: what it would have caused)."""
         recorded = None
         if identity.namespace == context.namespace:
-            recorded = await recorded_job_uid(
+            recorded = self.uids.lookup(
+                epoch=self._fence().epoch,
+                run_id=context.run_id,
+                task_key=identity.task_key,
+                attempt=identity.attempt,
+            ) or await recorded_job_uid(
                 self._pool,
                 run_id=context.run_id,
                 task_key=identity.task_key,

@@ -63,6 +63,26 @@ STORE_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
     registry=REGISTRY,
 )
+CACHED_RUNS = Gauge(
+    "flowforge_cached_runs",
+    "Runs this operator keeps anything of in memory (its active runs: a finished run's go)",
+    registry=REGISTRY,
+)
+CACHED_DEFINITION_TASKS = Gauge(
+    "flowforge_cached_definition_tasks",
+    "Tasks of the definitions kept in the bounded definitions cache",
+    registry=REGISTRY,
+)
+STATUS_PENDING = Gauge(
+    "flowforge_status_writes_pending",
+    "Runs whose status is marked for re-projection or being written",
+    registry=REGISTRY,
+)
+STATUS_UNCHANGED = Counter(
+    "flowforge_status_unchanged_total",
+    "Status projections not patched: equal to the last one patched",
+    registry=REGISTRY,
+)
 LEADER = Gauge("flowforge_leader", "1 while this operator holds the lease", registry=REGISTRY)
 
 

@@ -1,23 +1,54 @@
 """Posting Kubernetes Events on a WorkflowRun without holding up the hot path.
 
 Events are for people (``kubectl describe wfr``); the store's history is the record. A
-post is fire-and-forget on the engine's background work, its failure logged.
+post is fire-and-forget on the engine's background work, its failure logged. On a big run
+similar Events fold into one Event that counts them (``domain/event_series.py``), written
+at most once per ``SERIES_FLUSH_SECONDS`` per run and reason.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from flowforge.domain.decision import Notice
+from flowforge.domain.event_series import EventCorrelator
 from flowforge.operator.background import Background
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
 
+SERIES_FLUSH_SECONDS = 5.0
+
 
 class Notifier:
-    def __init__(self, *, kube: KubePort, background: Background) -> None:
+    def __init__(
+        self,
+        *,
+        kube: KubePort,
+        background: Background,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kube = kube
         self._background = background
+        self._clock = clock
+        self._correlator = EventCorrelator()
 
     def post(self, context: RunContext, notice: Notice) -> None:
+        alone = self._correlator.observe(
+            run_uid=context.uid,
+            reason=notice.reason,
+            warning=notice.warning,
+            message=notice.message,
+            now=self._clock(),
+        )
+        if not alone:
+            self._background.later(
+                SERIES_FLUSH_SECONDS,
+                key=(context.run_id, f"event-series:{notice.reason}"),
+                earliest=True,
+                coroutine_factory=lambda: self.flush_series(context, notice.reason),
+            )
+            return
         self._background.spawn(
             self._kube.post_run_event(
                 namespace=context.namespace,
@@ -29,3 +60,20 @@ class Notifier:
             ),
             what="event",
         )
+
+    async def flush_series(self, context: RunContext, reason: str) -> None:
+        """Write what the run's series Event of ``reason`` has folded since it was written."""
+        update = self._correlator.pending(run_uid=context.uid, reason=reason)
+        if update is None:
+            return
+        await self._kube.write_run_event_series(
+            namespace=context.namespace,
+            run_name=context.name,
+            run_uid=context.uid,
+            name=f"{context.name[:200]}.{context.uid[:8]}.{update.name_suffix}",
+            reason=reason,
+            message=update.message,
+            count=update.count,
+            exists=update.exists,
+        )
+        self._correlator.written(run_uid=context.uid, update=update)

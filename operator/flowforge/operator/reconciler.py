@@ -1,17 +1,25 @@
 """The periodic backstop: finds and fixes what a missed watch event left behind.
 
-Each pass (leader only): every WorkflowRun in the watched namespaces has its store run;
-every running attempt has its Job (created when missing and never created; recorded as
-lost when it vanished; its outcome recorded when the Job finished), compensators included;
-released tasks that are due are dispatched (and a wake-up set for the rest); runs are
-settled, which finishes them or starts their rollback's next compensator (after a restart,
-that is where a rollback resumes); statuses are re-projected; finished Jobs whose outcome
-is committed are deleted after the TTL. The store is read before Jobs are listed, so a Job
-created concurrently is never mistaken for a vanished one. A listed Job counts only if it is
-the run's own (``launcher.py``: same namespace, the recorded uid): a copy is never adopted,
-read for an outcome, or deleted. A Job whose Pod has not started within its task type's
-``pendingTimeoutSeconds`` fails its attempt with the Pod's reason. One run's repair failing is
-logged and counted and the pass goes on with the others.
+Each pass (leader only) reads in pages, never once per run: the WorkflowRuns are listed in
+pages (``limit``/``continue``) and each page is matched against the store in one query
+(``store/sweep.py``); only an object that needs something is taken further: one the store
+does not hold (its run is created), one being deleted, one whose cancel is not recorded, one
+without FlowForge's finalizer, and one whose status shows another phase than the store's
+(re-projected). Then the store's active runs are swept in pages, one query each, which
+return only the rows that may need a repair: every running attempt has its Job (created when
+missing and never created; recorded as lost when it vanished; its outcome recorded when the
+Job finished; failed with the Pod's reason when its Pod has not started within
+``pendingTimeoutSeconds``), compensators included; released tasks that are due are
+dispatched; runs with nothing unresolved are settled (which finishes them or starts their
+rollback's next compensator: after a restart, that is where a rollback resumes). An active
+run whose object is gone is cancelled. Finished Jobs whose outcome is committed are deleted
+after the TTL. A run with nothing to repair costs nothing but its row in the sweep, and a
+pass that changes nothing patches nothing.
+
+The store is swept before Jobs are listed, so a Job created concurrently is never mistaken
+for a vanished one. A listed Job counts only if it is the run's own (``launcher.py``: same
+namespace, the recorded uid): a copy is never adopted, read for an outcome, or deleted. One
+run's repair failing is logged and counted and the pass goes on with the others.
 """
 
 from __future__ import annotations
@@ -19,14 +27,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from flowforge.domain.api import FINALIZER
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import job_outcome, lost_outcome
-from flowforge.domain.states import TaskState
+from flowforge.domain.run import shown_phase
+from flowforge.domain.states import TERMINAL_RUN_PHASES, TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
+from flowforge.kube.pages import ListPage
 from flowforge.operator import metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
@@ -35,8 +48,12 @@ from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext, RunRefusedError
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.errors import StaleEpochError
-from flowforge.store.queries import TaskRecord, active_tasks, recorded_jobs, runs_by_phase
-from flowforge.store.runs import list_active_runs
+from flowforge.store.queries import active_tasks, recorded_jobs, runs_by_phase
+from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
+
+# objects per LIST page, and active runs per sweep query
+PAGE_SIZE = 500
+SWEEP_PAGE_SIZE = 2000
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +63,18 @@ def identity_ref(identity: JobIdentity) -> JobRef:
 
 
 class Reconciler:
-    def __init__(self, engine: Engine, *, interval: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        interval: float,
+        page_size: int = PAGE_SIZE,
+        sweep_page_size: int = SWEEP_PAGE_SIZE,
+    ) -> None:
         self._engine = engine
         self._interval = interval
+        self._page_size = page_size
+        self._sweep_page_size = sweep_page_size
         self._kick = asyncio.Event()
 
     def kick(self) -> None:
@@ -76,54 +102,92 @@ class Reconciler:
         engine = self._engine
         seen_uids: set[str] = set()
         for namespace in self._namespaces():
-            for body in await engine.kube.list_runs(namespace=namespace):
-                seen_uids.add(body["metadata"]["uid"])
-                with contextlib.suppress(RunRefusedError):
-                    await observe_run(engine, body)  # also finishes a deletion left stuck
-        run_ids = await self._active_run_ids()
-        contexts = [await engine.runs.by_id(run_id) for run_id in run_ids]
+            async for page in _pages(
+                functools.partial(engine.kube.list_runs, namespace=namespace, limit=self._page_size)
+            ):
+                seen_uids.update(str(body["metadata"]["uid"]) for body in page)
+                await self._observe_page(page)
         # the store first, then the Jobs: a Job created in between is listed, never "lost"
-        snapshots = {
-            c.run_id: (
-                await active_tasks(engine.pool, c.run_id),
-                await recorded_jobs(engine.pool, c.run_id),
-            )
-            for c in contexts
-        }
+        sweep = await self._sweep()
         jobs = await self._list_jobs()
-        for context in contexts:
+        for run_id, uid in sweep.runs.items():
+            if uid in seen_uids and run_id not in sweep.repairs:
+                continue
             try:
-                if context.uid not in seen_uids and await self._run_deleted(context):
+                context = await engine.runs.by_id(run_id)
+                if uid not in seen_uids and await self._run_deleted(context):
                     continue
-                active, created = snapshots[context.run_id]
-                await self._fix_run(context, active=active, created=created, jobs=jobs)
+                rows = sweep.repairs.get(run_id)
+                if rows is not None:
+                    await self._fix_run(context, rows=rows, jobs=jobs)
             except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
                 raise
             except Exception:
                 metrics.RECONCILE_ERRORS.inc()
-                logger.exception(
-                    "repairing run %s/%s failed; the pass goes on", context.namespace, context.name
-                )
-        await self._clean_up_jobs(jobs)
+                logger.exception("repairing run #%d failed; the pass goes on", run_id)
+        await self._clean_up_jobs(jobs, running=sweep.running)
         for phase, count in (await runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
+        metrics.CACHED_RUNS.set(engine.cached_runs())
+        metrics.CACHED_DEFINITION_TASKS.set(engine.runs.definitions.currsize)
+        metrics.STATUS_PENDING.set(engine.status.pending())
 
-    async def _active_run_ids(self) -> list[int]:
-        ids: list[int] = []
+    async def _observe_page(self, page: list[dict[str, Any]]) -> None:
+        """Take further only the listed objects that need something (one store query)."""
+        engine = self._engine
+        known = await listed_runs(
+            engine.pool,
+            [
+                (str(m["namespace"]), str(m["name"]), str(m["uid"]))
+                for m in (body["metadata"] for body in page)
+            ],
+        )
+        for body in page:
+            metadata = body["metadata"]
+            stored = known.get((str(metadata["namespace"]), str(metadata["uid"])))
+            if stored is not None and not _needs_observing(body, stored):
+                if shown_phase(body) != stored.phase.value:
+                    engine.status.mark(stored.run_id, force=True)
+                continue
+            try:
+                await observe_run(engine, body)  # also finishes a deletion left stuck
+            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
+                raise
+            except RunRefusedError:
+                pass
+            except Exception:
+                metrics.RECONCILE_ERRORS.inc()
+                logger.exception(
+                    "observing run %s/%s failed; the pass goes on",
+                    metadata.get("namespace"),
+                    metadata.get("name"),
+                )
+
+    async def _sweep(self) -> _Sweep:
+        sweep = _Sweep()
+        after = 0
         while True:
-            page = await list_active_runs(self._engine.pool, after_id=ids[-1] if ids else 0)
-            ids.extend(page)
-            if len(page) < 500:
-                return ids
+            limit = self._sweep_page_size
+            page = await sweep_page(self._engine.pool, after_id=after, limit=limit)
+            sweep.add(page.runs, page.tasks, page.settle)
+            if page.last_id is None or len(page.runs) < limit:
+                return sweep
+            after = page.last_id
 
     async def _list_jobs(self) -> dict[tuple[str, str], dict[str, Any]]:
         jobs: dict[tuple[str, str], dict[str, Any]] = {}
         for namespace in self._namespaces():
-            for job in await self._engine.kube.list_jobs(
-                namespace=namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+            async for page in _pages(
+                functools.partial(
+                    self._engine.kube.list_jobs,
+                    namespace=namespace,
+                    label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+                    limit=self._page_size,
+                )
             ):
-                metadata = job["metadata"]
-                jobs[(metadata["namespace"], metadata["name"])] = job
+                for job in page:
+                    metadata = job["metadata"]
+                    jobs[(metadata["namespace"], metadata["name"])] = job
         return jobs
 
     async def _run_deleted(self, context: RunContext) -> bool:
@@ -140,33 +204,27 @@ class Reconciler:
         return True
 
     async def _fix_run(
-        self,
-        context: RunContext,
-        *,
-        active: list[TaskRecord],
-        created: dict[tuple[str, int], str | None],
-        jobs: dict[tuple[str, str], dict[str, Any]],
+        self, context: RunContext, *, rows: _Repairs, jobs: dict[tuple[str, str], dict[str, Any]]
     ) -> None:
         engine = self._engine
         now = datetime.now(UTC)
         released = False
-        for row in active:
+        for row in rows.tasks:
             released = released or row.state == TaskState.READY
             if row.state != TaskState.RUNNING:
                 continue
             identity = attempt_identity(context, JobRef(row.task_key, row.attempt, row.role))
             name = identity.name
-            key = (row.task_key, row.attempt)
             job = jobs.get((context.namespace, name))
-            if job is None and key in created:
+            if job is None and row.job_recorded:
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
             if job is not None and not engine.launcher.check(
-                context, found_job(identity, job), act="adopt", recorded_uid=created.get(key)
+                context, found_job(identity, job), act="adopt", recorded_uid=row.job_uid
             ):
-                if key not in created:
+                if not row.job_recorded:
                     continue  # the name is taken by a Job that is not the run's: it waits
                 job = None  # the run's Job is gone, a copy has its name
-            if job is None and key in created:
+            if job is None and row.job_recorded:
                 metrics.RECONCILE_FIXES.labels("job_vanished").inc()
                 await engine.record(
                     context, identity=identity, outcome=lost_outcome(job=name, now=now)
@@ -186,7 +244,7 @@ class Reconciler:
                     ),
                 )
                 continue
-            if key not in created:
+            if not row.job_recorded:
                 await record_job_created(
                     engine.pool,
                     fence=engine.fence(),
@@ -204,10 +262,12 @@ class Reconciler:
                 await engine.check_pod_start(context, identity_ref(identity), body=job)
         if released:
             await engine.dispatch(context)  # also sets the wake-up for backoffs not over
-        await engine.settle(context)
-        engine.status.mark(context.run_id)
+        if rows.settle:
+            await engine.settle(context)
 
-    async def _clean_up_jobs(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    async def _clean_up_jobs(
+        self, jobs: dict[tuple[str, str], dict[str, Any]], *, running: set[tuple[str, str, int]]
+    ) -> None:
         """Delete the runs' own Jobs whose attempt is no longer running: unfinished ones at
         once (a cancel whose deletions a crash interrupted), finished ones after the TTL. A
         Job that only carries a run's labels is never deleted."""
@@ -223,6 +283,10 @@ class Reconciler:
             identity = JobIdentity.of(job)
             if identity is None:
                 continue
+            if outcome is None and (identity.run_uid, identity.task_key, identity.attempt) in (
+                running
+            ):
+                continue  # the Job of a running attempt (the sweep checked it is the run's)
             if identity.run_uid not in known:
                 known[identity.run_uid] = await self._run_jobs(identity)
             run = known[identity.run_uid]
@@ -240,7 +304,7 @@ class Reconciler:
             )
 
     async def _run_jobs(self, identity: JobIdentity) -> _RunJobs | None:
-        context = await self._engine.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
+        context = await self._engine.runs.claimed(identity.run_uid)
         if context is None:
             return None
         rows = await active_tasks(self._engine.pool, context.run_id)
@@ -258,3 +322,55 @@ class _RunJobs:
     context: RunContext
     running: set[tuple[str, int]]
     recorded: dict[tuple[str, int], str | None]
+
+
+@dataclasses.dataclass
+class _Repairs:
+    """What a run's repair looks at: its swept rows, and whether it may settle."""
+
+    tasks: list[SweptTask] = dataclasses.field(default_factory=list)
+    settle: bool = False
+
+
+@dataclasses.dataclass
+class _Sweep:
+    """The pass's view of the store's active runs: every run's uid, and the few to repair."""
+
+    runs: dict[int, str] = dataclasses.field(default_factory=dict)
+    repairs: dict[int, _Repairs] = dataclasses.field(default_factory=dict)
+    running: set[tuple[str, str, int]] = dataclasses.field(default_factory=set)
+
+    def add(self, runs: Any, tasks: Any, settle: frozenset[int]) -> None:
+        for run in runs:
+            self.runs[run.run_id] = run.uid
+        for task in tasks:
+            self.repairs.setdefault(task.run_id, _Repairs()).tasks.append(task)
+            if task.state == TaskState.RUNNING and task.run_id in self.runs:
+                self.running.add((self.runs[task.run_id], task.task_key, task.attempt))
+        for run_id in settle:
+            self.repairs.setdefault(run_id, _Repairs()).settle = True
+
+
+def _needs_observing(body: Mapping[str, Any], stored: ListedRun) -> bool:
+    """Whether a listed object the store holds needs more than a look: it is being deleted,
+    its cancel is not recorded yet, or its run is active and lacks FlowForge's finalizer."""
+    metadata = body["metadata"]
+    if metadata.get("deletionTimestamp"):
+        return True
+    if stored.phase in TERMINAL_RUN_PHASES:
+        return False
+    cancel = bool((body.get("spec") or {}).get("cancel"))
+    return (cancel and not stored.cancel_requested) or FINALIZER not in (
+        metadata.get("finalizers") or []
+    )
+
+
+async def _pages(fetch: Callable[..., Awaitable[ListPage]]) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every page of a LIST (``fetch(continue_token=...)``), following its continue tokens."""
+    token: str | None = None
+    while True:
+        page = await fetch(continue_token=token)
+        yield page.items
+        if page.continue_token is None:
+            return
+        token = page.continue_token

@@ -1,7 +1,11 @@
 """What the engine knows about a run that never changes: identity, definition, parameters.
 
-A run's definition version is immutable once published, so a run's context is cached for
-the life of the process; the store stays the system of record for everything that moves.
+Contexts are cached only while their runs are active, keyed by uid and by run id, and
+forgotten when a run finishes (``forget``); a finished run's context is built when asked
+for and not kept. Definitions are kept in their compact form (``domain/compact.py``) in a
+least-recently-used cache keyed by fingerprint, bounded by the tasks it holds; a run's
+context keeps its own definition alive, so an active run never loses it. The store stays the
+system of record for everything that moves.
 """
 
 from __future__ import annotations
@@ -11,18 +15,29 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cachetools import LRUCache
+
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION
+from flowforge.domain.compact import RunDefinition
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name
-from flowforge.domain.states import TaskRole
+from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
 from flowforge.store.connection import Pool
-from flowforge.store.definitions import StoredDefinition, load_definition, load_definition_by_id
+from flowforge.store.definitions import (
+    StoredDefinition,
+    definition_fingerprint,
+    load_definition,
+    load_definition_by_id,
+)
 from flowforge.store.errors import DefinitionNotFoundError, StoredDefinitionInvalidError
 from flowforge.store.lease import Fence
-from flowforge.store.queries import find_run_id_by_uid
+from flowforge.store.queries import find_run_id_by_uid, find_run_id_by_uid_anywhere
 from flowforge.store.runs import create_run, get_run
 
 logger = logging.getLogger(__name__)
+
+# the definitions cache holds at most this many tasks (a 10,000-task definition is ~1 MiB)
+DEFINITION_CACHE_TASKS = 200_000
 
 
 @dataclass(frozen=True)
@@ -32,12 +47,26 @@ class RunContext:
     name: str
     uid: str
     parameters: Mapping[str, Any]
-    definition: StoredDefinition
+    definition: RunDefinition
 
     def job_name(self, *, task_key: str, attempt: int, role: TaskRole = TaskRole.FORWARD) -> str:
         return job_name(
             run_name=self.name, run_uid=self.uid, task_key=task_key, attempt=attempt, role=role
         )
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A WorkflowRun object's run: ``created`` by this call; ``finished`` when the store has
+    finished it (its context is then not cached)."""
+
+    context: RunContext
+    created: bool
+    phase: RunPhase | None  # None: an active run already cached
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_RUN_PHASES
 
 
 class RunRefusedError(UserError):
@@ -49,38 +78,57 @@ class PublishPending(Protocol):
 
 
 class RunCache:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, definition_tasks: int = DEFINITION_CACHE_TASKS) -> None:
         self._pool = pool
         # publishes a workflow's stored but unpublished definitions (set by the operator)
         self.publish_pending: PublishPending | None = None
         self._by_uid: dict[str, RunContext] = {}
         self._by_id: dict[int, RunContext] = {}
-        self._definitions: dict[int, StoredDefinition] = {}
+        self.definitions: LRUCache[str, RunDefinition] = LRUCache(
+            maxsize=definition_tasks, getsizeof=lambda definition: definition.spec.task_count + 1
+        )
 
-    def _remember(self, context: RunContext) -> RunContext:
-        self._by_uid[context.uid] = context
-        self._by_id[context.run_id] = context
+    def __len__(self) -> int:
+        """How many contexts are cached (the active runs this process works on)."""
+        return len(self._by_id)
+
+    def _remember(self, context: RunContext, phase: RunPhase) -> RunContext:
+        if phase not in TERMINAL_RUN_PHASES:
+            self._by_uid[context.uid] = context
+            self._by_id[context.run_id] = context
         return context
 
-    async def _definition(self, definition_id: int) -> StoredDefinition:
-        cached = self._definitions.get(definition_id)
+    def forget(self, context: RunContext) -> None:
+        """The run finished: nothing of it stays cached (its definition may, by content)."""
+        self._by_uid.pop(context.uid, None)
+        self._by_id.pop(context.run_id, None)
+
+    def _compact(self, stored: StoredDefinition) -> RunDefinition:
+        cached = self.definitions.get(stored.fingerprint)
         if cached is None:
-            cached = await load_definition_by_id(self._pool, definition_id)
-            self._definitions[definition_id] = cached
+            cached = RunDefinition.of(stored.spec, fingerprint=stored.fingerprint)
+            self.definitions[stored.fingerprint] = cached
         return cached
 
-    async def ensure(self, body: Mapping[str, Any], *, fence: Fence) -> tuple[RunContext, bool]:
+    async def _definition(self, definition_id: int) -> RunDefinition:
+        cached = self.definitions.get(await definition_fingerprint(self._pool, definition_id))
+        if cached is not None:
+            return cached
+        return self._compact(await load_definition_by_id(self._pool, definition_id))
+
+    async def ensure(self, body: Mapping[str, Any], *, fence: Fence) -> Sighting:
         """The run of this WorkflowRun object, created (run and task rows, one transaction)
-        when it does not exist yet; True when this call created it."""
+        when it does not exist yet."""
         metadata = body["metadata"]
         uid = str(metadata["uid"])
         known = self._by_uid.get(uid)
         if known is not None:
-            return known, False
+            return Sighting(context=known, created=False, phase=None)
         namespace, name = str(metadata["namespace"]), str(metadata["name"])
         existing = await find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
         if existing is not None:
-            return await self.by_id(existing), False
+            context, phase = await self._load(existing)
+            return Sighting(context=context, created=False, phase=phase)
         spec = body.get("spec") or {}
         try:
             definition = await self._load_definition(namespace, spec)
@@ -99,16 +147,18 @@ class RunCache:
             retry_of=spec.get("retryOf"),
             requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
         )
-        self._definitions[definition.id] = definition
         context = RunContext(
             run_id=created.run.id,
             namespace=namespace,
             name=name,
             uid=uid,
             parameters=parameters,
-            definition=definition,
+            definition=self._compact(definition),
         )
-        return self._remember(context), created.created
+        phase = created.run.phase
+        return Sighting(
+            context=self._remember(context, phase), created=created.created, phase=phase
+        )
 
     async def _load_definition(self, namespace: str, spec: Mapping[str, Any]) -> StoredDefinition:
         workflow, version = str(spec.get("workflow")), spec.get("version")
@@ -130,22 +180,33 @@ class RunCache:
         known = self._by_id.get(run_id)
         if known is not None:
             return known
+        context, _ = await self._load(run_id)
+        return context
+
+    async def _load(self, run_id: int) -> tuple[RunContext, RunPhase]:
         record = await get_run(self._pool, run_id)
-        definition = await self._definition(record.definition_id)
-        return self._remember(
-            RunContext(
-                run_id=record.id,
-                namespace=record.namespace,
-                name=record.name,
-                uid=record.uid,
-                parameters=dict(record.parameters),
-                definition=definition,
-            )
+        context = RunContext(
+            run_id=record.id,
+            namespace=record.namespace,
+            name=record.name,
+            uid=record.uid,
+            parameters=dict(record.parameters),
+            definition=await self._definition(record.definition_id),
         )
+        return self._remember(context, record.phase), record.phase
 
     async def by_uid(self, *, namespace: str, uid: str) -> RunContext | None:
         known = self._by_uid.get(uid)
         if known is not None:
             return known
         run_id = await find_run_id_by_uid(self._pool, namespace=namespace, uid=uid)
+        return None if run_id is None else await self.by_id(run_id)
+
+    async def claimed(self, uid: str) -> RunContext | None:
+        """The run a Job claims by uid, in whatever namespace the Job is (a copy elsewhere
+        is still reported on the run it claims)."""
+        known = self._by_uid.get(uid)
+        if known is not None:
+            return known
+        run_id = await find_run_id_by_uid_anywhere(self._pool, uid)
         return None if run_id is None else await self.by_id(run_id)

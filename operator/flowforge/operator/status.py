@@ -1,20 +1,28 @@
 """Writes ``WorkflowRun.status`` as a projection of the store, coalescing bursts.
 
 ``mark(run_id)`` is cheap: a burst of outcomes of one run (a 50-task fan-out finishing)
-becomes one projection and one status patch shortly after.
+becomes one projection and one status patch shortly after. A projection equal to the last
+one this process patched is not sent again: a digest of it is kept per active run (bounded,
+least recently written forgotten first, dropped once the final phase is written).
+``force`` patches even so, for an object seen to show something else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from cachetools import LRUCache
+
 from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.run import CompensationStep, TaskSummary
-from flowforge.domain.states import CompensationState, TaskState
+from flowforge.domain.states import TERMINAL_RUN_PHASES, CompensationState, TaskState
+from flowforge.operator import metrics
 from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
@@ -30,7 +38,10 @@ from flowforge.store.queries import (
 from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
+FINAL_PHASES = frozenset(phase.value for phase in TERMINAL_RUN_PHASES)
 COALESCE_SECONDS = 0.1
+# digests of the last patched projection, one per run (an active run's is ~100 bytes)
+REMEMBERED_PROJECTIONS = 100_000
 # projections share the store pool with outcome transactions: keep them to a few connections
 CONCURRENT_PROJECTIONS = 3
 
@@ -47,8 +58,20 @@ class StatusWriter:
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
+        self._patched: LRUCache[int, bytes] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
+        self._writing = 0
 
-    def mark(self, run_id: int) -> None:
+    def __len__(self) -> int:
+        """How many runs' last projection is remembered."""
+        return len(self._patched)
+
+    def pending(self) -> int:
+        """Runs whose status is marked or being written."""
+        return len(self._dirty) + self._writing
+
+    def mark(self, run_id: int, *, force: bool = False) -> None:
+        if force:
+            self._patched.pop(run_id, None)
         self._dirty.add(run_id)
         self._wake.set()
         if self._worker is None or self._worker.done():
@@ -64,9 +87,13 @@ class StatusWriter:
             await asyncio.sleep(COALESCE_SECONDS)
             self._wake.clear()
             batch, self._dirty = self._dirty, set()
-            results = await asyncio.gather(
-                *(self.write(run_id) for run_id in batch), return_exceptions=True
-            )
+            self._writing = len(batch)
+            try:
+                results = await asyncio.gather(
+                    *(self.write(run_id) for run_id in batch), return_exceptions=True
+                )
+            finally:
+                self._writing = 0
             for run_id, result in zip(batch, results, strict=True):
                 if isinstance(result, Exception):
                     logger.warning("status of run %d not written: %s", run_id, result)
@@ -143,9 +170,19 @@ class StatusWriter:
         async with self._slots:
             context = await self._runs.by_id(run_id)
             body = await self.project(context)
+        digest = hashlib.blake2b(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode(), digest_size=16
+        ).digest()
+        if self._patched.get(run_id) == digest:
+            metrics.STATUS_UNCHANGED.inc()
+            return
         await self._kube.patch_run_status(
             namespace=context.namespace, name=context.name, status=body
         )
+        if body.get("phase") in FINAL_PHASES:
+            self._patched.pop(run_id, None)  # nothing changes after this: forget the run
+        else:
+            self._patched[run_id] = digest
 
 
 def _task_message(state: TaskState, *, delayed: str, error: str, reason: str) -> str:

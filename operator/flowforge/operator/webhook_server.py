@@ -11,7 +11,8 @@ If DIR holds no certificate, a CA and a serving certificate for 127.0.0.1 are ge
 With --client-ca only clients presenting a certificate signed by that CA (the apiserver) get
 past the TLS handshake; `--client-ca none` serves anyone, for a cluster that cannot present one.
 Admission reads the store (published definitions) and the apiserver (WorkflowDefinition and
-FlowForgePolicy objects, SubjectAccessReviews of the requesting user), and writes neither.
+FlowForgePolicy objects, SubjectAccessReviews of the requesting user, dry-run creations of
+each task type's Job and Pod), and writes neither.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import kopf
 
 from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.client import KubeClient
+from flowforge.kube.dryrun import DryRunner
 from flowforge.operator.access_review import CachedAccessReviewer
 from flowforge.operator.admission_access import AccessChecks
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
@@ -36,6 +38,7 @@ from flowforge.operator.run_sources import StoreRetrySources
 from flowforge.operator.webhook_http import GuardedWebhookServer
 from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
+from flowforge.store.session import WEBHOOK_LIMITS
 
 
 def configure_admission_settings(
@@ -87,8 +90,16 @@ async def serve_webhooks(
     ready_flag: asyncio.Event | None = None,
 ) -> None:
     """Serve the admission webhooks until stopped (signal or `stop_flag`)."""
-    pool = await open_pool(dsn, min_size=1, max_size=8, name="flowforge-webhooks")
+    pool = await open_pool(
+        dsn,
+        min_size=1,
+        max_size=8,
+        name="flowforge-webhooks",
+        limits=WEBHOOK_LIMITS,
+        wait_seconds=1.0,
+    )
     kube = KubeClient.connect(kubeconfig=os.environ.get("KUBECONFIG") or None, threads=8)
+    dry_runner = DryRunner(kube.api_client)
     try:
         definitions = StoreDefinitionRegistry(
             pool, list_definitions=lambda namespace: kube.list_definitions(namespace=namespace)
@@ -102,7 +113,11 @@ async def serve_webhooks(
             load_definition=definitions.load_definition,
         )
         register_admission_handlers(
-            registry, definitions=lambda: definitions, runs=lambda: runs, access=lambda: access
+            registry,
+            definitions=lambda: definitions,
+            runs=lambda: runs,
+            access=lambda: access,
+            dry_run=lambda: dry_runner,
         )
         settings = kopf.OperatorSettings()
         configure_admission_settings(
@@ -117,6 +132,7 @@ async def serve_webhooks(
             ready_flag=ready_flag,
         )
     finally:
+        dry_runner.close()
         kube.close()
         await pool.close()
 

@@ -34,10 +34,12 @@ from flowforge.operator.admission_access import (
     decide_definition_access,
     decide_run_access,
 )
+from flowforge.operator.admission_dryrun import DryRunCreator, decide_definition_dry_run
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
 AccessProvider = Callable[[], AccessChecks]
+DryRunProvider = Callable[[], DryRunCreator]
 
 
 def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -103,11 +105,13 @@ def register_admission_handlers(
     definitions: RegistryProvider,
     access: AccessProvider,
     runs: RetrySourcesProvider | None = None,
+    dry_run: DryRunProvider | None = None,
 ) -> None:
     """Register the three admission handlers on `registry`.
 
-    `definitions`, `access` (who asks, the namespace's policies) and `runs` (where
-    `spec.retryOf` is looked up) are called per request, so the operator can open its store
+    `definitions`, `access` (who asks, the namespace's policies), `runs` (where
+    `spec.retryOf` is looked up) and `dry_run` (the apiserver's dry-run of each task type's
+    Job and Pod; none: not asked) are called per request, so the operator can open its store
     in a startup handler after registration.
     """
 
@@ -124,6 +128,11 @@ def register_admission_handlers(
         request = _request(kwargs)
         _enforce(await decide_definition(request, definitions()))
         _enforce(await decide_definition_access(request, user=_user(kwargs), checks=access()))
+        if dry_run is not None:
+            verdict = await decide_definition_dry_run(
+                request, creator=dry_run(), warnings=kwargs.get("warnings")
+            )
+            _enforce(verdict)
 
     @kopf.on.validate(
         GROUP,

@@ -58,12 +58,14 @@ query (function)                        index
 ======================================  ==================================================
 publish / load / list / newest version  ``flowforge_definition_identity`` (unique)
 create_run idempotency, find_run        ``flowforge_run_identity`` (unique)
-list_active_runs (reconciler)           ``flowforge_run_active_idx`` (partial)
+sweep_page (reconciler: active runs)    ``flowforge_run_active_idx`` (partial)
+listed_runs (reconciler: listed objs)   ``flowforge_run_identity`` (unique)
+a Job's run by uid, any namespace       ``flowforge_run_uid_idx`` (schema 7)
 prune: finished runs before cutoff      ``flowforge_run_prunable_idx`` (partial)
 run_progress (GROUP BY role, state)     ``flowforge_task_progress_idx`` (index-only)
 settle probe "any unresolved task?"     ``flowforge_task_progress_idx``
 every move on (run, task key)           ``flowforge_task_identity`` (unique)
-active_tasks (reconciler)               ``flowforge_task_progress_idx``
+active_tasks, sweep_page's rows         ``flowforge_task_progress_idx``
 release dependents, transitive skip     ``flowforge_task_dependency`` primary key
 FK check on task delete (retention)     ``flowforge_task_dependency_task_idx``
 prune a run's edges                     ``flowforge_task_dependency_run_idx``

@@ -189,6 +189,21 @@ async def load_definition_by_id(pool: Pool, definition_id: int) -> StoredDefinit
     return _stored(row[0], row[1:])
 
 
+FINGERPRINT_QUERY = "SELECT fingerprint FROM flowforge_definition WHERE id = %s"
+
+
+async def definition_fingerprint(pool: Pool, definition_id: int) -> str:
+    """The fingerprint a definition was published with (a cache's key: its content)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(FINGERPRINT_QUERY, (definition_id,))
+        row = await cursor.fetchone()
+    if row is None:
+        raise DefinitionNotFoundError(
+            namespace="?", workflow=f"definition #{definition_id}", version=None
+        )
+    return str(row[0])
+
+
 async def list_versions(pool: Pool, *, namespace: str, workflow: str) -> list[int]:
     async with pool.connection() as connection:
         cursor = await connection.execute(

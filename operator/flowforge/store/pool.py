@@ -12,13 +12,20 @@ from flowforge.store.connection import Connection, Pool
 from flowforge.store.migrate import check_schema
 from flowforge.store.session import SessionLimits
 
+# after the deadline's cancel, how long psycopg may try to cancel the query in the server
+# before a second cancel makes it close the connection instead
+CANCEL_GRACE_SECONDS = 1.0
+
 
 class BoundedPool(AsyncConnectionPool[Connection]):
     """A pool whose every use (the wait for a connection and the work on it) ends within
-    ``operation_seconds``: a paused server enforces no statement timeout of its own.
+    ``operation_seconds`` (plus ``CANCEL_GRACE_SECONDS``): a paused server enforces no
+    statement timeout of its own.
 
-    On the deadline the task is cancelled inside psycopg, which cancels the query (or, when
-    the server does not answer that either, closes the connection) and the pool discards it.
+    On the deadline the task is cancelled inside psycopg, which asks the server to cancel the
+    query. A server that answers that neither would hold the task another 10 s (psycopg waits
+    5 s for the cancel, then 5 s for the query), so a second cancel after the grace makes
+    psycopg close the connection, and the pool discards it. The caller sees ``TimeoutError``.
     """
 
     operation_seconds: float | None = None
@@ -29,9 +36,26 @@ class BoundedPool(AsyncConnectionPool[Connection]):
             async with super().connection(timeout) as connection:
                 yield connection
             return
+        task = asyncio.current_task()
+        assert task is not None
+        fired = False
+
+        def cancel_again() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
         async with asyncio.timeout(self.operation_seconds):
-            async with super().connection(timeout) as connection:
-                yield connection
+            again = asyncio.get_running_loop().call_later(
+                self.operation_seconds + CANCEL_GRACE_SECONDS, cancel_again
+            )
+            try:
+                async with super().connection(timeout) as connection:
+                    yield connection
+            finally:
+                again.cancel()
+                if fired:
+                    task.uncancel()  # ours: the timeout turns its own into TimeoutError
 
 
 async def open_pool(

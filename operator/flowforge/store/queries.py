@@ -8,7 +8,8 @@ Each query is served by one index (asserted by ``tests/store/test_indexes.py``):
   ``flowforge_task_progress_idx``.
 - ``latest_outcomes``: ``flowforge_event_run_idx``; ``recorded_jobs`` /
   ``job_created_attempts`` / ``recorded_job_uid``: ``flowforge_event_job_created_idx``.
-- ``find_run_id_by_uid``: ``flowforge_run_identity``.
+- ``find_run_id_by_uid``: ``flowforge_run_identity``; ``find_run_id_by_uid_anywhere``:
+  ``flowforge_run_uid_idx``.
 """
 
 from __future__ import annotations
@@ -222,6 +223,18 @@ async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | N
         cursor = await connection.execute(
             "SELECT id FROM flowforge_run WHERE namespace = %s AND uid = %s", (namespace, uid)
         )
+        row = await cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+RUN_BY_UID_QUERY = "SELECT id FROM flowforge_run WHERE uid = %s ORDER BY id LIMIT 1"
+
+
+async def find_run_id_by_uid_anywhere(pool: Pool, uid: str) -> int | None:
+    """The run of the object with this uid, whatever its namespace (uids are unique in a
+    cluster): the run a Job in another namespace claims to belong to."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(RUN_BY_UID_QUERY, (uid,))
         row = await cursor.fetchone()
     return None if row is None else int(row[0])
 

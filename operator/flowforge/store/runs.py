@@ -20,12 +20,10 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.history import EventKind
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.states import (
-    ACTIVE_RUN_PHASES,
     CompensationState,
     RunPhase,
     TaskRole,
     TaskState,
-    sql_list,
 )
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
@@ -41,10 +39,6 @@ _RUN_COLUMNS = (
     "cancel_requested, created_at, finished_at, pruned_at"
 )
 
-ACTIVE_RUNS_QUERY = (
-    f"SELECT id FROM flowforge_run WHERE phase IN {sql_list(ACTIVE_RUN_PHASES)} AND id > %s "
-    "ORDER BY id LIMIT %s"
-)
 FIND_RUN_QUERY = (
     f"SELECT {_RUN_COLUMNS} FROM flowforge_run WHERE namespace = %s AND name = %s AND uid = %s"
 )
@@ -279,10 +273,3 @@ async def get_run(pool: Pool, run_id: int) -> RunRecord:
     if row is None:
         raise RunNotFoundError(run=f"#{run_id}")
     return RunRecord.from_row(row)
-
-
-async def list_active_runs(pool: Pool, *, after_id: int = 0, limit: int = 500) -> list[int]:
-    """Ids of runs that are not finished, in pages (index ``flowforge_run_active_idx``)."""
-    async with pool.connection() as connection:
-        cursor = await connection.execute(ACTIVE_RUNS_QUERY, (after_id, limit))
-        return [int(run_id) for (run_id,) in await cursor.fetchall()]

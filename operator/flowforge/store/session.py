@@ -65,3 +65,12 @@ LEASE_LIMITS = SessionLimits(
     lock_timeout_seconds=1.0,
     idle_in_transaction_seconds=5.0,
 )
+
+# the admission webhook's reads: an answer must reach the apiserver within its webhook
+# timeout (10 s), so a slow or wedged database refuses the request instead of hanging it
+WEBHOOK_LIMITS = SessionLimits(
+    connect_timeout_seconds=2,
+    statement_timeout_seconds=3.0,
+    lock_timeout_seconds=1.0,
+    idle_in_transaction_seconds=10.0,
+)

@@ -1,0 +1,234 @@
+"""Memory benchmark: the operator's RSS before, during and after 1,000 finished runs, this
+code against a baseline (main, from a ``git worktree``); and a 10,000-task definition's size
+as parsed models against its compact in-memory form.
+
+The real operator process (``python -m flowforge.operator``) runs against the local control
+plane (kwok) and a local PostgreSQL. Runs of several workflows (single-task, one definition
+each) are created in waves; RSS is read from ``/proc/PID/status`` (``VmRSS``) after a
+warm-up (start), every half second while the runs go (peak), and once everything finished
+and the operator was idle for a while (end). Each code's operator is its own process on its
+own namespace, one after the other, on the same cluster and database.
+
+Target (issue 3/6): 1,000 finished runs leave RSS within 10% of where it started. Usage:
+
+    .venv/bin/python bench/bench_memory.py [--runs 1000] [--wave 50] [--workflows 20]
+        [--baseline main | --no-baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import threading
+import time
+import tracemalloc
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from bench_definition import generate_spec
+from flowforge.domain.api import GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.compact import RunDefinition
+from flowforge.domain.validation import parse_definition
+from flowforge.store.definitions import publish_definition
+from flowforge.store.pool import open_pool
+from harness import (
+    BenchEnvironment,
+    baseline_checkout,
+    bench_environment,
+    create_run_object,
+    exit_on_sigterm,
+    new_namespace,
+    start_operator,
+    stop_operator,
+)
+
+METRICS_PORT = 19474
+FINAL = {"Succeeded", "Failed", "Cancelled"}
+REPO_OPERATOR = Path(__file__).resolve().parent.parent / "operator"
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cached_runs() -> str:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
+    except OSError:
+        return "?"
+    for line in text.splitlines():
+        if line.startswith("flowforge_cached_runs "):
+            return line.split()[1]
+    return "n/a"  # the baseline has no such gauge
+
+
+def definition_figures() -> str:
+    """tracemalloc of one 10,000-task definition: parsed models vs compact form."""
+    document = generate_spec(tasks=10_000, edges=40_000)
+    gc.collect()
+    tracemalloc.start()
+    spec = parse_definition(document)
+    spec.graph.topological_order()
+    gc.collect()
+    full = tracemalloc.get_traced_memory()[0]
+    compact = RunDefinition.of(spec, fingerprint=spec.fingerprint)
+    del spec
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert compact.spec.task_count == 10_000
+    return (
+        f"10,000-task definition: {full / 2**20:.1f} MiB as parsed models, "
+        f"{kept / 2**20:.1f} MiB in the compact form the operator keeps "
+        f"({full / max(kept, 1):.0f}x smaller)"
+    )
+
+
+class Sampler:
+    """Reads the operator's RSS every half second; keeps the peak."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = 0.0
+        self._pid = pid
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib(self._pid))
+            time.sleep(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def create_runs(custom: k8s.CustomObjectsApi, namespace: str, names: list[str], n: int) -> None:
+    def create(chunk: list[str]) -> None:
+        for name in chunk:
+            index = int(name.rsplit("-", 1)[1])
+            create_run_object(custom, namespace, name, workflow=f"mem-{index % n}")
+
+    threads = [threading.Thread(target=create, args=(names[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def wait_finished(custom: k8s.CustomObjectsApi, namespace: str, names: list[str]) -> None:
+    wanted, deadline = set(names), time.monotonic() + 900
+    while time.monotonic() < deadline:
+        listing = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RUN_PLURAL)
+        done = {
+            item["metadata"]["name"]
+            for item in listing["items"]
+            if (item.get("status") or {}).get("phase") in FINAL
+        }
+        if wanted <= done:
+            return
+        time.sleep(1)
+    raise SystemExit(f"runs not finished in 900 s: {len(wanted - done)} left")
+
+
+async def measure(
+    env: BenchEnvironment, args: argparse.Namespace, *, label: str, python_path: Path
+) -> dict[str, Any]:
+    namespace = new_namespace(env.api, prefix=f"mem-{label[:4]}")
+    pool = await open_pool(env.dsn, min_size=1, max_size=2)
+    for n in range(args.workflows):
+        spec = {
+            "workflow": f"mem-{n}",
+            "version": 1,
+            "taskTypes": {"step": {"image": "busybox:1.36"}},
+            "tasks": [{"key": "only", "type": "step", "config": {"n": n}}],
+        }
+        await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
+    await pool.close()
+    scoped = BenchEnvironment(
+        work=env.work, kubeconfig=env.kubeconfig, dsn=env.dsn, api=env.api, namespace=namespace
+    )
+    operator = start_operator(
+        scoped,
+        identity=f"mem-{label[:4]}",
+        metrics_port=METRICS_PORT,
+        extra_args=("--job-ttl", str(args.job_ttl)),
+        extra_env={"FLOWFORGE_JOB_CREATION_QPS": "200"},
+        python_path=python_path,
+    )
+    custom = k8s.CustomObjectsApi(env.api)
+    try:
+        time.sleep(8)
+        warm = [f"warm-{i:04d}" for i in range(args.wave)]
+        create_runs(custom, namespace, warm, args.workflows)
+        wait_finished(custom, namespace, warm)
+        time.sleep(args.quiet)
+        start = rss_mib(operator.pid)
+        sampler = Sampler(operator.pid)
+        started = time.monotonic()
+        for first in range(0, args.runs, args.wave):
+            wave = [f"run-{i:04d}" for i in range(first, min(first + args.wave, args.runs))]
+            create_runs(custom, namespace, wave, args.workflows)
+            wait_finished(custom, namespace, wave)
+        elapsed = time.monotonic() - started
+        time.sleep(args.quiet)
+        sampler.close()
+        end = rss_mib(operator.pid)
+        figures = {
+            "start": start,
+            "peak": max(sampler.peak, end),
+            "end": end,
+            "seconds": elapsed,
+            "cached": cached_runs(),
+        }
+        print(
+            f"{label:>9}: RSS start {start:.1f} MiB, peak {figures['peak']:.1f} MiB, "
+            f"end {end:.1f} MiB, end/start {end / start:.3f} (target <= 1.10); "
+            f"{args.runs} runs finished in {elapsed:.0f} s; runs cached at the end: "
+            f"{figures['cached']}",
+            flush=True,
+        )
+        return figures
+    finally:
+        stop_operator(operator)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--wave", type=int, default=50, help="runs created at once")
+    parser.add_argument("--workflows", type=int, default=20, help="definitions the runs use")
+    parser.add_argument("--job-ttl", type=float, default=5.0, help="the operator's --job-ttl")
+    parser.add_argument("--quiet", type=float, default=20.0, help="idle seconds before a read")
+    parser.add_argument("--baseline", default="main", help="git ref of the code to compare")
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--cluster-dir", type=Path, help="reuse a running local cluster")
+    args = parser.parse_args()
+
+    print(definition_figures(), flush=True)
+    async with bench_environment(cluster_dir=args.cluster_dir, controller_manager_qps=100) as env:
+        results = {
+            "this code": await measure(env, args, label="this code", python_path=REPO_OPERATOR)
+        }
+        if not args.no_baseline:
+            with baseline_checkout(args.baseline) as baseline:
+                results[args.baseline] = await measure(
+                    env, args, label=args.baseline, python_path=baseline
+                )
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    exit_on_sigterm()
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,84 @@
+"""A published definition as the operator keeps it while its runs go on: only what running
+them needs, in a compact form.
+
+The typed models of a 10,000-task definition (``DefinitionSpec``: a pydantic model per task,
+its dependency graph, its views) take tens of MiB; a run needs, per task, its type, its
+config and what it compensates, and the few task types. Here each task is one slotted
+object whose config is kept as compact JSON text (decoded when a Job is built), the type
+names are shared, and nothing of the graph is kept: the store holds the run's graph.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from flowforge.domain.models import ContainerTemplate, DefinitionSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CompactTask:
+    key: str
+    type: str
+    compensate_for: str | None
+    config_json: str | None  # None: the empty config
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The task's config (a fresh copy each time)."""
+        if self.config_json is None:
+            return {}
+        decoded: dict[str, Any] = json.loads(self.config_json)
+        return decoded
+
+
+@dataclass(frozen=True, slots=True)
+class CompactSpec:
+    workflow: str
+    version: int
+    task_types: Mapping[str, ContainerTemplate]
+    forward_count: int
+    _tasks: Mapping[str, CompactTask]
+
+    @classmethod
+    def of(cls, spec: DefinitionSpec) -> CompactSpec:
+        tasks = {
+            task.key: CompactTask(
+                key=task.key,
+                type=sys.intern(task.type),
+                compensate_for=task.compensate_for,
+                config_json=json.dumps(task.config, separators=(",", ":")) if task.config else None,
+            )
+            for task in spec.tasks
+        }
+        return cls(
+            workflow=spec.workflow,
+            version=spec.version,
+            task_types=MappingProxyType(dict(spec.task_types)),
+            forward_count=sum(1 for task in spec.tasks if task.compensate_for is None),
+            _tasks=tasks,
+        )
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
+
+    def task(self, key: str) -> CompactTask:
+        """The task with ``key``; KeyError when there is none."""
+        return self._tasks[key]
+
+
+@dataclass(frozen=True, slots=True)
+class RunDefinition:
+    """The definition a run runs: its fingerprint and its compact spec."""
+
+    fingerprint: str
+    spec: CompactSpec
+
+    @classmethod
+    def of(cls, spec: DefinitionSpec, *, fingerprint: str) -> RunDefinition:
+        return cls(fingerprint=fingerprint, spec=CompactSpec.of(spec))

@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev dev-down test test-unit lint controlplane kueue crds clean ui chromium screenshots
+.PHONY: dev dev-down test test-unit lint controlplane kueue crds clean ui chromium screenshots image image-tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,17 @@ chromium:
 kueue:
 	bash deploy/local/build-kueue.sh
 
-test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue
+# The container image, built with buildah on this machine (no Docker engine; see
+# deploy/image/): buildah and mmdebstrap are installed from Debian's packages when missing,
+# the base and the layers are cached in ~/.cache/flowforge/image.
+image-tools:
+	bash deploy/image/install-tools.sh
+
+image:
+	bash deploy/image/build.sh
+
+# The image is built before pytest (tests/e2e/test_image.py runs it; warm, nothing rebuilds).
+test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue image
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

@@ -145,11 +145,9 @@ class OperatorProcess:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
-    def start(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            raise RuntimeError("already running")
-        environment = {
-            **os.environ,
+    def settings_environment(self) -> dict[str, str]:
+        """The operator's configuration (FLOWFORGE_*, quick timings for tests)."""
+        return {
             "FLOWFORGE_DSN": self.dsn,
             "FLOWFORGE_NAMESPACES": self.namespace,
             "FLOWFORGE_KUBECONFIG": str(self.kubeconfig),
@@ -162,12 +160,20 @@ class OperatorProcess:
             "FLOWFORGE_JOB_TTL": "-1",
             **self.extra_env,
         }
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "flowforge.operator"]
+
+    def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("already running")
+        environment = {**os.environ, **self.settings_environment()}
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"\n===== start #{self.starts} =====\n".encode())
         log.flush()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flowforge.operator"],
+            self.command(),
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,

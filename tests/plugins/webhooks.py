@@ -24,7 +24,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,23 +180,34 @@ def webhook_store_dsn(postgres_server_dsn: str, postgres_template: str) -> Itera
 
 
 def spawn_webhook_server(
-    cluster: Cluster, *, directory: Path, dsn: str, kubeconfig: Path | None = None
+    cluster: Cluster,
+    *,
+    directory: Path,
+    dsn: str,
+    kubeconfig: Path | None = None,
+    command: Callable[[int, WebhookCertificates], list[str]] | None = None,
 ) -> WebhookServer:
-    """`python -m flowforge.operator.webhook_server` on a free port with new serving
-    certificates in ``directory``, trusting the cluster's webhook client CA, until it serves."""
+    """`python -m flowforge.operator.webhook_server` (or ``command(port, certs)``) on a free
+    port with new serving certificates in ``directory``, trusting the cluster's webhook client
+    CA, until it serves."""
     certs = generate_webhook_certificates(directory / "certs")
     port = _free_port()
     log_path = directory / "webhook-server.log"
+    launch = (
+        command(port, certs)
+        if command is not None
+        else [
+            sys.executable,
+            "-m",
+            "flowforge.operator.webhook_server",
+            *("--port", str(port), "--certs", str(directory / "certs")),
+            *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
+            *("--dsn", dsn, "--kubeconfig", str(kubeconfig or cluster.kubeconfig)),
+        ]
+    )
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowforge.operator.webhook_server",
-                *("--port", str(port), "--certs", str(directory / "certs")),
-                *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
-                *("--dsn", dsn, "--kubeconfig", str(kubeconfig or cluster.kubeconfig)),
-            ],
+            launch,
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -25,25 +24,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 
-import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-
-from flowforge.domain.api import API_VERSION, GROUP, RUN_KIND, RUN_PLURAL, VERSION
-from flowforge.domain.validation import parse_definition
 from flowforge.localdev import postgres as localdev_postgres
-from flowforge.localdev.binaries import repo_root
-from flowforge.localdev.controlplane import start_cluster, stop_cluster
-from flowforge.store.definitions import publish_definition
-from flowforge.store.migrate import migrate
-from flowforge.store.pool import open_pool
+from flowforge.localdev.controlplane import stop_cluster
+from harness import (
+    STEP,
+    job_watcher,
+    percentile,
+    publish,
+    raw_ceiling,
+    start_bench,
+    start_operator,
+    stop_process,
+    wait_finished,
+)
+from harness import create_runs as _create_runs
 
-STEP = {"image": "busybox:1.36"}
 METRICS_PORT = 19464
 
 
@@ -69,98 +67,6 @@ def operator_handoff() -> str:
     return f"operator-internal hand-off ({total:.0f} hand-offs): {shares}"
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
-
-
-class JobWatcher:
-    """Times when each Job was first seen created and first seen complete.
-
-    Reads the watch stream as raw JSON lines (no model classes): the instrument must not
-    compete for the CPU it measures.
-    """
-
-    def __init__(self, batch: k8s.BatchV1Api, namespace: str) -> None:
-        self.created: dict[str, float] = {}
-        self.completed: dict[str, float] = {}
-        self.labels: dict[str, dict[str, str]] = {}
-        self._batch = batch
-        self._namespace = namespace
-        self._stop = threading.Event()
-        listing = json.loads(batch.list_namespaced_job(namespace, _preload_content=False).data)
-        self._version = listing["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            response = self._batch.list_namespaced_job(
-                self._namespace,
-                watch=True,
-                resource_version=self._version,
-                timeout_seconds=5,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-            )
-            for line in response:
-                now = time.monotonic()
-                event = json.loads(line)
-                job = event["object"]
-                self._version = job["metadata"]["resourceVersion"]
-                if event["type"] == "BOOKMARK":
-                    continue
-                name = job["metadata"]["name"]
-                self.created.setdefault(name, now)
-                self.labels[name] = job["metadata"].get("labels") or {}
-                conditions = (job.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
-                    self.completed.setdefault(name, now)
-            response.release_conn()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
-def raw_ceiling(batch: k8s.BatchV1Api, namespace: str, count: int) -> float:
-    """Jobs per minute a plain client gets created and completed by kwok."""
-    watcher = JobWatcher(batch, namespace)
-    prefix = f"raw-{uuid.uuid4().hex[:5]}"
-    started = time.monotonic()
-
-    def create(index: int) -> None:
-        batch.create_namespaced_job(
-            namespace,
-            {
-                "metadata": {"name": f"{prefix}-{index}", "labels": {"bench": prefix}},
-                "spec": {
-                    "backoffLimit": 0,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "task", "image": "busybox:1.36"}],
-                        }
-                    },
-                },
-            },
-        )
-
-    threads = [threading.Thread(target=lambda i=i: create(i)) for i in range(count)]
-    for index in range(0, count, 16):
-        group = threads[index : index + 16]
-        for thread in group:
-            thread.start()
-        for thread in group:
-            thread.join()
-    while sum(1 for name in watcher.completed if name.startswith(prefix)) < count:
-        time.sleep(0.05)
-    elapsed = time.monotonic() - started
-    watcher.close()
-    return count / elapsed * 60
-
-
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cluster-dir", type=Path, help="reuse a running local cluster")
@@ -181,38 +87,11 @@ async def main() -> int:
     cluster_dir = args.cluster_dir or work / "cluster"
     operator: subprocess.Popen[bytes] | None = None
     try:
-        cluster = start_cluster(
-            state_dir=cluster_dir, controller_manager_qps=args.controller_manager_qps
+        bench = start_bench(
+            work, cluster_dir=cluster_dir, controller_manager_qps=args.controller_manager_qps
         )
-        postgres = localdev_postgres.start(
-            work / "pg", settings={"fsync": "off", "synchronous_commit": "off"}
-        )
-        await migrate(postgres.dsn)
-        configuration = k8s.Configuration()
-        k8s_config.load_kube_config(
-            config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
-            client_configuration=configuration,
-        )
-        configuration.connection_pool_maxsize = 32
-        api = k8s.ApiClient(configuration)
-        extensions = k8s.ApiextensionsV1Api(api)
-        for path in sorted((repo_root() / "crds").glob("workflowruns.*.yaml")):
-            body = yaml.safe_load(path.read_text())
-            try:
-                extensions.create_custom_resource_definition(body)
-            except k8s.ApiException as error:
-                if error.status != 409:
-                    raise
-        time.sleep(2)
-        core, batch, custom = k8s.CoreV1Api(api), k8s.BatchV1Api(api), k8s.CustomObjectsApi(api)
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        core.create_namespace({"metadata": {"name": namespace}})
-        while True:
-            try:
-                core.read_namespaced_service_account("default", namespace)
-                break
-            except k8s.ApiException:
-                time.sleep(0.2)
+        batch, custom = bench.batch, bench.custom
+        namespace = bench.new_namespace()
 
         ceiling = raw_ceiling(batch, namespace, args.jobs)
         print(
@@ -220,107 +99,41 @@ async def main() -> int:
             f"({args.jobs} Jobs, plain client, 16 concurrent creations)"
         )
 
-        pool = await open_pool(postgres.dsn, min_size=1, max_size=2)
-        for spec in (
-            {
-                "workflow": "single",
-                "version": 1,
-                "taskTypes": {"step": STEP},
-                "tasks": [{"key": "only", "type": "step"}],
-            },
-            {
-                "workflow": "chain",
-                "version": 1,
-                "taskTypes": {"step": STEP},
-                "tasks": [{"key": "t0", "type": "step"}]
-                + [
-                    {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
-                    for n in range(1, args.chain_length)
-                ],
-            },
-        ):
-            await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
-        await pool.close()
-
-        log = (work / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowforge.operator",
-                "--dsn",
-                postgres.dsn,
-                "--namespace",
-                namespace,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--job-ttl",
-                "-1",
-                "--identity",
-                "bench",
-                "--metrics-port",
-                str(METRICS_PORT),
-            ],
-            env={**os.environ, "FLOWFORGE_JOB_CREATION_QPS": "200"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        await publish(
+            bench.dsn,
+            namespace,
+            (
+                {
+                    "workflow": "single",
+                    "version": 1,
+                    "taskTypes": {"step": STEP},
+                    "tasks": [{"key": "only", "type": "step"}],
+                },
+                {
+                    "workflow": "chain",
+                    "version": 1,
+                    "taskTypes": {"step": STEP},
+                    "tasks": [{"key": "t0", "type": "step"}]
+                    + [
+                        {"key": f"t{n}", "type": "step", "dependsOn": [f"t{n - 1}"]}
+                        for n in range(1, args.chain_length)
+                    ],
+                },
+            ),
         )
-        time.sleep(8)
+        operator = start_operator(
+            bench, namespace, log=work / "operator.log", metrics_port=METRICS_PORT
+        )
 
         def create_runs(prefix: str, workflow: str, count: int) -> list[str]:
-            names = [f"{prefix}-{i:03d}" for i in range(count)]
-
-            def create(name: str) -> None:
-                custom.create_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    RUN_PLURAL,
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": RUN_KIND,
-                        "metadata": {"name": name},
-                        "spec": {"workflow": workflow, "version": 1},
-                    },
-                )
-
-            threads = [threading.Thread(target=create, args=(name,)) for name in names]
-            for index in range(0, len(threads), 16):
-                for thread in threads[index : index + 16]:
-                    thread.start()
-                for thread in threads[index : index + 16]:
-                    thread.join()
-            return names
-
-        def wait_finished(
-            names: list[str], timeout: float, *, poll: float = 0.25
-        ) -> dict[str, str]:
-            """Poll the runs' phases (a LIST of every run is heavy for the apiserver: the
-            interval bounds the throughput figure's error, 0.25 s in 60 s)."""
-            deadline = time.monotonic() + timeout
-            wanted = set(names)
-            phases: dict[str, str] = {}
-            while time.monotonic() < deadline:
-                runs = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RUN_PLURAL)
-                items = runs["items"]
-                phases = {
-                    item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
-                    for item in items
-                    if item["metadata"]["name"] in wanted
-                }
-                if len(phases) == len(wanted) and all(
-                    p in ("Succeeded", "Failed", "Cancelled") for p in phases.values()
-                ):
-                    return phases
-                time.sleep(poll)
-            raise SystemExit(f"runs not finished in {timeout} s: {phases}")
+            return _create_runs(custom, namespace, prefix, workflow, count)
 
         # warm-up: one run through every path
-        wait_finished(create_runs("warm", "chain", 1), 120)
+        wait_finished(custom, namespace, create_runs("warm", "chain", 1), 120)
 
         started = time.monotonic()
         names = create_runs("single", "single", args.runs)
-        phases = wait_finished(names, 600)
+        phases = wait_finished(custom, namespace, names, 600)
         elapsed = time.monotonic() - started
         throughput = len(names) / elapsed * 60
         assert set(phases.values()) == {"Succeeded"}, phases
@@ -329,9 +142,9 @@ async def main() -> int:
             f"{elapsed:.1f} s) = {throughput / ceiling:.0%} of the raw ceiling (target >= 80%)"
         )
 
-        watcher = JobWatcher(batch, namespace)
+        watcher = job_watcher(batch, namespace)
         names = create_runs("chain", "chain", args.chains)
-        wait_finished(names, 600, poll=2)
+        wait_finished(custom, namespace, names, 600, poll=2)
         time.sleep(1)
         watcher.close()
         by_run: dict[str, dict[str, str]] = {}
@@ -370,12 +183,7 @@ async def main() -> int:
         )
         return 0
     finally:
-        if operator is not None:
-            operator.send_signal(signal.SIGTERM)
-            try:
-                operator.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                operator.kill()
+        stop_process(operator)
         localdev_postgres.stop(work / "pg")
         if args.cluster_dir is None:
             stop_cluster(cluster_dir)

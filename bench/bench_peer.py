@@ -14,7 +14,8 @@ for every engine:
 
 and, over an engine's turn, the apiserver's own ``apiserver_request_total`` writes (POST, PUT,
 PATCH, DELETE, APPLY; every client of the cluster, the Job controller, scheduler and kwok
-included) per completed task Pod, and the controller process's CPU seconds per task Pod.
+included) per completed task Pod, and the controller process's CPU seconds per task Pod
+(FlowForge's: the operator and its PostgreSQL server).
 The raw ceilings: a plain client creating Jobs / Pods that kwok completes.
 
 Argo's controller (bench/peer/build_argo.sh builds it from the Go module proxy into the
@@ -26,12 +27,15 @@ patching a WorkflowTaskResult per Pod) are therefore not in Argo's figures.
 
     .venv/bin/python bench/bench_peer.py [--quick] [--rounds 2] [--workloads single,chains]
         [--engines flowforge,argo,argo-tuned] [--controller-manager-qps default,200]
+        [--runs 200] [--chains 50] [--dag-tasks 1000] [--raw 200]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
 import random
 import shutil
@@ -61,6 +65,7 @@ from harness import (
     list_phases,
     percentile,
     pod_watcher,
+    postgres_pid,
     publish,
     raw_ceiling,
     raw_pod_ceiling,
@@ -139,6 +144,12 @@ class Engine:
         """(run, task) of one of the engine's Pods."""
         raise NotImplementedError
 
+    def cpu(self) -> float:
+        """CPU seconds so far of what the engine runs on: its controller (FlowForge: and
+        PostgreSQL)."""
+        assert self.process is not None
+        return cpu_seconds(self.process.pid)
+
     def stop(self) -> None:
         stop_process(self.process)
         self.process = None
@@ -149,7 +160,7 @@ class FlowForge(Engine):
     final = ("Succeeded", "Failed", "Cancelled")
 
     def start(self, bench: Bench, namespace: str, work: Path, sizes: Sizes) -> None:
-        self.custom, self.namespace = bench.custom, namespace
+        self.custom, self.namespace, self.postgres_dir = bench.custom, namespace, bench.postgres_dir
 
         def spec(workflow: str, graph: list[tuple[str, list[str]]]) -> dict[str, Any]:
             return {
@@ -182,6 +193,9 @@ class FlowForge(Engine):
         self.process = start_operator(
             bench, namespace, log=work / f"operator-{namespace}.log", metrics_port=free_port()
         )
+
+    def cpu(self) -> float:
+        return super().cpu() + cpu_seconds(postgres_pid(self.postgres_dir))
 
     def submit(self, workload: str, prefix: str, count: int) -> list[str]:
         return create_runs(self.custom, self.namespace, prefix, workload, count)
@@ -325,7 +339,7 @@ def run_turn(
 
         finish(engine.submit("chains", "warm", 1), 300)  # warm-up: one run through every path
         warm_pods = set(watcher.completed)
-        writes_before, cpu_before = bench.apiserver_requests(), cpu_seconds(engine.process.pid)
+        writes_before, cpu_before = bench.apiserver_requests(), engine.cpu()
 
         if "single" in workloads:
             started = time.monotonic()
@@ -356,7 +370,7 @@ def run_turn(
             )
             turn.failing_note = f"{phases[names[0]]}: {' '.join(tasks)}"
 
-        turn.cpu = cpu_seconds(engine.process.pid) - cpu_before
+        turn.cpu = engine.cpu() - cpu_before
         writes_after = bench.apiserver_requests()
         turn.writes = Counter(
             {
@@ -429,6 +443,11 @@ def print_cluster(
     header = (
         f"{'engine':<11}{'round':>6}{'runs/min':>10}{'hand-off p50/p99/max ms':>25}"
         f"{'DAG s':>8}{'fail->final s':>15}{'writes/task':>13}{'CPU s/task':>12}  failing run"
+    )
+    print(
+        "writes/task: apiserver_request_total writes (every client of the cluster) per task "
+        "Pod finished in the turn; CPU s/task: the controller process (FlowForge: operator + "
+        "its PostgreSQL server) per task Pod"
     )
     print(header)
     for turn in turns:
@@ -532,8 +551,19 @@ def main() -> int:
         default="default,200",
         help="one cluster per value: kube-controller-manager's client QPS ('default': 20/s)",
     )
+    for size in ("runs", "chains", "dag_tasks", "raw"):
+        parser.add_argument(
+            f"--{size.replace('_', '-')}", type=int, help=f"override the {size} size"
+        )
     args = parser.parse_args()
-    sizes = QUICK if args.quick else FULL
+    sizes = dataclasses.replace(
+        QUICK if args.quick else FULL,
+        **{
+            size: getattr(args, size)
+            for size in ("runs", "chains", "dag_tasks", "raw")
+            if getattr(args, size) is not None
+        },
+    )
     workloads = [w for w in args.workloads.split(",") if w]
     engines = [e for e in args.engines.split(",") if e]
     for name in workloads:
@@ -578,7 +608,8 @@ def main() -> int:
                         bench.core, namespace, sizes.raw, owner=raw_owner(bench, namespace)
                     )
                 )
-                for name in engines:
+                # A B C, then C B A: drift over the run weighs on every engine alike
+                for name in engines if round_number % 2 else engines[::-1]:
                     turn = run_turn(
                         make_engine(name),
                         bench=bench,
@@ -614,12 +645,16 @@ def main() -> int:
 
 
 def argo_module() -> Path:
-    """Argo's module source (the CRDs), downloaded by the build."""
-    gomodcache = subprocess.run(
-        ["go", "env", "GOMODCACHE"], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout.strip()
+    """Argo's module source (its CRDs), from the Go module cache (downloaded when missing)."""
     version = (PEER / "versions.env").read_text().split("ARGO_VERSION=")[1].split()[0]
-    return Path(gomodcache) / "github.com" / "argoproj" / "argo-workflows" / f"v4@{version}"
+    downloaded = subprocess.run(
+        ["go", "mod", "download", "-json", f"github.com/argoproj/argo-workflows/v4@{version}"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
+    return Path(json.loads(downloaded.stdout)["Dir"])
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

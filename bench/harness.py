@@ -180,6 +180,7 @@ class Bench:
 
     cluster: Cluster
     dsn: str
+    postgres_dir: Path
     api: k8s.ApiClient
     core: k8s.CoreV1Api
     batch: k8s.BatchV1Api
@@ -248,6 +249,7 @@ def start_bench(
     bench = Bench(
         cluster=cluster,
         dsn=postgres.dsn,
+        postgres_dir=postgres.directory,
         api=api,
         core=k8s.CoreV1Api(api),
         batch=k8s.BatchV1Api(api),
@@ -306,9 +308,31 @@ def stop_process(process: subprocess.Popen[bytes] | None) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a running process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time (user + system) of a running process and of every descendant, live or reaped,
+    from /proc."""
+    ticks = 0
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            stats[int(entry.name)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        if current in stats:
+            ticks += sum(int(value) for value in stats[current][11:15])
+        pending.extend(children.get(current, []))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_pid(directory: Path) -> int:
+    """The postmaster of the local server in ``directory`` (localdev_postgres.start's)."""
+    return int((directory / "data" / "postmaster.pid").read_text().split()[0])
 
 
 def create_runs(

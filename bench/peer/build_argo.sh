@@ -5,10 +5,10 @@
 #   ${FLOWFORGE_CACHE:-~/.cache/flowforge}/argo-<version>/bin/workflow-controller
 # and not rebuilt when present. Prints the binary's path on its last line of stdout.
 #
-# One change at build time, through `go build -overlay` (the module's files stay untouched):
-# the controller's health server listens on ":6060" (every interface; no flag or setting
-# moves it), and the bench's rule is that every server binds 127.0.0.1 only, so the overlay
-# is the module's own cmd/workflow-controller/main.go with that one address replaced.
+# One change at build time (the module's files stay untouched): the controller's health
+# server listens on ":6060" (every interface; no flag or setting moves it), and the bench's
+# rule is that every server binds 127.0.0.1 only, so the binary is built from the module's
+# own cmd/workflow-controller/main.go with that one address replaced.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,16 +36,22 @@ log "workflow-controller $ARGO_VERSION: downloading $module@$ARGO_VERSION"
 source_dir="$(go mod download -json "$module@$ARGO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
 [ -d "$source_dir/cmd/workflow-controller" ] || fail "could not download $module@$ARGO_VERSION"
 
-mkdir -p "$dest/overlay" "$dest/bin"
+# A throwaway main module beside the cache: the module's main.go with the one address
+# replaced, requiring the module itself, so every other package is the module's own
+# (and already in the build cache after a plain `go install` of the same version).
+src="$dest/loopback-src"
+rm -rf "$src" && mkdir -p "$src" "$dest/bin"
 main="$source_dir/cmd/workflow-controller/main.go"
-patched="$dest/overlay/main.go"
-sed 's/http\.ListenAndServe(":6060"/http.ListenAndServe("127.0.0.1:6060"/' "$main" > "$patched"
-grep -q 'ListenAndServe("127.0.0.1:6060"' "$patched" \
-  || fail "the health server's address in $main changed: review the loopback overlay"
-printf '{"Replace": {"%s": "%s"}}\n' "$main" "$patched" > "$dest/overlay/overlay.json"
+sed 's/http\.ListenAndServe(":6060"/http.ListenAndServe("127.0.0.1:6060"/' "$main" > "$src/main.go"
+grep -q 'ListenAndServe("127.0.0.1:6060"' "$src/main.go" \
+  || fail "the health server's address in $main changed: review the loopback patch"
+go_line="$(grep -m1 '^go ' "$source_dir/go.mod")"
+printf 'module flowforge.local/argo-loopback\n\n%s\n\nrequire %s %s\n' \
+  "$go_line" "$module" "$ARGO_VERSION" > "$src/go.mod"
+cp "$source_dir/go.sum" "$src/go.sum"
 
 log "workflow-controller $ARGO_VERSION: building (about 4 minutes cold on 2 cores, more when loaded)"
-(cd "$source_dir" && go build -overlay "$dest/overlay/overlay.json" -o "$binary.tmp" ./cmd/workflow-controller)
+(cd "$src" && go build -mod=mod -o "$binary.tmp" .)
 mv "$binary.tmp" "$binary"
 log "workflow-controller $ARGO_VERSION: built $binary"
 echo "$binary"

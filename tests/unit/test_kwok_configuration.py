@@ -12,7 +12,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from flowforge.localdev.kwokconfig import (
     ClusterPorts,
     kwokctl_configuration,
+    stages_file,
     write_admission_configuration,
+    write_config,
 )
 
 PORTS = ClusterPorts(
@@ -85,3 +87,25 @@ def test_the_apiserver_presents_a_client_certificate_to_every_webhook(tmp_path: 
     usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     assert client.key_path.stat().st_mode & 0o077 == 0
+
+
+def test_extra_stages_follow_flowforge_s_own(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        "# a benchmark's own outcome\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\n"
+        "metadata:\n  name: bench-extra\n"
+    )
+    config = tmp_path / "kwokctl.yaml"
+    write_config(
+        config,
+        bin_dir=Path("/bin"),
+        ports=PORTS,
+        kube_version="v1.34.4",
+        kwok_version="v0.8.0",
+        extra_stages=[extra],
+    )
+
+    documents = list(yaml.safe_load_all(config.read_text()))
+    ours = [doc["metadata"]["name"] for doc in yaml.safe_load_all(stages_file().read_text())]
+    assert documents[0]["kind"] == "KwokctlConfiguration"
+    assert [doc["metadata"]["name"] for doc in documents[1:]] == [*ours, "bench-extra"]

@@ -93,12 +93,14 @@ def start_cluster(
     bin_dir: Path | None = None,
     timeout: float = 180.0,
     controller_manager_qps: int | None = None,
+    extra_stages: Sequence[Path] = (),
 ) -> Cluster:
     """Start a cluster whose state lives in state_dir and wait until it can run Jobs.
 
     Idempotent: a cluster already running from state_dir is returned as is; a stale
     one (processes gone) is cleaned up first. Several clusters with distinct
-    state_dirs run side by side.
+    state_dirs run side by side. ``extra_stages``: files of further kwok Stages (a benchmark's
+    own Pod outcomes) appended to FlowForge's.
     """
     state_dir = state_dir.resolve()
     existing = load_cluster(state_dir)
@@ -118,6 +120,7 @@ def start_cluster(
             ports=ports,
             versions=versions,
             controller_manager_qps=controller_manager_qps,
+            extra_stages=extra_stages,
         )
         try:
             client = _wait_until_ready(state_dir, deadline=started + timeout)
@@ -149,6 +152,7 @@ def _create(
     ports: ClusterPorts,
     versions: dict[str, str],
     controller_manager_qps: int | None,
+    extra_stages: Sequence[Path],
 ) -> None:
     config = state_dir / "kwokctl.yaml"
     admission_configuration, _ = write_admission_configuration(state_dir / ADMISSION_DIR)
@@ -160,6 +164,7 @@ def _create(
         kwok_version=versions["KWOK_VERSION"],
         admission_configuration=admission_configuration,
         controller_manager_qps=controller_manager_qps,
+        extra_stages=extra_stages,
     )
     completed = _kwokctl(bin_dir, state_dir, "--config", str(config), "create", "cluster")
     if completed.returncode != 0:

@@ -6,6 +6,7 @@ admission webhook (so a webhook can tell the apiserver from anyone else)."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -173,8 +174,10 @@ def write_config(
     kwok_version: str,
     admission_configuration: Path | None = None,
     controller_manager_qps: int | None = None,
+    extra_stages: Sequence[Path] = (),
 ) -> None:
-    """One multi-document file: the kwokctl configuration followed by our Stages."""
+    """One multi-document file: the kwokctl configuration followed by our Stages and those of
+    ``extra_stages``."""
     configuration = kwokctl_configuration(
         bin_dir=bin_dir,
         ports=ports,
@@ -184,4 +187,5 @@ def write_config(
         controller_manager_qps=controller_manager_qps,
     )
     header = yaml.safe_dump(configuration, sort_keys=False)
-    path.write_text(header + "---\n" + stages_file().read_text())
+    stages = [stages_file().read_text(), *(extra.read_text() for extra in extra_stages)]
+    path.write_text(header + "".join("---\n" + text.rstrip("\n") + "\n" for text in stages))

@@ -29,6 +29,7 @@ import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
     admission,
+    browse,
     cancel,
     definitions,
     dispatch,
@@ -304,6 +305,22 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         settle.START_STEP_QUERY,
         lambda p: (p.compensator_id,),
         needs(TASK_PKEY),
+    ),
+    "browse.FIND_RUN_QUERY": (
+        browse.FIND_RUN_QUERY,
+        lambda p: {"namespace": "team-a", "name": "r"},
+        needs("flowforge_run_identity"),
+    ),
+    "browse.LIST_RUNS_QUERY": (
+        browse.LIST_RUNS_QUERY,
+        lambda p: {
+            "namespaces": ["team-a"],
+            "workflow": None,
+            "phase": None,
+            "before": None,
+            "limit": 50,
+        },
+        needs(RUN_PKEY),  # newest first: a backward scan that stops at the limit
     ),
     "runs.FIND_RUN_QUERY": (
         runs.FIND_RUN_QUERY,

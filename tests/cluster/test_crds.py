@@ -104,7 +104,17 @@ def test_get_prints_the_run_columns(cluster: Cluster, namespace: str) -> None:
         json.dumps(status),
     )
     lines = kubectl(cluster, "get", "wfr", "-n", namespace).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "WORKFLOW", "VERSION", "PHASE", "PROGRESS", "AGE"]
+    assert lines[0].split() == [
+        "NAME",
+        "WORKFLOW",
+        "VERSION",
+        "PHASE",
+        "PROGRESS",
+        "PRIORITY",
+        "QUEUE",
+        "POSITION",
+        "AGE",
+    ]
     assert lines[1].split()[:5] == ["nightly-etl-run", "nightly-etl", "1", "Running", "3/4"]
 
 

@@ -27,7 +27,7 @@ import pytest
 from flowforge.kube.webhook_config import TIMEOUT_SECONDS as WEBHOOK_TIMEOUT_SECONDS
 from flowforge.kube.webhook_config import VALIDATE_DEFINITION_HANDLER_ID
 from flowforge.localdev import postgres as localdev
-from flowforge.localdev.controlplane import Cluster
+from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
@@ -216,12 +216,14 @@ def test_admission_answers_before_the_apiserver_gives_up_while_postgres_is_pause
     """A wedged database must not hang `kubectl apply` for the webhook's whole timeout: the
     webhook's pool bounds every read (``store/session.py::WEBHOOK_LIMITS``) and refuses."""
     directory, _, dsn = outage_postgres
+    namespace = f"pg-paused-{os.getpid()}"
+    kubectl(cluster, "create", "namespace", namespace)  # the templates' dry-run needs it
     server = spawn_webhook_server(cluster, directory=tmp_path, dsn=dsn)
     https = WebhookHttps(server, client=cluster.webhook_client)
     document = json.loads(
         admission_review(
-            definition(name="paused") | {"metadata": {"name": "paused", "namespace": "pg-paused"}},
-            namespace="pg-paused",
+            definition(name="paused") | {"metadata": {"name": "paused", "namespace": namespace}},
+            namespace=namespace,
         )
     )
     # an administrator, so that only the store can refuse it

@@ -23,6 +23,7 @@ import pytest
 
 from flowforge.domain.api import GROUP
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
+from flowforge.localdev.cluster import KubectlError, wait_established
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
 
 _startup_report: list[str] = []
@@ -54,22 +55,10 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
     crds_dir = repo_root() / "crds"
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds_dir))
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
-    deadline = time.monotonic() + 60
-    while True:
-        # kubectl wait fails at once on a CRD whose status has no conditions yet
-        waited = kubectl(
-            cluster,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            *[f"crd/{name}" for name in names],
-            check=False,
-        )
-        if waited.returncode == 0:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"the CRDs are not Established after 60 s: {waited.stderr}")
-        time.sleep(0.2)
+    try:
+        wait_established(cluster, [f"crd/{name}" for name in names])
+    except KubectlError as error:
+        pytest.fail(f"the CRDs are not Established after 60 s: {error}")
     _refresh_discovery(cluster, group=GROUP, expected=len(names))
     return names
 

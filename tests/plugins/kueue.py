@@ -48,6 +48,7 @@ import pytest
 import yaml
 
 from flowforge.localdev.binaries import BinariesMissingError, find_kueue, read_versions
+from flowforge.localdev.cluster import KubectlError, wait_established
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.operator.certs import generate_webhook_certificates
 
@@ -224,17 +225,10 @@ def _webhook_serving(port: int, ca: Path) -> bool:
 
 
 def _wait_established(cluster: Cluster, plurals: list[str]) -> None:
-    names = [f"crd/{plural}.{KUEUE_GROUP}" for plural in plurals]
-    deadline = time.monotonic() + 60
-    while True:  # right after the apply a CRD may have no conditions yet: wait cannot read it
-        done = kubectl(
-            cluster, "wait", "--for=condition=Established", "--timeout=30s", *names, check=False
-        )
-        if done.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"Kueue's CRDs not Established: {done.stderr}", pytrace=False)
-        time.sleep(0.5)
+    try:
+        wait_established(cluster, [f"crd/{plural}.{KUEUE_GROUP}" for plural in plurals])
+    except KubectlError as error:
+        pytest.fail(f"Kueue's CRDs not Established: {error}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

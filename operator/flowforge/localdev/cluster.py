@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,21 @@ def kubectl(
     if check and completed.returncode != 0:
         raise KubectlError(args, completed)
     return completed
+
+
+def wait_established(cluster: Cluster, crds: Sequence[str], *, timeout: float = 60.0) -> None:
+    """Wait until the apiserver serves the CRDs (``crd/NAME``); raises ``KubectlError``.
+    Right after an apply a CRD's status may have no conditions yet, which `kubectl wait`
+    does not wait for: it fails at once, so it is asked again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        args = ("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *crds)
+        waited = kubectl(cluster, *args, check=False, timeout=timeout + 10)
+        if waited.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise KubectlError(args, waited)
+        time.sleep(0.2)
 
 
 def kubectl_json(cluster: Cluster, *args: str) -> JsonObject:

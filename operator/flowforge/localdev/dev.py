@@ -34,6 +34,7 @@ from flowforge.domain.api import DEFINITION_CRD, RUN_CRD, RUN_PLURAL
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase
 from flowforge.localdev import postgres
 from flowforge.localdev.binaries import find_bin_dir, repo_root
+from flowforge.localdev.cluster import wait_established
 from flowforge.localdev.controlplane import (
     Cluster,
     kubectl,
@@ -194,15 +195,8 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
         cluster = start_cluster(state_dir=state_dir / "cluster", bin_dir=bin_dir)
         print(f"    {cluster.server} (kubeconfig {cluster.kubeconfig})")
     with step("CRDs"):
-        kubectl(cluster, "apply", "-f", str(root / "crds"))
-        kubectl(
-            cluster,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            f"crd/{DEFINITION_CRD}",
-            f"crd/{RUN_CRD}",
-        )
+        kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(root / "crds"))
+        wait_established(cluster, [f"crd/{DEFINITION_CRD}", f"crd/{RUN_CRD}"])
     with step("store roles (a login per component) and schema, migrated as the migrator"):
         from flowforge.store.migrate import migrate
 

@@ -14,8 +14,9 @@ for every engine:
 
 and, over an engine's turn, the apiserver's own ``apiserver_request_total`` writes (POST, PUT,
 PATCH, DELETE, APPLY; every client of the cluster, the Job controller, scheduler and kwok
-included; Lease renewals, the control plane's heartbeats, left out) per completed task Pod, and the controller process's CPU seconds per task Pod
-(FlowForge's: the operator and its PostgreSQL server).
+included; Lease renewals, the control plane's heartbeats, left out) per completed task Pod,
+and the controller process's CPU seconds per task Pod (FlowForge's: the operator and its
+PostgreSQL server).
 The raw ceilings: a plain client creating Jobs / Pods that kwok completes.
 
 Argo's controller (bench/peer/build_argo.sh builds it from the Go module proxy into the

@@ -279,6 +279,17 @@ async def wait_job(driver: RunDriver, run: str, task: str, *, timeout: float = 6
     raise AssertionError(f"no Job of {run}/{task} after {timeout} s")
 
 
+async def wait_any_queued(driver: RunDriver, names: list[str], *, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            body = driver.run(name)
+            if (body.get("status") or {}).get("phase") == "Queued":
+                return body
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"none of {names} was Queued within {timeout} s")
+
+
 async def test_a_namespace_run_limit_holds_across_two_workflows(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
@@ -308,9 +319,10 @@ async def test_a_namespace_run_limit_holds_across_two_workflows(
     jobs = JobTimes(driver.api, driver.namespace)
     for name in names:
         create(driver, name, workflow=name.split("-")[0])
-    held = await driver.wait_phase("right-1", {"Queued"}, timeout=30, operator=operator)
+    # The operator may take up any of the four first; whichever it did, the others wait.
+    held = await wait_any_queued(driver, names, timeout=30)
     queue = held["status"]["queue"]
-    assert queue["reason"] == "NamespaceRunLimit" and queue["position"] == 1
+    assert queue["reason"] == "NamespaceRunLimit" and queue["position"] >= 1
     assert any(c["type"] == "Queued" for c in held["status"]["conditions"])
     try:
         await wait_finished(driver, names, timeout=120)

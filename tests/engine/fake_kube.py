@@ -11,6 +11,7 @@ kube-apiserver.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import uuid
@@ -45,6 +46,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
         self.events: list[PostedEvent] = []
@@ -82,6 +84,8 @@ class FakeKube:
         return _created(job, created=True)
 
     async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.config_map_calls += 1
+        await asyncio.sleep(0)  # concurrent creations overlap, as over the network
         key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
         if key in self.config_maps:
             return copy.deepcopy(self.config_maps[key])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,6 +29,7 @@ from flowforge.domain.run_files import (
 from flowforge.domain.states import TaskRole
 from flowforge.kube.config_map import build_config_map, same_config_map
 from flowforge.kube.jobs import JobRequest, build_job
+from flowforge.sdk import run_parameters, task_config
 
 # k8s.io/apimachinery IsConfigMapKey
 CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
@@ -167,3 +170,17 @@ def test_the_mount_path_is_reserved_however_it_is_spelled() -> None:
         assert reserved_mount_path(path), path
     for path in ("/etc", "/etc/flowforge-data", "/data/etc/flowforge", "/tmp"):
         assert not reserved_mount_path(path), path
+
+
+def test_the_sdk_reads_the_files_the_variables_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text('{"source": "s3://b"}')
+    (tmp_path / "parameters.json").write_text('{"date": "2026-11-30"}')
+    monkeypatch.setenv("FLOWFORGE_CONFIG_FILE", str(tmp_path / "config.json"))
+    monkeypatch.setenv("FLOWFORGE_PARAMETERS_FILE", str(tmp_path / "parameters.json"))
+    assert task_config() == {"source": "s3://b"}
+    assert run_parameters() == {"date": "2026-11-30"}
+    monkeypatch.delenv("FLOWFORGE_CONFIG_FILE")
+    with pytest.raises(FileNotFoundError, match=re.escape("/etc/flowforge/config.json")):
+        task_config()  # outside a task's container there is no default file

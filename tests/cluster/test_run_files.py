@@ -71,8 +71,8 @@ async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
             "taskTypes": {"step": STEP},
             "tasks": [
                 {"key": "big", "type": "step", "config": BIG},
-                {"key": "small", "type": "step", "config": SMALL, "dependsOn": ["big"]},
-                {"key": "plain", "type": "step", "dependsOn": ["big"]},
+                {"key": "small", "type": "step", "config": SMALL},
+                {"key": "plain", "type": "step"},
             ],
         }
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Final
 
 from flowforge.server.views import DefinitionView
@@ -24,6 +25,10 @@ def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# a string as JSON, as json.dumps writes it, without an encoder per call (20,000 per graph)
+_text: Callable[[str], str] = encode_basestring
+
+
 class GraphSkeleton:
     """A definition's graph, serialised up to the states and the rollback's order."""
 
@@ -34,7 +39,7 @@ class GraphSkeleton:
         self.nodes = [
             (
                 task.key,
-                f'{{"id":{_json(task.key)},"type":{_json(task.type)},"state":',
+                f'{{"id":{_text(task.key)},"type":{_text(task.type)},"state":',
                 f',"level":{levels[task.key]}}}',
             )
             for task in spec.forward_tasks
@@ -42,8 +47,8 @@ class GraphSkeleton:
         self.compensators = [
             (
                 compensator.key,
-                f'{{"id":{_json(compensator.key)},"task":{_json(task)},'
-                f'"type":{_json(compensator.type)},"state":',
+                f'{{"id":{_text(compensator.key)},"task":{_text(task)},'
+                f'"type":{_text(compensator.type)},"state":',
                 "}",
             )
             for task, compensator in spec.compensators.items()

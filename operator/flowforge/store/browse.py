@@ -7,8 +7,10 @@ administrator's DSN (the owner, or a superuser) the scope changes nothing.
 
 Queries and their indexes: runs by (namespace, name) ``flowforge_run_identity``; the run
 list walks the primary key backwards (newest first, the cursor is the last id seen); task
-counts ``flowforge_task_progress_idx``; a run's events and its change marker
-``flowforge_event_run_idx``.
+counts, a run's task states and its compensators ``flowforge_task_progress_idx`` (each
+compensator's task by ``flowforge_task_identity``); a run's events and its change marker
+``flowforge_event_run_idx``. Row-level security compares each row's ``namespace`` column
+(migration 8), so none of these looks a run up per row.
 """
 
 from __future__ import annotations

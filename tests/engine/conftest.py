@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,22 @@ from tests.engine.fake_kube import FakeKube
 pytestmark = pytest.mark.store
 
 NAMESPACE = "team-a"
+
+
+async def wait_until(
+    condition: Callable[[], bool | Awaitable[bool]], *, what: str, timeout: float = 10.0
+) -> None:
+    """Wait until ``condition()`` holds: spawned work and timers run when the loop lets them,
+    so a test waits for their effect (generously) rather than for a fixed time."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                answer = condition()
+                if await answer if inspect.isawaitable(answer) else answer:
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout} s: {what}") from None
 
 
 @dataclasses.dataclass

@@ -7,7 +7,6 @@ lost in the middle of recording an outcome, an outcome seen twice.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
-from tests.engine.conftest import Harness
+from tests.engine.conftest import Harness, wait_until
 
 pytestmark = pytest.mark.store
 
@@ -50,8 +49,11 @@ async def test_a_diamond_runs_each_task_once_its_upstreams_succeeded(harness: Ha
     await harness.finish("load")
 
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
-    await asyncio.sleep(0.3)  # the status writer coalesces for 0.1 s
-    assert harness.kube.runs[("team-a", "diamond")]["status"]["phase"] == "Succeeded"
+
+    def shown() -> Any:
+        return harness.kube.runs[("team-a", "diamond")].get("status", {}).get("phase")
+
+    await wait_until(lambda: shown() == "Succeeded", what="the status")  # written after 0.1 s
     assert harness.kube.reasons().count("TaskStarted") == 4
     assert "RunSucceeded" in harness.kube.reasons()
 
@@ -118,8 +120,10 @@ async def test_a_vanished_job_is_a_lost_attempt_and_is_retried(harness: Harness)
     del harness.kube.jobs[("team-a", name)]  # gone without a word (deleted by hand)
 
     await harness.reconciler.pass_once()
-    await asyncio.sleep(0.2)  # the backoff (0.05 s) wakes the run up
-    await harness.settle_background()
+    # the backoff (0.05 s) wakes the run up and the second attempt's Job is created
+    await wait_until(
+        lambda: any("-only-2-" in name for name in harness.kube.created), what="attempt 2's Job"
+    )
 
     assert (await harness.states(run))["only"] == TaskState.RUNNING
     await harness.finish("only", attempt=2)

@@ -12,7 +12,7 @@ from flowforge.kube.errors import KubernetesRefusal, KubernetesUnavailable
 from flowforge.kube.jobs import LABEL_TASK
 from flowforge.operator.runs import RunContext
 from flowforge.store.queries import latest_outcomes
-from tests.engine.conftest import Harness
+from tests.engine.conftest import Harness, wait_until
 
 PAIR: list[dict[str, Any]] = [{"key": "first"}, {"key": "second", "dependsOn": ["first"]}]
 FAN_OUT: list[dict[str, Any]] = [{"key": "a"}, {"key": "b"}, {"key": "c"}]
@@ -41,12 +41,6 @@ async def start_refused(
     run = await harness.start(name, spec)
     await harness.settle_background()
     return run
-
-
-async def wait_until(condition: Any, *, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await condition():
-            await asyncio.sleep(0.02)
 
 
 async def test_an_invalid_job_fails_the_attempt_with_the_apiservers_message(
@@ -78,7 +72,7 @@ async def test_a_refusal_is_retried_like_any_failed_attempt(harness: Harness) ->
     async def second_attempt_created() -> bool:
         return any("-a-2-" in name for name in harness.kube.created)
 
-    await wait_until(second_attempt_created)
+    await wait_until(second_attempt_created, what="attempt 2's Job")
     await harness.finish("a", attempt=2)
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
 
@@ -87,7 +81,17 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     harness: Harness,
 ) -> None:
     quota = KubernetesRefusal(QUOTA, status=403, reason="")
-    run = await start_refused(harness, "quota", FAN_OUT, task_key="c", error=quota)
+    tries: list[str] = []
+
+    def refuse_c(manifest: Mapping[str, Any]) -> Exception | None:
+        if manifest["metadata"]["labels"][LABEL_TASK] != "c":
+            return None
+        tries.append(manifest["metadata"]["name"])
+        return quota
+
+    harness.kube.create_error = refuse_c
+    run = await harness.start("quota", FAN_OUT)
+    await harness.settle_background()
     assert sorted(harness.kube.active()) == sorted(
         [harness.job_of("a"), harness.job_of("b")]
     )  # the others ran
@@ -97,7 +101,8 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     status = await harness.engine.status.project(run)
     task_c = next(task for task in status["tasks"] if task["name"] == "c")
     assert "exceeded quota" in task_c["message"]
-    await asyncio.sleep(0.5)  # several tries in the backoff: one Event only, still running
+    # several tries in the backoff (0.05 s, doubling to 0.2 s): one Event only, still running
+    await wait_until(lambda: len(tries) >= 4, what="four tries of c's Job")
     assert harness.kube.reasons().count("JobCreationDelayed") == 1
     assert (await harness.states(run))["c"] == TaskState.RUNNING
 
@@ -107,7 +112,7 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     async def created() -> bool:
         return any("-c-1-" in name for name in harness.kube.created)
 
-    await wait_until(created)
+    await wait_until(created, what="the Job")
     status = await harness.engine.status.project(run)
     assert next(task for task in status["tasks"] if task["name"] == "c")["message"] == ""
     await harness.finish("b")
@@ -126,7 +131,7 @@ async def test_an_unavailable_apiserver_delays_the_job(harness: Harness) -> None
     async def created() -> bool:
         return bool(harness.kube.created)
 
-    await wait_until(created)
+    await wait_until(created, what="the Job")
     await harness.finish("a")
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
 

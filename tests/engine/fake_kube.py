@@ -54,6 +54,7 @@ class FakeKube:
         self.lists: list[ListCall] = []  # every LIST, paged as the apiserver pages it
         self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
+        self.before_list_jobs: Callable[[], Awaitable[None]] | None = None  # before a LIST
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
         # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
         self.create_error: Callable[[Mapping[str, Any]], Exception | None] | None = None
@@ -95,6 +96,8 @@ class FakeKube:
     async def list_jobs(
         self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
     ) -> ListPage:
+        if self.before_list_jobs is not None:
+            await self.before_list_jobs()
         label, _, value = label_selector.partition("=")
         matching = [
             job

@@ -114,6 +114,28 @@ async def test_a_cancel_between_the_dispatch_and_the_job_deletes_the_job_it_miss
     assert harness.kube.active() == []
 
 
+async def test_a_job_created_after_the_sweep_is_not_cleaned_up_as_an_orphan(
+    harness: Harness,
+) -> None:
+    run = await harness.start("late", [{"key": "first"}, {"key": "second", "dependsOn": ["first"]}])
+
+    async def hand_off_now() -> None:
+        # between the pass's sweep (second: pending) and its Job listing: first succeeds
+        # and second's Job is created, so the listing holds a Job the sweep did not know
+        harness.kube.before_list_jobs = None
+        await harness.finish("first")
+
+    harness.kube.before_list_jobs = hand_off_now
+    await harness.reconciler.pass_once()
+
+    second = harness.job_of("second")
+    assert second not in harness.kube.deleted
+    assert harness.kube.active() == [second]
+    assert (await harness.states(run))["second"] == TaskState.RUNNING
+    await harness.finish("second")
+    assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
+
+
 async def test_a_vanished_job_is_a_lost_attempt_and_is_retried(harness: Harness) -> None:
     run = await harness.start("vanish", [{"key": "only", "retries": 1}])
     name = harness.job_of("only")

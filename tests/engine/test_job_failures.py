@@ -177,8 +177,14 @@ async def test_a_pod_that_cannot_be_scheduled_fails_after_the_pending_timeout(
     harness.kube.add_waiting_pod(job, status=UNSCHEDULABLE)
     await harness.reconciler.pass_once()  # not yet 5 s old
     assert (await harness.states(run))["first"] == TaskState.RUNNING
+    # created at x.99 s, its creationTimestamp says x s: 5 s old to it, 4.01 s in fact,
+    # and the timeout counts from the store's exact record of the creation
+    await harness.age_job(run, job, seconds=4.01)
+    harness.kube.age_job(job, seconds=5.01)
+    await harness.reconciler.pass_once()
+    assert (await harness.states(run))["first"] == TaskState.RUNNING
 
-    harness.kube.age_job(job, seconds=6)
+    await harness.age_job(run, job, seconds=6)
     await harness.reconciler.pass_once()
     await harness.settle_background()
 
@@ -200,7 +206,7 @@ async def test_an_image_that_cannot_be_pulled_fails_with_its_reason(harness: Har
     run = await harness.start("pull", [{"key": "a", "retries": 1}])
     job = harness.job_of("a")
     harness.kube.add_waiting_pod(job, status=IMAGE_PULL)
-    harness.kube.age_job(job, seconds=harness.engine.settings.pending_timeout_seconds + 1)
+    await harness.age_job(run, job, seconds=harness.engine.settings.pending_timeout_seconds + 1)
     await harness.engine.check_pod_start(run, harness.ref("a"))
     assert (await harness.states(run))["a"] == TaskState.READY  # a retry, after its backoff
     outcome = (await latest_outcomes(harness.pool, run.run_id, ["a"]))["a"]
@@ -215,7 +221,7 @@ async def test_a_pod_that_started_is_not_failed_however_old(harness: Harness) ->
     job = harness.job_of("a")
     harness.kube.add_waiting_pod(job, status=UNSCHEDULABLE)
     harness.kube.add_waiting_pod(job, status={"phase": "Running"})  # a newer one runs
-    harness.kube.age_job(job, seconds=60)
+    await harness.age_job(run, job, seconds=60)
     await harness.reconciler.pass_once()
     assert (await harness.states(run))["a"] == TaskState.RUNNING
     assert job not in harness.kube.deleted

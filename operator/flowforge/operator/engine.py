@@ -50,6 +50,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
+from flowforge.store.queries import recorded_job_age
 from flowforge.store.queue import set_namespace_limits
 from flowforge.store.settle import settle_run
 
@@ -424,6 +425,18 @@ class Engine:
         identity = await self.launcher.own_job(context, job, body, act="outcome")
         if identity is None or identity.uid is None:
             return
+        if admission is None:
+            # a creationTimestamp has whole seconds (the Job may be up to 1 s younger than
+            # it says); the store recorded the creation exactly, after it happened
+            age = await recorded_job_age(
+                self.pool,
+                run_id=context.run_id,
+                task_key=job.task_key,
+                attempt=job.attempt,
+                uid=identity.uid,
+            )
+            if age is not None and age < timeout:
+                return  # the timer, or the reconciler's next pass, looks again
         pods = await self.kube.job_pods(
             namespace=context.namespace, job_name=identity.name, job_uid=identity.uid
         )

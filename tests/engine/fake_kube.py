@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
 
@@ -32,21 +33,12 @@ class ListCall:
     continue_token: str | None
 
 
-@dataclasses.dataclass
-class PostedEvent:
-    namespace: str
-    run_name: str
-    reason: str
-    message: str
-    warning: bool
-
-
 class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
-        self.events: list[PostedEvent] = []
+        self.events: list[RunEvent] = []
         self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
@@ -211,31 +203,13 @@ class FakeKube:
     ) -> bool:
         return False
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
-        self.events.append(PostedEvent(namespace, run_name, reason, message, warning))
+    async def post_run_event(self, event: RunEvent) -> None:
+        self.events.append(event)
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None:
-        self.event_series[(namespace, name)] = (reason, message, count)
+        self.event_series[(event.namespace, name)] = (event.reason, event.message, count)
 
     # what the Job controller would do
 

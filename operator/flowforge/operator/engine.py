@@ -32,6 +32,7 @@ from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.queue import namespace_limits
 from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
 from flowforge.domain.states import RunPhase
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.applier import Applier
@@ -231,12 +232,7 @@ class Engine:
         )
         notice = notices.run_refused(message)
         await self.kube.post_run_event(
-            namespace=metadata["namespace"],
-            run_name=metadata["name"],
-            run_uid=metadata["uid"],
-            reason=notice.reason,
-            message=notice.message,
-            warning=notice.warning,
+            RunEvent(metadata["namespace"], metadata["name"], metadata["uid"], notice)
         )
 
     async def run_deleted(self, body: Mapping[str, Any]) -> None:

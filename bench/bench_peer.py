@@ -130,6 +130,9 @@ class Engine:
 
     name: str
     final: tuple[str, ...]
+    resource: tuple[str, str, str]  # group, version, plural of a run
+    custom: Any
+    namespace: str
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, bench: Bench, namespace: str, work: Path, sizes: Sizes) -> None:
@@ -151,6 +154,23 @@ class Engine:
         assert self.process is not None
         return cpu_seconds(self.process.pid)
 
+    def run_object_bytes(self, name: str) -> int:
+        """The size of one run's object as the apiserver serves it (JSON): what etcd holds
+        and every watcher of the resource receives on each change."""
+        group, version, plural = self.resource
+        body = self.custom.get_namespaced_custom_object(
+            group, version, self.namespace, plural, name
+        )
+        return len(json.dumps(body, separators=(",", ":")))
+
+    def peak_rss_mib(self) -> float:
+        """The controller process's resident-set high-water mark (``VmHWM``)."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
     def stop(self) -> None:
         stop_process(self.process)
         self.process = None
@@ -159,6 +179,7 @@ class Engine:
 class FlowForge(Engine):
     name = "flowforge"
     final = ("Succeeded", "Failed", "Cancelled")
+    resource = (GROUP, VERSION, RUN_PLURAL)
 
     def start(self, bench: Bench, namespace: str, work: Path, sizes: Sizes) -> None:
         self.custom, self.namespace, self.postgres_dir = bench.custom, namespace, bench.postgres_dir
@@ -212,6 +233,7 @@ class FlowForge(Engine):
 
 class Argo(Engine):
     final = ARGO_FINAL
+    resource = (ARGO_GROUP, ARGO_VERSION, ARGO_PLURAL)
 
     def __init__(self, *, tuned: bool) -> None:
         self.name = "argo-tuned" if tuned else "argo"
@@ -324,6 +346,8 @@ class Turn:
     tasks: int = 0
     writes: Counter[tuple[str, str]] = field(default_factory=Counter)
     cpu: float = 0.0
+    dag_object_kib: float | None = None
+    peak_rss_mib: float | None = None
 
 
 def run_turn(
@@ -362,9 +386,11 @@ def run_turn(
             turn.handoffs = handoffs(engine, watcher, names)
         if "dag" in workloads:
             started = time.monotonic()
-            phases = finish(engine.submit("dag", "dag", 1), 3600, poll=1)
+            names = engine.submit("dag", "dag", 1)
+            phases = finish(names, 3600, poll=1)
             turn.makespan = time.monotonic() - started
             assert set(phases.values()) == {"Succeeded"}, phases
+            turn.dag_object_kib = engine.run_object_bytes(names[0]) / 1024
         if "failing" in workloads:
             started = time.monotonic()
             names = engine.submit("failing", "failing", 1)
@@ -380,6 +406,7 @@ def run_turn(
             turn.failing_note = f"{phases[names[0]]}: {' '.join(tasks)}"
 
         turn.cpu = engine.cpu() - cpu_before
+        turn.peak_rss_mib = engine.peak_rss_mib()
         writes_after = bench.apiserver_requests()
         turn.writes = Counter(
             {
@@ -478,6 +505,12 @@ def print_cluster(
             f"{show(writes / turn.tasks if turn.tasks else None, digits=1):>13}"
             f"{show(turn.cpu / turn.tasks if turn.tasks else None, digits=4):>12}"
             f"  {turn.failing_note}"
+        )
+    for turn in turns:
+        print(
+            f"  {turn.engine} round {turn.round}: DAG run object "
+            f"{show(turn.dag_object_kib, ' KiB', 1)}, controller peak RSS "
+            f"{show(turn.peak_rss_mib, ' MiB', 0)}"
         )
     print("medians over rounds, and ratios against flowforge (x > 1: flowforge better):")
     summary = summarise(turns)

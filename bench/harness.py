@@ -111,7 +111,7 @@ async def bench_environment(
         configuration.connection_pool_maxsize = pool_size
         api = k8s.ApiClient(configuration)
         extensions = k8s.ApiextensionsV1Api(api)
-        for path in sorted((repo_root() / "crds").glob("workflowruns.*.yaml")):
+        for path in sorted((repo_root() / "crds").glob("*.yaml")):
             try:
                 extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
             except k8s.ApiException as error:

@@ -91,7 +91,8 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     assert extract.metadata.owner_references[0].controller is True
     env = {e.name: e.value for e in extract.spec.template.spec.containers[0].env}
     assert env["FLOWFORGE_PARAM_DATE"] == "2026-11-30"
-    assert env["FLOWFORGE_CONFIG"] == '{"source": "s3://b"}'
+    assert env["FLOWFORGE_CONFIG_FILE"] == "/etc/flowforge/config.json"
+    assert "FLOWFORGE_CONFIG" not in env
     assert env["FLOWFORGE_ATTEMPT"] == "1"
 
     assert status["counts"] == {

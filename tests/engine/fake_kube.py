@@ -1,7 +1,7 @@
 """An in-memory fake of the operator's Kubernetes port (``flowforge.operator.kubeport``).
 
-For engine-logic tests only: it keeps Jobs, WorkflowRuns, status patches and Events in
-dicts and lists, answers as the apiserver does for the cases the engine relies on
+For engine-logic tests only: it keeps Jobs, ConfigMaps, WorkflowRuns, status patches and
+Events in dicts and lists, answers as the apiserver does for the cases the engine relies on
 (AlreadyExists, NotFound, a failed uid precondition), gives every Job a uid, and lets a test
 finish a Job the way the Job controller would (its Pod, owned by the Job, tells the exit code)
 or forge Jobs and Pods the way an attacker would.
@@ -11,6 +11,7 @@ kube-apiserver.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import uuid
@@ -36,6 +37,8 @@ class ListCall:
 class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
         self.events: list[RunEvent] = []
@@ -72,6 +75,15 @@ class FakeKube:
         self.jobs[key] = job
         self.created.append(key[1])
         return _created(job, created=True)
+
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.config_map_calls += 1
+        await asyncio.sleep(0)  # concurrent creations overlap, as over the network
+        key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        if key in self.config_maps:
+            return copy.deepcopy(self.config_maps[key])
+        self.config_maps[key] = copy.deepcopy(dict(manifest))
+        return None
 
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
         job = self.jobs.get((namespace, name))

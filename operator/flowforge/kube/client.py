@@ -26,6 +26,7 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer, container_termination
+from flowforge.kube.config_map import ConfigMapCalls
 from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.events import RunEvent, event_body, series_change
@@ -93,7 +94,7 @@ def _created(job: Mapping[str, Any], *, created: bool) -> CreatedJob:
     )
 
 
-class KubeClient:
+class KubeClient(ConfigMapCalls):
     def __init__(
         self,
         api_client: k8s.ApiClient,

@@ -4,8 +4,9 @@
 engine against an in-memory fake of this port and a real PostgreSQL (``tests/engine``), so
 the engine's decisions can be tested without a cluster. Every call is idempotent in the
 way the engine relies on: creating an existing Job answers ``created=False`` with the
-existing Job's uid and controller, deleting a missing one (or one whose uid is not the
-given one) answers False, reading a missing object answers None.
+existing Job's uid and controller (an existing ConfigMap answers itself), deleting a missing
+one (or one whose uid is not the given one) answers False, reading a missing object answers
+None.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from flowforge.kube.pages import ListPage
 
 class KubePort(Protocol):
     async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob: ...
+
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None when created; the ConfigMap that already had the name otherwise."""
+        ...
 
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
         """``uid``: delete only that Job (a precondition the apiserver checks)."""

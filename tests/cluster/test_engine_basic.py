@@ -154,7 +154,13 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     # 52 tasks: above the summary limit, so the status lists none and says so
     assert width + 2 > STATUS_TASK_SUMMARY_LIMIT
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
+    # a Job's creation is recorded after the call that made it returns, so its outcome (from
+    # the Job watch) and the run's end can come first: wait for the records, then count them
+    deadline = time.monotonic() + 30
     created = await store_queries.job_created_attempts(driver.pool, run.id)
+    while len(created) < width + 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        created = await store_queries.job_created_attempts(driver.pool, run.id)
     assert len(created) == width + 2
 
     # 52 starts: the first few are Events of their own, the rest one Event that counts them

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
 
@@ -33,15 +34,6 @@ class ListCall:
     continue_token: str | None
 
 
-@dataclasses.dataclass
-class PostedEvent:
-    namespace: str
-    run_name: str
-    reason: str
-    message: str
-    warning: bool
-
-
 class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -49,7 +41,7 @@ class FakeKube:
         self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
-        self.events: list[PostedEvent] = []
+        self.events: list[RunEvent] = []
         self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
@@ -57,6 +49,7 @@ class FakeKube:
         self.lists: list[ListCall] = []  # every LIST, paged as the apiserver pages it
         self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
+        self.before_list_jobs: Callable[[], Awaitable[None]] | None = None  # before a LIST
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
         # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
         self.create_error: Callable[[Mapping[str, Any]], Exception | None] | None = None
@@ -107,6 +100,8 @@ class FakeKube:
     async def list_jobs(
         self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
     ) -> ListPage:
+        if self.before_list_jobs is not None:
+            await self.before_list_jobs()
         label, _, value = label_selector.partition("=")
         matching = [
             job
@@ -220,31 +215,13 @@ class FakeKube:
     ) -> bool:
         return False
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
-        self.events.append(PostedEvent(namespace, run_name, reason, message, warning))
+    async def post_run_event(self, event: RunEvent) -> None:
+        self.events.append(event)
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None:
-        self.event_series[(namespace, name)] = (reason, message, count)
+        self.event_series[(event.namespace, name)] = (event.reason, event.message, count)
 
     # what the Job controller would do
 

@@ -407,6 +407,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (p.run_id, "root", 1),
         needs(JOBS_CREATED),
     ),
+    "queries.RECORDED_JOB_AGE_QUERY": (
+        queries.RECORDED_JOB_AGE_QUERY,
+        lambda p: (p.run_id, "root", 1, "a-uid"),
+        needs(JOBS_CREATED),
+    ),
     "queries.ROLLBACK_STEPS_QUERY": (
         queries.ROLLBACK_STEPS_QUERY,
         lambda p: {"run": p.run_id},

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob
 from flowforge.kube.pages import ListPage
 
@@ -75,26 +76,8 @@ class KubePort(Protocol):
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool: ...
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None: ...
+    async def post_run_event(self, event: RunEvent) -> None: ...
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None: ...

@@ -30,6 +30,7 @@ from flowforge.operator.runs import RunContext
 from flowforge.operator.settings import OperatorSettings
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
+from flowforge.store.events import RUN_NAMESPACE
 from flowforge.store.queries import find_run_id_by_uid, list_tasks
 from flowforge.store.runs import RunRecord, get_run
 from tests.engine.fake_kube import FakeKube
@@ -143,9 +144,11 @@ class Harness:
         fence = self.engine.fence()
         async with self.pool.connection() as connection:
             await connection.execute(
-                "INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail, "
-                "recorded_at) VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp() - %s)",
+                "INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, "
+                f"detail, recorded_at) VALUES (%s, {RUN_NAMESPACE}, %s, %s, %s, %s, %s, "
+                "clock_timestamp() - %s)",
                 (
+                    context.run_id,
                     context.run_id,
                     metadata["labels"][LABEL_TASK],
                     int(metadata["labels"][LABEL_ATTEMPT]),

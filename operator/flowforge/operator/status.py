@@ -20,6 +20,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from flowforge.domain.execution import BackoffPolicy, attempts_made
+from flowforge.domain.kueue import queueing
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.queue import queue_message
 from flowforge.domain.run import CompensationStep, QueueStatus, TaskSummary
@@ -48,6 +49,7 @@ from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
 FINAL_PHASES = frozenset(phase.value for phase in TERMINAL_RUN_PHASES)
+ROLLBACK_PHASES = frozenset((RunPhase.FAILED, RunPhase.CANCELLED))
 COALESCE_SECONDS = 0.1
 # digests of the last patched projection, one per run (an active run's is ~100 bytes)
 REMEMBERED_PROJECTIONS = 100_000
@@ -115,7 +117,12 @@ class StatusWriter:
 
     async def project(self, context: RunContext) -> dict[str, Any]:
         record = await get_run(self._pool, context.run_id)
-        counts = await forward_counts(self._pool, context.run_id)
+        spec = context.definition.spec
+        counts = await forward_counts(
+            self._pool,
+            context.run_id,
+            kueue=any(queueing(spec, name) is not None for name in spec.task_types),
+        )
         summaries: list[TaskSummary] = []
         if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
             rows = await list_forward_tasks(self._pool, context.run_id)
@@ -149,7 +156,9 @@ class StatusWriter:
                         finished_at=row.finished_at,
                     )
                 )
-        steps = await rollback_steps(self._pool, context.run_id)
+        # only a run that ends Failed or Cancelled is ever rolled back: no steps before
+        rolled_back = record.compensating or record.phase in ROLLBACK_PHASES
+        steps = await rollback_steps(self._pool, context.run_id) if rolled_back else []
         failure = None
         if counts.failed:
             failed = [s.name for s in summaries if s.state is ShownTaskState.FAILED]

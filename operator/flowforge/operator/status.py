@@ -66,6 +66,9 @@ class StatusWriter:
         self._kube = kube
         self._runs = runs
         self._dirty: set[int] = set()
+        # the contexts of marked runs, when the marker had one: a run that just finished is
+        # no longer cached, and its last projection need not read it back
+        self._contexts: dict[int, RunContext] = {}
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
@@ -81,10 +84,18 @@ class StatusWriter:
         return len(self._dirty) + self._writing
 
     def mark(
-        self, run_id: int, *, force: bool = False, shown: Mapping[str, Any] | None = None
+        self,
+        run_id: int,
+        *,
+        force: bool = False,
+        shown: Mapping[str, Any] | None = None,
+        context: RunContext | None = None,
     ) -> None:
         """Re-project the run's status soon. ``shown``: the status its object shows now (a
-        projection equal to it is not patched, e.g. at the first sighting after a restart)."""
+        projection equal to it is not patched, e.g. at the first sighting after a restart);
+        ``context``: the run's, when the caller has it."""
+        if context is not None:
+            self._contexts[run_id] = context
         if force:
             self._patched.pop(run_id, None)
         elif shown and run_id not in self._patched:
@@ -203,7 +214,7 @@ class StatusWriter:
 
     async def write(self, run_id: int) -> None:
         async with self._slots:
-            context = await self._runs.by_id(run_id)
+            context = self._contexts.pop(run_id, None) or await self._runs.by_id(run_id)
             body = await self.project(context)
         digest = _digest(body)
         if self._patched.get(run_id) == digest:

@@ -18,7 +18,9 @@ from flowforge.sdk import chain, chord, group, task, workflow
 SHARDS = ("shard-1", "shard-2", "shard-3")
 STEP_TYPE: dict[str, Any] = {
     "image": "busybox:1.36",
-    "command": ["sh", "-c", 'echo "running $FLOWFORGE_TASK"'],
+    # a shard's config ({"shard": "shard-1"}) is the file $FLOWFORGE_CONFIG_FILE; a Python
+    # task reads it with flowforge.sdk.task_config()
+    "command": ["sh", "-c", 'echo "running $FLOWFORGE_TASK on $(cat "$FLOWFORGE_CONFIG_FILE")"'],
     "annotations": {"flowforge.io/simulate-duration": "1s"},
 }
 

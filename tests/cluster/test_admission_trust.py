@@ -20,7 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowforge.domain.caps import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_PARAMETERS
+from flowforge.domain.caps import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIGS_TOTAL_BYTES,
+    MAX_PARAMETERS,
+)
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
@@ -239,3 +244,21 @@ def test_configs_over_the_caps_are_refused_at_apply(
         ]
     assert names_of(cluster, namespace, "workflowdefinitions") == []
     admission_webhooks.assert_alive()
+
+
+def test_configs_over_the_definitions_total_are_refused_at_apply(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer
+) -> None:
+    """Each config under its own cap, together over what a run's ConfigMap may hold."""
+    near = {"blob": "x" * (MAX_CONFIG_BYTES - 100)}
+    count = MAX_CONFIGS_TOTAL_BYTES // MAX_CONFIG_BYTES + 1
+    tasks = [{"key": f"t{index}", "type": "step", "config": near} for index in range(count)]
+    # create, not apply: kubectl apply would keep a copy in an annotation (at most 256 KiB)
+    for dry_run in (True, False):
+        args = ["create", "-n", namespace, "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+        text = json.dumps(definition(tasks=tasks))
+        refused = kubectl(cluster, *args, stdin=text, check=False)
+        assert refused.returncode != 0
+        assert "spec.tasks: task configs total" in refused.stderr, refused.stderr[:2000]
+        assert f"at most {MAX_CONFIGS_TOTAL_BYTES}" in refused.stderr, refused.stderr[:2000]
+    assert names_of(cluster, namespace, "workflowdefinitions") == []

@@ -254,7 +254,7 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
         assert result.code == 1 and result.err.startswith(expected), (argv, result.err)
         assert len(result.err.splitlines()) == 1
     no_dsn = await cli("get", "runs")
-    assert no_dsn.code == 2 and "pass --dsn or set FLOWFORGE_DSN" in no_dsn.err
+    assert no_dsn.code == 2 and "pass --dsn, or --admin with FLOWFORGE_DSN set" in no_dsn.err
 
 
 async def test_show_lists_the_rollback_of_a_failed_saga_and_retry_redoes_it(

@@ -91,7 +91,8 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     assert extract.metadata.owner_references[0].controller is True
     env = {e.name: e.value for e in extract.spec.template.spec.containers[0].env}
     assert env["FLOWFORGE_PARAM_DATE"] == "2026-11-30"
-    assert env["FLOWFORGE_CONFIG"] == '{"source": "s3://b"}'
+    assert env["FLOWFORGE_CONFIG_FILE"] == "/etc/flowforge/config.json"
+    assert "FLOWFORGE_CONFIG" not in env
     assert env["FLOWFORGE_ATTEMPT"] == "1"
 
     assert status["counts"] == {
@@ -153,7 +154,13 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     # 52 tasks: above the summary limit, so the status lists none and says so
     assert width + 2 > STATUS_TASK_SUMMARY_LIMIT
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
+    # a Job's creation is recorded after the call that made it returns, so its outcome (from
+    # the Job watch) and the run's end can come first: wait for the records, then count them
+    deadline = time.monotonic() + 30
     created = await store_queries.job_created_attempts(driver.pool, run.id)
+    while len(created) < width + 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        created = await store_queries.job_created_attempts(driver.pool, run.id)
     assert len(created) == width + 2
 
     # 52 starts: the first few are Events of their own, the rest one Event that counts them

@@ -46,6 +46,14 @@ async def wait_all(driver: RunDriver, names: list[str], *, timeout: float) -> di
     raise AssertionError(f"runs not finished after {timeout} s: {phases}")
 
 
+async def log_caught_up(log: JobCreationLog, *, jobs: int, timeout: float = 30) -> None:
+    """Wait until the Jobs' watch has seen ``jobs`` Jobs (it lags behind the runs' status);
+    ``assert_exactly_once`` then says whether they are the right ones."""
+    deadline = time.monotonic() + timeout
+    while len(log.labels_by_name) < jobs and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+
+
 async def assert_exactly_once(driver: RunDriver, log: JobCreationLog, names: list[str]) -> None:
     """One Job object per (run, task, attempt) ever created, every outcome recorded once."""
     duplicates = {name: uids for name, uids in log.uids_by_name.items() if len(uids) > 1}
@@ -85,7 +93,7 @@ async def test_sigkill_at_random_moments_during_twenty_runs(
             operator.start()
         phases = await wait_all(driver, names, timeout=240)
         assert set(phases.values()) == {"Succeeded"}, phases
-        await asyncio.sleep(1.0)  # let the watch catch up with the last creations
+        await log_caught_up(log, jobs=4 * len(names))
     finally:
         log.close()
     assert operator.starts == 9

@@ -613,6 +613,8 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
             ("watch", "jobs.batch"),
             ("list", "pods"),
             ("create", "events"),
+            ("create", "configmaps"),
+            ("get", "configmaps"),
         ]
         for verb, resource in granted:
             assert _can(cluster, operator, verb, resource, None), (verb, resource)
@@ -622,7 +624,9 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
         refused = [
             ("get", "secrets", "kube-system"),
             ("list", "secrets", "default"),
-            ("get", "configmaps", "default"),
+            ("list", "configmaps", "default"),
+            ("update", "configmaps", "default"),
+            ("delete", "configmaps", "default"),
             ("create", "pods", "default"),
             ("delete", "pods", "default"),
             ("update", "workflowruns.flowforge.io", "default"),

@@ -44,8 +44,10 @@ def _most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 # how long the operator may take to see that Kueue suspended a Job and re-project the
-# run's status (watch event, store move, 0.1 s coalescing, status patch)
-PROPAGATION_SECONDS = 3.0
+# run's status (watch event, store move, 0.1 s coalescing, status patch), plus the second
+# that the suspension's whole-second timestamp (lastTransitionTime, creationTimestamp) may
+# put it earlier than it was
+PROPAGATION_SECONDS = 3.0 + 1.0
 
 Sample = tuple[float, dict[str, Any], dict[str, float | None]]
 

@@ -32,7 +32,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
 from tests.cluster.test_admission_fuzz import admission_review
-from tests.cluster.test_engine_crash import assert_exactly_once, diamond, wait_all
+from tests.cluster.test_engine_crash import assert_exactly_once, diamond, log_caught_up, wait_all
 from tests.cluster.test_webhooks import definition
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import WebhookHttps, spawn_webhook_server, stop_webhook_server
@@ -179,7 +179,7 @@ async def test_runs_ride_out_a_thirty_second_postgres_outage(
         finished = await wait_all(outage_driver, names, timeout=60)
         done = time.monotonic()
         assert set(finished.values()) == {"Succeeded"}, (finished, operator.log_tail())
-        await asyncio.sleep(1.0)
+        await log_caught_up(log, jobs=4 * RUNS)
         log.close()
         assert operator.running, "the operator must ride out the outage, not die"
         await assert_exactly_once(outage_driver, log, names)

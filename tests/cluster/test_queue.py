@@ -97,6 +97,21 @@ class JobTimes(JobCreationLog):
         completed = job.status.completion_time if job.status else None
         self.times[job.metadata.name] = (run, job.metadata.creation_timestamp, completed)
 
+    async def completed(self, jobs: dict[str, int], *, timeout: float = 30.0) -> None:
+        """Wait until the watch has seen the Jobs of finished runs complete (``jobs``: how
+        many each run has at least): it lags behind the runs' own status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ends = {
+                run: [end for owner, _, end in self.times.values() if owner == run] for run in jobs
+            }
+            if all(
+                len(ends[run]) >= count and None not in ends[run] for run, count in jobs.items()
+            ):
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"the Jobs' watch did not see {jobs} complete within {timeout} s")
+
     def intervals(self, run: str) -> list[tuple[datetime, datetime]]:
         found = [(start, end) for owner, start, end in self.times.values() if owner == run]
         assert all(end is not None for _, end in found), f"a Job of {run} has not completed"
@@ -125,7 +140,7 @@ async def test_max_parallel_tasks_three_over_a_thirty_wide_fan_out(
     try:
         create(driver, "wide-1", workflow="wide", maxParallelTasks=3)
         await driver.wait_phase("wide-1", {"Succeeded"}, timeout=120, operator=operator)
-        await asyncio.sleep(1.0)  # the watch catches up
+        await jobs.completed({"wide-1": 31})
     finally:
         jobs.close()
     intervals = jobs.intervals("wide-1")
@@ -209,7 +224,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
     assert {"Priority", "Queue", "Position"} <= set(queued)
     try:
         await wait_finished(driver, names, timeout=240)
-        await asyncio.sleep(1.0)
+        await jobs.completed(dict.fromkeys(names, 1))
     finally:
         jobs.close()
     assert {driver.run(n)["status"]["phase"] for n in names} == {"Succeeded"}
@@ -290,6 +305,21 @@ async def wait_any_queued(driver: RunDriver, names: list[str], *, timeout: float
     raise AssertionError(f"none of {names} was Queued within {timeout} s")
 
 
+async def namespace_run_limit(driver: RunDriver, limit: int, *, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with driver.pool.connection() as connection:
+            cursor = await connection.execute(
+                "SELECT max_running_runs FROM flowforge_namespace_limits WHERE namespace = %s",
+                (driver.namespace,),
+            )
+            row = await cursor.fetchone()
+        if row is not None and row[0] == limit:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"maxRunningRuns {limit} not in the store within {timeout} s")
+
+
 async def test_a_namespace_run_limit_holds_across_two_workflows(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
@@ -314,7 +344,7 @@ async def test_a_namespace_run_limit_holds_across_two_workflows(
                 "tasks": [{"key": "a", "type": "step"}],
             }
         )
-    await asyncio.sleep(1.0)  # the policy's watch event reaches the operator
+    await namespace_run_limit(driver, 1)  # the operator's policy watch copied it
     names = ["left-1", "right-1", "left-2", "right-2"]
     jobs = JobTimes(driver.api, driver.namespace)
     for name in names:
@@ -326,7 +356,7 @@ async def test_a_namespace_run_limit_holds_across_two_workflows(
     assert any(c["type"] == "Queued" for c in held["status"]["conditions"])
     try:
         await wait_finished(driver, names, timeout=120)
-        await asyncio.sleep(1.0)
+        await jobs.completed(dict.fromkeys(names, 1))
     finally:
         jobs.close()
     spans = [jobs.intervals(name)[0] for name in names]

@@ -381,8 +381,20 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
             assert time.monotonic() < deadline, operator.log_tail()
             await asyncio.sleep(0.1)
         operator.kill()
+
+        def undo_two_finished() -> bool:
+            return any(
+                job.metadata.labels["flowforge.io/task"] == "undo-two"
+                and job.status is not None
+                and (job.status.succeeded or job.status.failed)
+                for job in driver.jobs("k1")
+            )
+
         # undo-two's Job finishes while no operator is watching
-        await asyncio.sleep(3)
+        deadline = time.monotonic() + 60
+        while not undo_two_finished():
+            assert time.monotonic() < deadline, "undo-two's Job did not finish within 60 s"
+            await asyncio.sleep(0.2)
         operator.start()
         await wait_for_leader(engine_store, operator.identity, process=operator)
         body = await driver.wait_phase("k1", FINISHED, operator=operator, timeout=120)

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from flowforge.domain.decision import JobRef
 from flowforge.domain.execution import BackoffPolicy
+from flowforge.domain.history import EventKind
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.jobs import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
@@ -34,6 +37,22 @@ from tests.engine.fake_kube import FakeKube
 pytestmark = pytest.mark.store
 
 NAMESPACE = "team-a"
+
+
+async def wait_until(
+    condition: Callable[[], bool | Awaitable[bool]], *, what: str, timeout: float = 10.0
+) -> None:
+    """Wait until ``condition()`` holds: spawned work and timers run when the loop lets them,
+    so a test waits for their effect (generously) rather than for a fixed time."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                answer = condition()
+                if await answer if inspect.isawaitable(answer) else answer:
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout} s: {what}") from None
 
 
 @dataclasses.dataclass
@@ -110,6 +129,32 @@ class Harness:
     async def settle_background(self) -> None:
         for _ in range(5):  # Events and timers are spawned work: let them run
             await asyncio.sleep(0)
+
+    async def age_job(
+        self, context: RunContext, name: str, *, seconds: float, recorded: bool = True
+    ) -> None:
+        """Make the Job look created ``seconds`` ago: its creationTimestamp, and (with
+        ``recorded``) the store's record of its creation, as if the operator had recorded it
+        then (a row of history like the one it wrote, earlier)."""
+        self.kube.age_job(name, seconds=seconds)
+        if not recorded:
+            return
+        metadata = next(job for (_, n), job in self.kube.jobs.items() if n == name)["metadata"]
+        fence = self.engine.fence()
+        async with self.pool.connection() as connection:
+            await connection.execute(
+                "INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail, "
+                "recorded_at) VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp() - %s)",
+                (
+                    context.run_id,
+                    metadata["labels"][LABEL_TASK],
+                    int(metadata["labels"][LABEL_ATTEMPT]),
+                    EventKind.TASK_JOB_CREATED,
+                    fence.epoch,
+                    Jsonb({"job": name, "created": True, "uid": metadata["uid"]}),
+                    timedelta(seconds=seconds),
+                ),
+            )
 
     def roles_created(self) -> list[tuple[str, str]]:
         found = []

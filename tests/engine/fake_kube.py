@@ -1,7 +1,7 @@
 """An in-memory fake of the operator's Kubernetes port (``flowforge.operator.kubeport``).
 
-For engine-logic tests only: it keeps Jobs, WorkflowRuns, status patches and Events in
-dicts and lists, answers as the apiserver does for the cases the engine relies on
+For engine-logic tests only: it keeps Jobs, ConfigMaps, WorkflowRuns, status patches and
+Events in dicts and lists, answers as the apiserver does for the cases the engine relies on
 (AlreadyExists, NotFound, a failed uid precondition), gives every Job a uid, and lets a test
 finish a Job the way the Job controller would (its Pod, owned by the Job, tells the exit code)
 or forge Jobs and Pods the way an attacker would.
@@ -11,6 +11,7 @@ kube-apiserver.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import uuid
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
 
@@ -32,21 +34,14 @@ class ListCall:
     continue_token: str | None
 
 
-@dataclasses.dataclass
-class PostedEvent:
-    namespace: str
-    run_name: str
-    reason: str
-    message: str
-    warning: bool
-
-
 class FakeKube:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
-        self.events: list[PostedEvent] = []
+        self.events: list[RunEvent] = []
         self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
         self.deleted: list[str] = []
@@ -54,6 +49,7 @@ class FakeKube:
         self.lists: list[ListCall] = []  # every LIST, paged as the apiserver pages it
         self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
+        self.before_list_jobs: Callable[[], Awaitable[None]] | None = None  # before a LIST
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
         # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
         self.create_error: Callable[[Mapping[str, Any]], Exception | None] | None = None
@@ -80,6 +76,15 @@ class FakeKube:
         self.created.append(key[1])
         return _created(job, created=True)
 
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.config_map_calls += 1
+        await asyncio.sleep(0)  # concurrent creations overlap, as over the network
+        key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        if key in self.config_maps:
+            return copy.deepcopy(self.config_maps[key])
+        self.config_maps[key] = copy.deepcopy(dict(manifest))
+        return None
+
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
         job = self.jobs.get((namespace, name))
         if job is None or (uid is not None and job["metadata"]["uid"] != uid):
@@ -95,6 +100,8 @@ class FakeKube:
     async def list_jobs(
         self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
     ) -> ListPage:
+        if self.before_list_jobs is not None:
+            await self.before_list_jobs()
         label, _, value = label_selector.partition("=")
         matching = [
             job
@@ -208,31 +215,13 @@ class FakeKube:
     ) -> bool:
         return False
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
-        self.events.append(PostedEvent(namespace, run_name, reason, message, warning))
+    async def post_run_event(self, event: RunEvent) -> None:
+        self.events.append(event)
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None:
-        self.event_series[(namespace, name)] = (reason, message, count)
+        self.event_series[(event.namespace, name)] = (event.reason, event.message, count)
 
     # what the Job controller would do
 

@@ -7,7 +7,6 @@ lost in the middle of recording an outcome, an outcome seen twice.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
-from tests.engine.conftest import Harness
+from tests.engine.conftest import Harness, wait_until
 
 pytestmark = pytest.mark.store
 
@@ -50,8 +49,11 @@ async def test_a_diamond_runs_each_task_once_its_upstreams_succeeded(harness: Ha
     await harness.finish("load")
 
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
-    await asyncio.sleep(0.3)  # the status writer coalesces for 0.1 s
-    assert harness.kube.runs[("team-a", "diamond")]["status"]["phase"] == "Succeeded"
+
+    def shown() -> Any:
+        return harness.kube.runs[("team-a", "diamond")].get("status", {}).get("phase")
+
+    await wait_until(lambda: shown() == "Succeeded", what="the status")  # written after 0.1 s
     assert harness.kube.reasons().count("TaskStarted") == 4
     assert "RunSucceeded" in harness.kube.reasons()
 
@@ -112,14 +114,38 @@ async def test_a_cancel_between_the_dispatch_and_the_job_deletes_the_job_it_miss
     assert harness.kube.active() == []
 
 
+async def test_a_job_created_after_the_sweep_is_not_cleaned_up_as_an_orphan(
+    harness: Harness,
+) -> None:
+    run = await harness.start("late", [{"key": "first"}, {"key": "second", "dependsOn": ["first"]}])
+
+    async def hand_off_now() -> None:
+        # between the pass's sweep (second: pending) and its Job listing: first succeeds
+        # and second's Job is created, so the listing holds a Job the sweep did not know
+        harness.kube.before_list_jobs = None
+        await harness.finish("first")
+
+    harness.kube.before_list_jobs = hand_off_now
+    await harness.reconciler.pass_once()
+
+    second = harness.job_of("second")
+    assert second not in harness.kube.deleted
+    assert harness.kube.active() == [second]
+    assert (await harness.states(run))["second"] == TaskState.RUNNING
+    await harness.finish("second")
+    assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
+
+
 async def test_a_vanished_job_is_a_lost_attempt_and_is_retried(harness: Harness) -> None:
     run = await harness.start("vanish", [{"key": "only", "retries": 1}])
     name = harness.job_of("only")
     del harness.kube.jobs[("team-a", name)]  # gone without a word (deleted by hand)
 
     await harness.reconciler.pass_once()
-    await asyncio.sleep(0.2)  # the backoff (0.05 s) wakes the run up
-    await harness.settle_background()
+    # the backoff (0.05 s) wakes the run up and the second attempt's Job is created
+    await wait_until(
+        lambda: any("-only-2-" in name for name in harness.kube.created), what="attempt 2's Job"
+    )
 
     assert (await harness.states(run))["only"] == TaskState.RUNNING
     await harness.finish("only", attempt=2)
@@ -230,17 +256,17 @@ async def test_a_finished_run_seen_again_is_only_re_projected_when_it_shows_anot
 
     harness.engine.runs.by_id = no_store_read  # type: ignore[method-assign]
     await harness.finish("only")
-    await asyncio.sleep(0.3)  # the status writer coalesces for 0.1 s
     body = harness.kube.runs[("team-a", "seen-again")]
-    assert body["status"]["phase"] == "Succeeded"
+    await wait_until(lambda: body.get("status", {}).get("phase") == "Succeeded", what="status")
+    await wait_until(lambda: harness.engine.status.pending() == 0, what="the status writer")
     patches = len(harness.kube.status_patches)
     harness.engine.runs.ensure = no_store_read  # type: ignore[method-assign]
     await harness.engine.start_run(body)
-    await asyncio.sleep(0.3)
-    assert len(harness.kube.status_patches) == patches  # it shows its final phase
+    assert harness.engine.status.pending() == 0  # it shows its final phase: nothing to patch
+    assert len(harness.kube.status_patches) == patches
 
     del harness.engine.runs.by_id  # re-projecting reads the run
     await harness.engine.start_run({**body, "status": {"phase": "Running"}})  # a stale view
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: len(harness.kube.status_patches) > patches, what="the re-projection")
     assert harness.kube.status_patches[patches:] == ["seen-again"]
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED

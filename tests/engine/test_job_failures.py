@@ -12,7 +12,7 @@ from flowforge.kube.errors import KubernetesRefusal, KubernetesUnavailable
 from flowforge.kube.jobs import LABEL_TASK
 from flowforge.operator.runs import RunContext
 from flowforge.store.queries import latest_outcomes
-from tests.engine.conftest import Harness
+from tests.engine.conftest import Harness, wait_until
 
 PAIR: list[dict[str, Any]] = [{"key": "first"}, {"key": "second", "dependsOn": ["first"]}]
 FAN_OUT: list[dict[str, Any]] = [{"key": "a"}, {"key": "b"}, {"key": "c"}]
@@ -41,12 +41,6 @@ async def start_refused(
     run = await harness.start(name, spec)
     await harness.settle_background()
     return run
-
-
-async def wait_until(condition: Any, *, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await condition():
-            await asyncio.sleep(0.02)
 
 
 async def test_an_invalid_job_fails_the_attempt_with_the_apiservers_message(
@@ -78,7 +72,7 @@ async def test_a_refusal_is_retried_like_any_failed_attempt(harness: Harness) ->
     async def second_attempt_created() -> bool:
         return any("-a-2-" in name for name in harness.kube.created)
 
-    await wait_until(second_attempt_created)
+    await wait_until(second_attempt_created, what="attempt 2's Job")
     await harness.finish("a", attempt=2)
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
 
@@ -87,7 +81,17 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     harness: Harness,
 ) -> None:
     quota = KubernetesRefusal(QUOTA, status=403, reason="")
-    run = await start_refused(harness, "quota", FAN_OUT, task_key="c", error=quota)
+    tries: list[str] = []
+
+    def refuse_c(manifest: Mapping[str, Any]) -> Exception | None:
+        if manifest["metadata"]["labels"][LABEL_TASK] != "c":
+            return None
+        tries.append(manifest["metadata"]["name"])
+        return quota
+
+    harness.kube.create_error = refuse_c
+    run = await harness.start("quota", FAN_OUT)
+    await harness.settle_background()
     assert sorted(harness.kube.active()) == sorted(
         [harness.job_of("a"), harness.job_of("b")]
     )  # the others ran
@@ -97,7 +101,8 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     status = await harness.engine.status.project(run)
     task_c = next(task for task in status["tasks"] if task["name"] == "c")
     assert "exceeded quota" in task_c["message"]
-    await asyncio.sleep(0.5)  # several tries in the backoff: one Event only, still running
+    # several tries in the backoff (0.05 s, doubling to 0.2 s): one Event only, still running
+    await wait_until(lambda: len(tries) >= 4, what="four tries of c's Job")
     assert harness.kube.reasons().count("JobCreationDelayed") == 1
     assert (await harness.states(run))["c"] == TaskState.RUNNING
 
@@ -107,7 +112,7 @@ async def test_a_full_quota_delays_the_job_without_failing_it_or_other_tasks(
     async def created() -> bool:
         return any("-c-1-" in name for name in harness.kube.created)
 
-    await wait_until(created)
+    await wait_until(created, what="the Job")
     status = await harness.engine.status.project(run)
     assert next(task for task in status["tasks"] if task["name"] == "c")["message"] == ""
     await harness.finish("b")
@@ -126,7 +131,7 @@ async def test_an_unavailable_apiserver_delays_the_job(harness: Harness) -> None
     async def created() -> bool:
         return bool(harness.kube.created)
 
-    await wait_until(created)
+    await wait_until(created, what="the Job")
     await harness.finish("a")
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
 
@@ -172,8 +177,14 @@ async def test_a_pod_that_cannot_be_scheduled_fails_after_the_pending_timeout(
     harness.kube.add_waiting_pod(job, status=UNSCHEDULABLE)
     await harness.reconciler.pass_once()  # not yet 5 s old
     assert (await harness.states(run))["first"] == TaskState.RUNNING
+    # created at x.99 s, its creationTimestamp says x s: 5 s old to it, 4.01 s in fact,
+    # and the timeout counts from the store's exact record of the creation
+    await harness.age_job(run, job, seconds=4.01)
+    harness.kube.age_job(job, seconds=5.01)
+    await harness.reconciler.pass_once()
+    assert (await harness.states(run))["first"] == TaskState.RUNNING
 
-    harness.kube.age_job(job, seconds=6)
+    await harness.age_job(run, job, seconds=6)
     await harness.reconciler.pass_once()
     await harness.settle_background()
 
@@ -195,7 +206,7 @@ async def test_an_image_that_cannot_be_pulled_fails_with_its_reason(harness: Har
     run = await harness.start("pull", [{"key": "a", "retries": 1}])
     job = harness.job_of("a")
     harness.kube.add_waiting_pod(job, status=IMAGE_PULL)
-    harness.kube.age_job(job, seconds=harness.engine.settings.pending_timeout_seconds + 1)
+    await harness.age_job(run, job, seconds=harness.engine.settings.pending_timeout_seconds + 1)
     await harness.engine.check_pod_start(run, harness.ref("a"))
     assert (await harness.states(run))["a"] == TaskState.READY  # a retry, after its backoff
     outcome = (await latest_outcomes(harness.pool, run.run_id, ["a"]))["a"]
@@ -210,7 +221,7 @@ async def test_a_pod_that_started_is_not_failed_however_old(harness: Harness) ->
     job = harness.job_of("a")
     harness.kube.add_waiting_pod(job, status=UNSCHEDULABLE)
     harness.kube.add_waiting_pod(job, status={"phase": "Running"})  # a newer one runs
-    harness.kube.age_job(job, seconds=60)
+    await harness.age_job(run, job, seconds=60)
     await harness.reconciler.pass_once()
     assert (await harness.states(run))["a"] == TaskState.RUNNING
     assert job not in harness.kube.deleted

@@ -53,7 +53,8 @@ from tests.store.conftest import NAMESPACE, failure, record, roll_back, start_ru
 
 pytestmark = pytest.mark.store
 
-RUN_PKEY = "flowforge_run_pkey"
+# a run by its id: the primary key, or migration 8's (id, namespace) key (as selective)
+RUN_BY_ID = frozenset({"flowforge_run_pkey", "flowforge_run_id_namespace"})
 # a run by its object's identity: the identity index, or the uid index (as selective)
 RUN_BY_OBJECT = frozenset({"flowforge_run_identity", "flowforge_run_uid_idx"})
 TASK_PKEY = "flowforge_task_pkey"
@@ -180,7 +181,7 @@ def needs(*indexes: str | frozenset[str]) -> Needs:
 TASK_ROW = frozenset({TASK_IDENTITY, PROGRESS})
 # the run row by its primary key, or by the partial index of active runs (the statement
 # asks for an active run)
-ACTIVE_RUN = frozenset({RUN_PKEY, "flowforge_run_active_idx"})
+ACTIVE_RUN = RUN_BY_ID | {"flowforge_run_active_idx"}
 
 # query -> (its parameters, the indexes its plan must use)
 CASES: dict[str, tuple[str, Params, Needs]] = {
@@ -188,7 +189,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "outcomes.RECORD_SUCCESS_QUERY": (
         outcomes.RECORD_SUCCESS_QUERY,
         lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
-        needs(LEASE_PKEY, RUN_PKEY, TASK_ROW, EDGES, TASK_PKEY),
+        needs(LEASE_PKEY, RUN_BY_ID, TASK_ROW, EDGES, TASK_PKEY),
     ),
     "outcomes.SKIP_DOWNSTREAM_QUERY": (
         outcomes.SKIP_DOWNSTREAM_QUERY,
@@ -228,13 +229,13 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "queue.POSITION_QUERY": (
         queue.POSITION_QUERY,
         lambda p: (p.run_id,),
-        needs(frozenset({RUN_PKEY, "flowforge_run_queue_idx"}), "flowforge_run_queue_idx"),
+        needs(RUN_BY_ID | {"flowforge_run_queue_idx"}, "flowforge_run_queue_idx"),
     ),
     "queue.LOCK_NAMESPACE_QUERY": (queue.LOCK_NAMESPACE_QUERY, lambda p: (NAMESPACE,), needs()),
     "queue.LOCK_NAMESPACE_OF_RUN_QUERY": (
         queue.LOCK_NAMESPACE_OF_RUN_QUERY,
         lambda p: ("x", p.run_id),
-        needs(RUN_PKEY),
+        needs(RUN_BY_ID),
     ),
     "queue.LIMITS_QUERY": (
         queue.LIMITS_QUERY,
@@ -320,7 +321,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
             "before": None,
             "limit": 50,
         },
-        needs(RUN_PKEY),  # newest first: a backward scan that stops at the limit
+        needs(RUN_BY_ID),  # newest first: a backward scan that stops at the limit
     ),
     "runs.FIND_RUN_QUERY": (
         runs.FIND_RUN_QUERY,
@@ -373,7 +374,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (NAMESPACE, None, None, 100),
         # newest first: a backward scan of the primary key that stops at the limit, or the
         # namespace's entries of the identity index, sorted
-        needs(frozenset({RUN_PKEY, "flowforge_run_identity"}), "flowforge_definition_pkey"),
+        needs(RUN_BY_ID | {"flowforge_run_identity"}, "flowforge_definition_pkey"),
     ),
     "queries.PROGRESS_QUERY": (queries.PROGRESS_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
     "queries.FORWARD_COUNTS_QUERY": (
@@ -404,6 +405,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "queries.RECORDED_JOB_UID_QUERY": (
         queries.RECORDED_JOB_UID_QUERY,
         lambda p: (p.run_id, "root", 1),
+        needs(JOBS_CREATED),
+    ),
+    "queries.RECORDED_JOB_AGE_QUERY": (
+        queries.RECORDED_JOB_AGE_QUERY,
+        lambda p: (p.run_id, "root", 1, "a-uid"),
         needs(JOBS_CREATED),
     ),
     "queries.ROLLBACK_STEPS_QUERY": (

@@ -29,9 +29,9 @@ async def test_the_newest_recorded_uid_of_each_attempt_is_read_back(
     await dispatch_due(store, fence=fence, run_id=run_id)
     async with store.connection() as connection:  # as an operator before schema 3 wrote it
         await connection.execute(
-            "INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail) "
-            "VALUES (%s, 'c', 1, %s, %s, %s)",
-            (run_id, EventKind.TASK_JOB_CREATED, fence.epoch, Jsonb({"job": "j-c"})),
+            "INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, "
+            "detail) SELECT id, namespace, 'c', 1, %s, %s, %s FROM flowforge_run WHERE id = %s",
+            (EventKind.TASK_JOB_CREATED, fence.epoch, Jsonb({"job": "j-c"}), run_id),
         )
     for key, uid in (("a", "uid-a"), ("b", "uid-b-old"), ("b", "uid-b")):
         await record_job_created(

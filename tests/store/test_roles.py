@@ -425,6 +425,78 @@ async def test_the_server_role_reads_only_the_scope_of_its_transaction(
     assert bounded_seen == {"team-a"}
 
 
+ROW_QUERIES = {
+    # each table read on its own (no join to the run, whose policy would hide rows too)
+    "tasks": "SELECT DISTINCT run_id, namespace FROM flowforge_task",
+    "events": "SELECT DISTINCT run_id, namespace FROM flowforge_event",
+}
+
+
+def rows_of(connection: psycopg.Connection[Any]) -> dict[str, set[tuple[int, str]]]:
+    return {
+        what: {
+            (int(run_id), str(namespace))
+            for run_id, namespace in connection.execute(query.encode()).fetchall()
+        }
+        for what, query in ROW_QUERIES.items()
+    }
+
+
+async def test_task_and_event_rows_of_another_namespace_stay_hidden_and_cannot_be_relabelled(
+    store_dsn: str, login_role_dsn: LoginDsn, two_teams: dict[str, int]
+) -> None:
+    """Migration 8 puts the run's namespace on its task and event rows for row security to
+    compare: a reader still sees none of another namespace's rows, a scope naming '*'
+    widens nothing, and no row can carry another namespace than its run's."""
+    alice = login_role_dsn("ff_test_alice", member_of=roles.REPORTING)
+    server = login_role_dsn("ff_test_server", member_of=roles.SERVER)
+    operator = login_role_dsn("ff_test_operator", member_of=roles.OPERATOR)
+    grant(store_dsn, "ff_test_alice", "team-a")
+    grant(store_dsn, "ff_test_server", "*")
+    with psycopg.connect(store_dsn) as admin:
+        run_of = dict(admin.execute("SELECT namespace, id FROM flowforge_run").fetchall())
+    team_a = {(run_of["team-a"], "team-a")}
+
+    with psycopg.connect(alice) as connection:
+        seen_by_alice = rows_of(connection)
+    with psycopg.connect(server) as connection:
+        connection.execute("SELECT flowforge_scope_namespaces(ARRAY['team-a'])")
+        seen_by_server = rows_of(connection)
+        connection.rollback()
+        # a scope written by hand for this transaction, naming every namespace
+        connection.execute(
+            "SELECT set_config('flowforge.namespaces', "
+            "extract(epoch FROM transaction_timestamp())::text || '|*,team-b', true)"
+        )
+        seen_with_star = rows_of(connection)
+    forged: list[type[Exception]] = []
+    with psycopg.connect(operator, autocommit=True) as connection:
+        for statement in (
+            "INSERT INTO flowforge_event (run_id, namespace, kind) "
+            f"VALUES ({run_of['team-b']}, 'team-a', 'run.forged')",
+            f"UPDATE flowforge_task SET namespace = 'team-a' WHERE run_id = {run_of['team-b']}",
+            f"INSERT INTO flowforge_event (run_id, kind) VALUES ({run_of['team-b']}, 'run.x')",
+        ):
+            try:
+                connection.execute(statement.encode())
+            except psycopg.Error as error:
+                forged.append(type(error))
+
+    assert seen_by_alice == {"tasks": team_a, "events": team_a}
+    assert seen_by_server == {"tasks": team_a, "events": team_a}
+    assert seen_with_star == {
+        "tasks": {(run_of["team-b"], "team-b")},
+        "events": {(run_of["team-b"], "team-b")},
+    }
+    assert forged == [
+        pg_errors.ForeignKeyViolation,
+        pg_errors.ForeignKeyViolation,
+        pg_errors.NotNullViolation,
+    ]
+    with psycopg.connect(store_dsn) as admin:
+        assert counts(admin) == two_teams
+
+
 async def test_a_later_migration_runs_as_the_migrator_and_its_tables_reach_the_operator(
     empty_database_dsn: str,
     postgres_server_dsn: str,

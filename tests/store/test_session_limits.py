@@ -41,7 +41,7 @@ async def test_a_statement_blocked_on_a_row_lock_ends_after_the_lock_timeout(
                         "UPDATE flowforge_lease SET holder = 'b' WHERE name = 'locked'"
                     )
                 waited = time.monotonic() - started
-        assert 0.4 <= waited < 2.0, waited
+        assert 0.4 <= waited < 5.0, waited  # bounded (unbounded waits for ever); slack for load
     finally:
         await pool.close()
 
@@ -79,7 +79,7 @@ async def test_a_pool_use_is_bounded_client_side(store_dsn: str) -> None:
             with pytest.raises(Exception, match="couldn't get a connection"):
                 async with pool.connection():
                     pass
-            assert time.monotonic() - started < 1.5
+            assert time.monotonic() - started < 0.5 + 4.5  # not the pool's default 30 s
     finally:
         await pool.close()
 

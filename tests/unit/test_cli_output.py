@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from flowforge.cli.connections import has_store, store_dsn
 from flowforge.cli.main import main
-from flowforge.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, table
+from flowforge.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, table
 
 REPOSITORY = Path(__file__).parents[2]
 SAGA = str(REPOSITORY / "examples" / "saga-order.yaml")
@@ -112,3 +114,30 @@ def test_errors_are_one_line_with_the_code_of_their_blame(
 
 def test_tables_pad_columns_two_spaces_apart_without_trailing_blanks() -> None:
     assert table(["A", "LONGER"], [["xyz", ""], ["w", "v"]]) == "A    LONGER\nxyz\nw    v\n"
+
+
+def test_a_dsn_in_the_environment_alone_does_not_read_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLOWFORGE_SERVER", raising=False)
+    monkeypatch.setenv("FLOWFORGE_CONFIG", str(tmp_path / "none.yaml"))
+    # nothing listens on port 1: reading the store would fail with "store:"
+    monkeypatch.setenv("FLOWFORGE_DSN", "postgresql://nobody@127.0.0.1:1/x?connect_timeout=2")
+    for argv in (["get", "runs"], ["describe", "run", "r1"], ["graph", "r1"]):
+        result, out, err = run(capsys, *argv, "-n", "team-a")
+        assert (result, out) == (EXIT_USAGE, ""), err
+        assert "--admin" in err and "store:" not in err, err
+
+
+def test_the_dsn_in_the_environment_is_read_with_admin_and_by_the_admin_commands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOWFORGE_DSN", "postgresql://admin@db/flowforge")
+    reader = argparse.Namespace(dsn=None, admin=False)
+    assert not has_store(reader)
+    with pytest.raises(CommandError, match="FLOWFORGE_DSN is set, and is read only with --admin"):
+        store_dsn(reader)
+    assert store_dsn(argparse.Namespace(dsn=None, admin=True)) == "postgresql://admin@db/flowforge"
+    assert store_dsn(argparse.Namespace(dsn="postgresql://x", admin=False)) == "postgresql://x"
+    # db migrate/prune, doctor and retry have no server path: the variable is their DSN
+    assert store_dsn(argparse.Namespace(dsn=None)) == "postgresql://admin@db/flowforge"

@@ -15,6 +15,7 @@ from flowforge.domain.execution import (
     OutcomeReason,
     TerminatedContainer,
     attempts_made,
+    config_map_name,
     jitter_unit,
     job_name,
     job_outcome,
@@ -265,9 +266,22 @@ def test_job_manifest() -> None:
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["A"] == "1"
     assert env["FLOWFORGE_TASK"] == "extract" and env["FLOWFORGE_ATTEMPT"] == "1"
-    assert json.loads(env["FLOWFORGE_CONFIG"]) == {"source": "s3://b"}
     assert env["FLOWFORGE_PARAM_DATE"] == "2026-11-30" and env["FLOWFORGE_PARAM_N"] == "3"
-    assert json.loads(env["FLOWFORGE_PARAMETERS"]) == {"date": "2026-11-30", "n": 3}
+    # the config and the parameters are files of the run's ConfigMap, not env blobs
+    assert "FLOWFORGE_CONFIG" not in env and "FLOWFORGE_PARAMETERS" not in env
+    assert env["FLOWFORGE_CONFIG_FILE"] == "/etc/flowforge/config.json"
+    assert env["FLOWFORGE_PARAMETERS_FILE"] == "/etc/flowforge/parameters.json"
+    container = pod["spec"]["containers"][0]
+    assert container["volumeMounts"] == [
+        {"name": "flowforge-run-files", "mountPath": "/etc/flowforge", "readOnly": True}
+    ]
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["name"] == "flowforge-run-files"
+    assert volume["configMap"]["name"] == config_map_name(run_name="etl-1", run_uid="uid-1")
+    assert volume["configMap"]["items"] == [
+        {"key": "parameters.json", "path": "parameters.json"},
+        {"key": "config.extract.json", "path": "config.json"},
+    ]
 
 
 def test_label_values_fit() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from flowforge.domain.policy import Policy, PolicySpec, definition_violations
+from flowforge.domain.run_files import VOLUME_NAME
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.kube.job_paths import template_path
@@ -79,10 +80,14 @@ def test_a_production_template_is_valid_and_its_job_carries_exactly_its_fields()
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["env"][:5] == PRODUCTION_TEMPLATE["env"]
-    for field in ("envFrom", "volumeMounts", "imagePullPolicy", "workingDir"):
+    for field in ("envFrom", "imagePullPolicy", "workingDir"):
         assert container[field] == PRODUCTION_TEMPLATE[field]
-    for field in ("volumes", "imagePullSecrets", "priorityClassName", "topologySpreadConstraints"):
+    for field in ("imagePullSecrets", "priorityClassName", "topologySpreadConstraints"):
         assert pod[field] == PRODUCTION_TEMPLATE[field]
+    # the template's own volumes and mounts, then the run's files
+    assert container["volumeMounts"][:-1] == PRODUCTION_TEMPLATE["volumeMounts"]
+    assert container["volumeMounts"][-1]["name"] == pod["volumes"][-1]["name"] == VOLUME_NAME
+    assert pod["volumes"][:-1] == PRODUCTION_TEMPLATE["volumes"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["fsGroup"] == 2000
@@ -124,6 +129,14 @@ def test_an_old_definition_keeps_its_fingerprint() -> None:
          "spec.taskTypes[py].initContainers[0].name", "task's own container"),
         ({"volumes": [{"name": "v", "nfs": {"server": "s", "path": "/"}}]},
          "spec.taskTypes[py].volumes[0].nfs", "unknown field"),
+        ({"volumes": [{"name": VOLUME_NAME, "emptyDir": {}}]},
+         "spec.taskTypes[py].volumes[0].name", "the run's files' volume"),
+        ({"volumes": [{"name": "v", "emptyDir": {}}],
+          "volumeMounts": [{"name": "v", "mountPath": "/etc/flowforge/"}]},
+         "spec.taskTypes[py].volumeMounts[0].mountPath", "mount elsewhere"),
+        ({"volumes": [{"name": "v", "emptyDir": {}}],
+          "volumeMounts": [{"name": "v", "mountPath": "/etc//flowforge/./x"}]},
+         "spec.taskTypes[py].volumeMounts[0].mountPath", "mount elsewhere"),
     ],
 )  # fmt: skip
 def test_the_schema_refuses_what_the_apiserver_would(

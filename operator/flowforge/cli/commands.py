@@ -98,7 +98,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         action="store_true",
-        help="read the store directly with --dsn / $FLOWFORGE_DSN (administrators)",
+        help="read the store directly with --dsn / $FLOWFORGE_DSN (administrators; without "
+        "--admin or --dsn, $FLOWFORGE_DSN is not read)",
     )
 
 

@@ -1,7 +1,8 @@
 """How commands reach the read API server (``--server``, see ``api_client``), the store
-(``--dsn`` or ``$FLOWFORGE_DSN``: the admin mode),
-``--kubeconfig`` (or ``$KUBECONFIG``), ``-n/--namespace`` (default: the kubeconfig context's
-namespace, else ``default``)."""
+(``--dsn``, or ``$FLOWFORGE_DSN``: the admin mode, which a command that also reads through
+the server enters only when asked, ``--admin`` or ``--dsn``: a DSN in the environment alone
+never bypasses the server's RBAC), ``--kubeconfig`` (or ``$KUBECONFIG``), ``-n/--namespace``
+(default: the kubeconfig context's namespace, else ``default``)."""
 
 from __future__ import annotations
 
@@ -39,19 +40,35 @@ def require_reader(args: argparse.Namespace) -> None:
     if not has_store(args):
         raise CommandError(
             f"no server configured: pass --server URL or set {SERVER_VARIABLE} (as an "
-            f"administrator: pass --dsn or set {DSN_VARIABLE})",
+            f"administrator: pass --dsn, or --admin with {DSN_VARIABLE} set)"
+            + _ignored_variable(args),
             exit_code=EXIT_USAGE,
         )
 
 
+def _environment_dsn(args: argparse.Namespace) -> str | None:
+    """``$FLOWFORGE_DSN``, where it counts: always for the administrators' commands (``db``,
+    ``doctor``, ``retry``), and only with ``--admin`` for those that read through the server."""
+    return os.environ.get(DSN_VARIABLE) if getattr(args, "admin", True) else None
+
+
+def _ignored_variable(args: argparse.Namespace) -> str:
+    if os.environ.get(DSN_VARIABLE) and _environment_dsn(args) is None:
+        return f"; {DSN_VARIABLE} is set, and is read only with --admin"
+    return ""
+
+
 def has_store(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE))
+    return bool(getattr(args, "dsn", None) or _environment_dsn(args))
 
 
 def store_dsn(args: argparse.Namespace) -> str:
-    dsn = getattr(args, "dsn", None) or os.environ.get(DSN_VARIABLE)
+    dsn = getattr(args, "dsn", None) or _environment_dsn(args)
     if not dsn:
-        raise CommandError(f"no database: pass --dsn or set {DSN_VARIABLE}", exit_code=EXIT_USAGE)
+        raise CommandError(
+            f"no database: pass --dsn or set {DSN_VARIABLE}" + _ignored_variable(args),
+            exit_code=EXIT_USAGE,
+        )
     return str(dsn)
 
 

@@ -138,7 +138,7 @@ def load_run_graph(args: argparse.Namespace) -> authoring.GraphSource:
     if not has_store(args):
         raise CommandError(
             f"{args.source}: no such file; to draw the run of that name, pass --server URL "
-            f"(or, as an administrator, --dsn or set {DSN_VARIABLE})",
+            f"(or, as an administrator, --dsn, or --admin with {DSN_VARIABLE} set)",
             exit_code=EXIT_USAGE,
         )
     namespace = resolve_namespace(args)

@@ -1,22 +1,24 @@
 """The size caps of every user input, in one place.
 
-Parameters and config are copied into every Job of a run (``FLOWFORGE_PARAMETERS``,
-``FLOWFORGE_PARAM_<NAME>`` and ``FLOWFORGE_CONFIG``): Linux refuses to exec a process with one
-environment string over 128 KiB (MAX_ARG_STRLEN), and etcd refuses an object over ~1.5 MiB,
-so the caps keep the largest Job well inside both (a parameter value JSON-escaped can grow
-six-fold: 16 KiB of parameters stay under 128 KiB once encoded). Configs nest at most
-``MAX_CONFIG_DEPTH`` levels, so nothing recursive (JSON encoders, the fingerprint, kopf's
-copies) ever meets a document deep enough to exhaust the stack; the check that enforces it
-is iterative. A namespace policy may later lower (never raise) these within the same hard
-limits; until then these values are the policy.
+Parameters reach every Job of a run as ``FLOWFORGE_PARAM_<NAME>`` variables, and with the
+tasks' configs as files of the run's ConfigMap (`flowforge.domain.run_files`): Linux refuses
+to exec a process with one environment string over 128 KiB (MAX_ARG_STRLEN), and the
+apiserver refuses a ConfigMap whose keys and values total over 1 MiB, so the caps keep both
+well inside (16 KiB of parameters, even JSON-escaped twelve-fold, leave the configs' 768 KiB
+room under 1 MiB). Configs nest at most ``MAX_CONFIG_DEPTH`` levels, so nothing recursive
+(JSON encoders, the fingerprint, kopf's copies) ever meets a document deep enough to exhaust
+the stack; the check that enforces it is iterative. A namespace policy may later lower (never
+raise) these within the same hard limits; until then these values are the policy.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
+
+from flowforge.domain.run_files import config_entry_bytes
+from flowforge.domain.run_files import config_text as config_text
 
 MAX_TASKS: Final = 10_000
 # dependsOn entries over all tasks: the graph, its Jobs' labels and the run's rows grow with it
@@ -25,8 +27,10 @@ MAX_PARAMETERS: Final = 64
 MAX_PARAMETER_NAME_LENGTH: Final = 128
 MAX_PARAMETER_VALUE_LENGTH: Final = 4_096
 MAX_PARAMETERS_TOTAL_LENGTH: Final = 16_384
-# bytes of a task's config as its container receives it (FLOWFORGE_CONFIG, JSON, ASCII)
+# bytes of a task's config as its container receives it (config.json, JSON, ASCII)
 MAX_CONFIG_BYTES: Final = 65_536
+# bytes all of a definition's task configs take in a run's ConfigMap, keys included
+MAX_CONFIGS_TOTAL_BYTES: Final = 786_432
 # levels of nesting inside a config; the config object itself is level 1
 MAX_CONFIG_DEPTH: Final = 32
 
@@ -37,11 +41,6 @@ _ENV_INVALID = re.compile(r"[^A-Z0-9_]+")
 def parameter_env_name(name: str) -> str:
     """The environment variable that carries parameter ``name`` into a task's container."""
     return PARAMETER_ENV_PREFIX + _ENV_INVALID.sub("_", name.upper()).strip("_")
-
-
-def config_text(config: Mapping[str, Any]) -> str:
-    """A task's config exactly as ``FLOWFORGE_CONFIG`` carries it."""
-    return json.dumps(dict(config), sort_keys=True)
 
 
 def nesting_depth(value: Any, *, limit: int) -> int:
@@ -116,24 +115,29 @@ def parameter_errors(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def config_errors(config: Any, *, path: str) -> list[tuple[str, str]]:
     """(field path, message) when a task's config nests too deeply or is too large."""
-    if not isinstance(config, Mapping):
-        return []
+    return _config_size(config, path=path)[1]
+
+
+def _config_size(config: Any, *, path: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """A config's text (None: empty or not a JSON object) and what its caps say of it."""
+    if not isinstance(config, Mapping) or not config:
+        return None, []
     depth = nesting_depth(config, limit=MAX_CONFIG_DEPTH)
     if depth > MAX_CONFIG_DEPTH:
-        return [(path, f"nests more than {MAX_CONFIG_DEPTH} levels deep; flatten it")]
+        return None, [(path, f"nests more than {MAX_CONFIG_DEPTH} levels deep; flatten it")]
     try:
-        size = len(config_text(config))
+        text = config_text(config)
     except (TypeError, ValueError):
-        return []  # not JSON: the shape check names the value
-    if size > MAX_CONFIG_BYTES:
-        return [
+        return None, []  # not JSON: the shape check names the value
+    if len(text) > MAX_CONFIG_BYTES:
+        return text, [
             (
                 path,
-                f"is {size} bytes as JSON; at most {MAX_CONFIG_BYTES} are allowed (keep large "
-                "data in your own store and pass a reference)",
+                f"is {len(text)} bytes as JSON; at most {MAX_CONFIG_BYTES} are allowed (keep "
+                "large data in your own store and pass a reference)",
             )
         ]
-    return []
+    return text, []
 
 
 def definition_cap_errors(spec: Any) -> list[tuple[str, str]]:
@@ -142,13 +146,26 @@ def definition_cap_errors(spec: Any) -> list[tuple[str, str]]:
         return []
     errors: list[tuple[str, str]] = []
     edges = 0
+    configs = 0
     for index, task in enumerate(spec["tasks"]):
         if not isinstance(task, Mapping):
             continue
         depends_on = task.get("dependsOn")
         if isinstance(depends_on, list):
             edges += len(depends_on)
-        errors.extend(config_errors(task.get("config"), path=f"spec.tasks[{index}].config"))
+        text, problems = _config_size(task.get("config"), path=f"spec.tasks[{index}].config")
+        errors.extend(problems)
+        if text is not None:
+            configs += config_entry_bytes(str(task.get("key")), text)
+    if configs > MAX_CONFIGS_TOTAL_BYTES:
+        errors.append(
+            (
+                "spec.tasks",
+                f"task configs total {configs} bytes in the run's ConfigMap (keys included); at "
+                f"most {MAX_CONFIGS_TOTAL_BYTES} are allowed (keep large data in your own store "
+                "and pass a reference)",
+            )
+        )
     if edges > MAX_EDGES:
         errors.append(
             (

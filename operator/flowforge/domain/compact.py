@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -77,6 +77,10 @@ class CompactSpec:
     def task(self, key: str) -> CompactTask:
         """The task with ``key``; KeyError when there is none."""
         return self._tasks[key]
+
+    def tasks(self) -> Iterable[CompactTask]:
+        """Every task, forward and compensating."""
+        return self._tasks.values()
 
 
 @dataclass(frozen=True, slots=True)

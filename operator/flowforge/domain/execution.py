@@ -70,6 +70,14 @@ def job_name(*, run_name: str, run_uid: str, task_key: str, attempt: int, role: 
     return f"{readable}{tail}"
 
 
+def config_map_name(*, run_name: str, run_uid: str) -> str:
+    """The deterministic name of a run's ConfigMap (its parameters and configs as files):
+    ``<run>-files-<hash>``, the hash of the run's uid, truncated like a Job's name."""
+    tail = f"-files-{_short_hash(f'{run_uid}/files', JOB_NAME_HASH_LENGTH)}"
+    readable = _dns_fragment(run_name)[: MAX_JOB_NAME_LENGTH - len(tail)].rstrip("-") or "ff"
+    return f"{readable}{tail}"
+
+
 @dataclass(frozen=True)
 class BackoffPolicy:
     first_delay_seconds: float = 1.0

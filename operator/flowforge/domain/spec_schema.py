@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from flowforge.domain.caps import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_TASKS
+from flowforge.domain.caps import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIGS_TOTAL_BYTES,
+    MAX_TASKS,
+)
 from flowforge.domain.k8s_grammar import (
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_PATTERN,
@@ -205,8 +210,10 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
         "config": {
             "type": "object",
             "description": (
-                "Free-form JSON object handed to the task's container (FLOWFORGE_CONFIG): at "
-                f"most {MAX_CONFIG_BYTES} bytes as JSON and {MAX_CONFIG_DEPTH} levels deep."
+                "Free-form JSON object handed to the task's container as the file "
+                f"$FLOWFORGE_CONFIG_FILE: at most {MAX_CONFIG_BYTES} bytes as JSON and "
+                f"{MAX_CONFIG_DEPTH} levels deep; all of a definition's configs together at most "
+                f"{MAX_CONFIGS_TOTAL_BYTES} bytes."
             ),
             "maxProperties": 1024,
             "x-kubernetes-preserve-unknown-fields": True,

@@ -5,7 +5,8 @@ fields, or a key of a map (a structural schema has no ``propertyNames``), or a s
 label and annotation keys, the 256 KiB of annotations an object may carry, tolerations
 (``Exists`` takes no value; an empty key needs ``Exists``; ``tolerationSeconds`` only with
 ``NoExecute``), an env entry with both ``value`` and ``valueFrom``, volume and container names
-that clash, mounts of volumes that do not exist. Whatever is left, the apiserver's dry-run in
+that clash, mounts of volumes that do not exist, and FlowForge's own volume and mount path
+(`flowforge.domain.run_files`). Whatever is left, the apiserver's dry-run in
 admission answers (`flowforge.operator.admission_dryrun`).
 
 Runs on a spec whose shape is valid; paths are rendered by `schema.format_path`.
@@ -17,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from flowforge.domain.k8s_grammar import qualified_name_problem
+from flowforge.domain.run_files import MOUNT_PATH, VOLUME_NAME, reserved_mount_path
 
 PathPart = str | int
 Problem = tuple[tuple[PathPart, ...], str]
@@ -46,8 +48,17 @@ def _template(template: Mapping[str, Any], at: tuple[PathPart, ...]) -> Iterator
         yield from _toleration(toleration, (*at, "tolerations", index))
     volumes = template.get("volumes") or ()
     yield from _duplicates([volume["name"] for volume in volumes], (*at, "volumes"), "volume")
+    for index, volume in enumerate(volumes):
+        if volume["name"] == VOLUME_NAME:
+            yield (*at, "volumes", index, "name"), f"{VOLUME_NAME!r} is the run's files' volume"
     volume_names = {volume["name"] for volume in volumes}
     yield from _container(template, at, volume_names=volume_names)
+    for index, mount in enumerate(template.get("volumeMounts") or ()):
+        if reserved_mount_path(mount["mountPath"]):
+            yield (
+                (*at, "volumeMounts", index, "mountPath"),
+                f"{MOUNT_PATH} is where the task finds its config and parameters; mount elsewhere",
+            )
     sidecars = template.get("initContainers") or ()
     names = [container["name"] for container in sidecars]
     yield from _duplicates(names, (*at, "initContainers"), "container")

@@ -19,17 +19,17 @@ from typing import Any
 from kubernetes import client as k8s
 
 from flowforge.domain.api import (
-    API_VERSION,
     DEFINITION_PLURAL,
     GROUP,
     POLICY_PLURAL,
-    RUN_KIND,
     RUN_PLURAL,
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer, container_termination
+from flowforge.kube.config_map import ConfigMapCalls
 from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
+from flowforge.kube.events import RunEvent, event_body, series_change
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
 
@@ -94,7 +94,7 @@ def _created(job: Mapping[str, Any], *, created: bool) -> CreatedJob:
     )
 
 
-class KubeClient:
+class KubeClient(ConfigMapCalls):
     def __init__(
         self,
         api_client: k8s.ApiClient,
@@ -360,54 +360,18 @@ class KubeClient:
             raise
         return True
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None:
-        now = datetime.now(UTC)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{run_name[:200]}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": RUN_KIND,
-                "name": run_name,
-                "namespace": namespace,
-                "uid": run_uid,
-            },
-            "reason": reason,
-            "message": message[:1000],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "flowforge-operator"},
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "count": 1,
-        }
-        await self._call(self._core.create_namespaced_event, namespace, body)
+    async def post_run_event(self, event: RunEvent) -> None:
+        body = event_body(event, now=datetime.now(UTC))
+        await self._call(self._core.create_namespaced_event, event.namespace, body)
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None:
         """Create or update the Event ``name`` that stands for ``count`` similar Events of
         the run (``domain/event_series.py``): updated in place, as the event recorder does."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        change = {"message": message[:1000], "count": count, "lastTimestamp": now}
+        now = datetime.now(UTC)
+        change = series_change(message=event.message, count=count, now=now)
+        namespace = event.namespace
         if exists:
             try:
                 await self._call(self._core.patch_namespaced_event, name, namespace, change)
@@ -415,23 +379,7 @@ class KubeClient:
             except KubernetesError as error:
                 if not error.not_found:  # expired (Events live an hour): create it again
                     raise
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": RUN_KIND,
-                "name": run_name,
-                "namespace": namespace,
-                "uid": run_uid,
-            },
-            "reason": reason,
-            "type": "Normal",
-            "source": {"component": "flowforge-operator"},
-            "firstTimestamp": now,
-            **change,
-        }
+        body = event_body(event, now=now, name=name, count=count)
         try:
             await self._call(self._core.create_namespaced_event, namespace, body)
         except KubernetesError as error:

@@ -4,7 +4,10 @@ The container template arrives in Kubernetes' own camelCase shape (image, comman
 env, resources, annotations, labels, serviceAccountName, nodeSelector, tolerations and the
 Pod-spec fields of `flowforge.domain.podspec_schema`), so this module does not depend on how
 the domain models it. Security contexts are FlowForge's restricted defaults with the
-template's own settings laid over them (the namespace policy has judged those).
+template's own settings laid over them (the namespace policy has judged those). The run's
+parameters and the task's config are files of the run's ConfigMap (`flowforge.kube.config_map`),
+mounted read-only at ``/etc/flowforge``; the environment carries only small identity variables,
+the ``FLOWFORGE_PARAM_<NAME>`` values and the files' paths.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowforge.domain import run_files
 from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
-from flowforge.domain.caps import config_text
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
-from flowforge.domain.execution import job_name
+from flowforge.domain.execution import config_map_name, job_name
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from flowforge.domain.states import TaskRole
 
@@ -99,8 +102,7 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
         "FLOWFORGE_TASK": request.task_key,
         "FLOWFORGE_ATTEMPT": str(request.attempt),
         "FLOWFORGE_ROLE": request.role.value,
-        "FLOWFORGE_CONFIG": config_text(request.config),
-        "FLOWFORGE_PARAMETERS": json.dumps(dict(request.parameters), sort_keys=True),
+        **run_files.file_environment(),
     }
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
@@ -198,6 +200,38 @@ def _init_container(container: Mapping[str, Any]) -> dict[str, Any]:
     return own
 
 
+def run_owner_reference(*, run_name: str, run_uid: str) -> dict[str, Any]:
+    """The ownerReference that makes the WorkflowRun the controller of an object (deleted
+    with it by the garbage collector)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RUN_KIND,
+        "name": run_name,
+        "uid": run_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def run_files_volume(request: JobRequest) -> dict[str, Any]:
+    """The run's ConfigMap as a volume that shows only this task's two files, read-only."""
+    return {
+        "name": run_files.VOLUME_NAME,
+        "configMap": {
+            "name": config_map_name(run_name=request.run_name, run_uid=request.run_uid),
+            "items": run_files.task_items(request.task_key, request.config),
+            "defaultMode": 0o444,
+        },
+    }
+
+
+RUN_FILES_MOUNT: Mapping[str, Any] = {
+    "name": run_files.VOLUME_NAME,
+    "mountPath": run_files.MOUNT_PATH,
+    "readOnly": True,
+}
+
+
 def build_job(request: JobRequest) -> dict[str, Any]:
     """The Job manifest: one Pod, never restarted, deadline from ``timeoutSeconds``, with
     restricted security defaults; the ServiceAccount token is mounted only when the template
@@ -213,6 +247,7 @@ def build_job(request: JobRequest) -> dict[str, Any]:
     for key in CONTAINER_FIELDS:
         if template.get(key):
             container[key] = copy.deepcopy(template[key])
+    container["volumeMounts"] = [*container.get("volumeMounts", []), dict(RUN_FILES_MOUNT)]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": template.get("automountServiceAccountToken") is True,
@@ -224,6 +259,7 @@ def build_job(request: JobRequest) -> dict[str, Any]:
     for key in POD_FIELDS:
         if template.get(key):
             pod_spec[key] = copy.deepcopy(template[key])
+    pod_spec["volumes"] = [*pod_spec.get("volumes", []), run_files_volume(request)]
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "template": {
@@ -260,14 +296,7 @@ def build_job(request: JobRequest) -> dict[str, Any]:
                 ANNOTATION_RUN_NAME: request.run_name,
             },
             "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": RUN_KIND,
-                    "name": request.run_name,
-                    "uid": request.run_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
+                run_owner_reference(run_name=request.run_name, run_uid=request.run_uid)
             ],
         },
         "spec": job_spec,

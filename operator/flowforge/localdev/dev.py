@@ -368,7 +368,7 @@ def _print_next_steps(
         f"  flowforge db prune --older-than 30d --dsn '{dsns['retention']}'\n"
         "  kubectl get flowforge                    # definitions and runs\n"
         "  kubectl describe wfr order-1001          # conditions and events of the rollback\n"
-        "  flowforge describe run order-1001        # the history, from PostgreSQL\n"
+        "  flowforge describe run order-1001 --admin  # the history, from PostgreSQL\n"
         "  kubectl apply -f examples/etl-diamond.yaml  # re-applying is a no-op\n"
         f"  logs: {state_dir}/operator.log, {state_dir}/webhooks.log, {state_dir}/server.log\n"
         "  make dev-down                            # stop everything"

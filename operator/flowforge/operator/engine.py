@@ -33,6 +33,7 @@ from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.queue import namespace_limits
 from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
 from flowforge.domain.states import RunPhase
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.applier import Applier
@@ -51,6 +52,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
+from flowforge.store.queries import recorded_job_age
 from flowforge.store.queue import set_namespace_limits
 from flowforge.store.settle import settle_run
 
@@ -195,15 +197,18 @@ class Engine:
         self.delays.forget_run(context.run_id)
         self.launcher.forgeries.forget_run(context.run_id)
         self.launcher.uids.forget_run(context.run_id)
+        self.launcher.files.forget(context)
 
     def cached_runs(self) -> int:
         """Entries this process keeps per run (contexts, sightings, delayed creations, last
-        patched projections): bounded by the active runs, none for a finished one."""
+        patched projections, ConfigMaps made): bounded by the active runs, none for a
+        finished one."""
         return (  # finished runs' phases are not counted: a bounded, constant memory
             len(self.runs)
             + len(self._started | self._cancelled)
             + self.delays.runs()
             + len(self.status)
+            + len(self.launcher.files)
         )
 
     async def policy_changed(self, namespace: str) -> None:
@@ -245,12 +250,7 @@ class Engine:
         )
         notice = notices.run_refused(message)
         await self.kube.post_run_event(
-            namespace=metadata["namespace"],
-            run_name=metadata["name"],
-            run_uid=metadata["uid"],
-            reason=notice.reason,
-            message=notice.message,
-            warning=notice.warning,
+            RunEvent(metadata["namespace"], metadata["name"], metadata["uid"], notice)
         )
 
     async def run_deleted(self, body: Mapping[str, Any]) -> None:
@@ -440,6 +440,18 @@ class Engine:
         identity = await self.launcher.own_job(context, job, body, act="outcome")
         if identity is None or identity.uid is None:
             return
+        if admission is None:
+            # a creationTimestamp has whole seconds (the Job may be up to 1 s younger than
+            # it says); the store recorded the creation exactly, after it happened
+            age = await recorded_job_age(
+                self.pool,
+                run_id=context.run_id,
+                task_key=job.task_key,
+                attempt=job.attempt,
+                uid=identity.uid,
+            )
+            if age is not None and age < timeout:
+                return  # the timer, or the reconciler's next pass, looks again
         pods = await self.kube.job_pods(
             namespace=context.namespace, job_name=identity.name, job_uid=identity.uid
         )

@@ -4,8 +4,9 @@
 engine against an in-memory fake of this port and a real PostgreSQL (``tests/engine``), so
 the engine's decisions can be tested without a cluster. Every call is idempotent in the
 way the engine relies on: creating an existing Job answers ``created=False`` with the
-existing Job's uid and controller, deleting a missing one (or one whose uid is not the
-given one) answers False, reading a missing object answers None.
+existing Job's uid and controller (an existing ConfigMap answers itself), deleting a missing
+one (or one whose uid is not the given one) answers False, reading a missing object answers
+None.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob
 from flowforge.kube.pages import ListPage
 
 
 class KubePort(Protocol):
     async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob: ...
+
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None when created; the ConfigMap that already had the name otherwise."""
+        ...
 
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
         """``uid``: delete only that Job (a precondition the apiserver checks)."""
@@ -70,26 +76,8 @@ class KubePort(Protocol):
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool: ...
 
-    async def post_run_event(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        reason: str,
-        message: str,
-        warning: bool = False,
-    ) -> None: ...
+    async def post_run_event(self, event: RunEvent) -> None: ...
 
     async def write_run_event_series(
-        self,
-        *,
-        namespace: str,
-        run_name: str,
-        run_uid: str,
-        name: str,
-        reason: str,
-        message: str,
-        count: int,
-        exists: bool,
+        self, event: RunEvent, *, name: str, count: int, exists: bool
     ) -> None: ...

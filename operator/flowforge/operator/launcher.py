@@ -36,6 +36,7 @@ from flowforge.operator.background import Background
 from flowforge.operator.creation_delays import CreationDelays, transient
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
+from flowforge.operator.run_files import RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
@@ -204,6 +205,7 @@ class JobLauncher:
         self._hooks = hooks
         self.forgeries = ForgeryNotices()
         self.uids = RecordedUids()
+        self.files = RunFiles(kube)
 
     def pending_timeout(self, context: RunContext, task_key: str) -> float:
         """Seconds the attempt's Pod may take to start: its task type's, else the default."""
@@ -251,7 +253,8 @@ class JobLauncher:
             queue_name=queued.queue_name if queued else None,
             priority_class=queued.priority_class if queued else None,
         )
-        try:
+        try:  # the run's ConfigMap, which the Job mounts, first
+            await self.files.ensure(context)
             job = await self._kube.create_job(build_job(request))
         except KubernetesError as error:
             await self._not_created(context, item, name=request.name, error=error)

@@ -27,6 +27,7 @@ JOB_CREATION_FAILURES = Counter(
     "Job creations the apiserver did not take: refused for good (the attempt failed) or "
     "delayed (tried again later)",
     ["kind"],
+    registry=REGISTRY,
 )
 JOBS_CREATED = Counter(
     "flowforge_jobs_created_total",

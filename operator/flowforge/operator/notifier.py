@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from flowforge.domain.decision import Notice
 from flowforge.domain.event_series import EventCorrelator
+from flowforge.kube.events import RunEvent, series_name
 from flowforge.operator.background import Background
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
@@ -51,12 +52,7 @@ class Notifier:
             return
         self._background.spawn(
             self._kube.post_run_event(
-                namespace=context.namespace,
-                run_name=context.name,
-                run_uid=context.uid,
-                reason=notice.reason,
-                message=notice.message,
-                warning=notice.warning,
+                RunEvent(context.namespace, context.name, context.uid, notice)
             ),
             what="event",
         )
@@ -66,13 +62,12 @@ class Notifier:
         update = self._correlator.pending(run_uid=context.uid, reason=reason)
         if update is None:
             return
+        event = RunEvent(
+            context.namespace, context.name, context.uid, Notice(reason, update.message)
+        )
         await self._kube.write_run_event_series(
-            namespace=context.namespace,
-            run_name=context.name,
-            run_uid=context.uid,
-            name=f"{context.name[:200]}.{context.uid[:8]}.{update.name_suffix}",
-            reason=reason,
-            message=update.message,
+            event,
+            name=series_name(event, suffix=update.name_suffix),
             count=update.count,
             exists=update.exists,
         )

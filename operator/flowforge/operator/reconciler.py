@@ -274,7 +274,11 @@ class Reconciler:
     ) -> None:
         """Delete the runs' own Jobs whose attempt is no longer running: unfinished ones at
         once (a cancel whose deletions a crash interrupted), finished ones after the TTL. A
-        Job that only carries a run's labels is never deleted."""
+        Job that only carries a run's labels is never deleted.
+
+        The sweep's ``running`` (read before the listing) only spares Jobs; a Job is judged
+        an orphan only on the run's tasks read after the listing (``_run_jobs``), so a Job
+        created after the sweep, whose attempt the sweep did not see running, is kept."""
         ttl = self._engine.settings.job_ttl_seconds
         cutoff = datetime.now(UTC) - timedelta(seconds=max(ttl, 0))
         known: dict[str, _RunJobs | None] = {}

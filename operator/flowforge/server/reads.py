@@ -9,7 +9,6 @@ from flowforge.domain.history import EventKind
 from flowforge.server import models, views
 from flowforge.server.errors import ApiError
 from flowforge.server.state import ServerState
-from flowforge.server.views import DefinitionView
 from flowforge.store import browse
 from flowforge.store.browse import RunRow, TaskRow
 from flowforge.store.connection import Connection
@@ -17,14 +16,11 @@ from flowforge.store.connection import Connection
 
 @dataclass(frozen=True)
 class LoadedRun:
-    run: RunRow
-    definition: DefinitionView
-    rows: list[TaskRow]
-    rollback: models.Compensation
+    """A run with every task's state and its rollback (not the tasks' rows)."""
 
-    @property
-    def states(self) -> dict[str, str]:
-        return {row.key: row.state for row in self.rows}
+    run: RunRow
+    states: dict[str, str]
+    rollback: models.Compensation
 
     def with_conditions(self) -> models.RunWithConditions:
         return models.RunWithConditions(
@@ -58,45 +54,54 @@ def succeeded_tasks(rows: list[TaskRow]) -> set[str]:
     return {row.key for row in rows if row.compensates is None and row.state == "succeeded"}
 
 
-async def load(
-    state: ServerState, connection: Connection, *, namespace: str, name: str
-) -> LoadedRun:
+async def rollback(connection: Connection, run: RunRow) -> models.Compensation:
+    compensators, succeeded = await browse.rollback_rows(connection, run.id)
+    return await rollback_of(connection, run, compensators=compensators, succeeded=succeeded)
+
+
+async def load(connection: Connection, *, namespace: str, name: str) -> LoadedRun:
     run = await find(connection, namespace=namespace, name=name)
-    definition = await state.definition(connection, run.definition_id)
-    rows = await browse.run_tasks(connection, run.id)
     return LoadedRun(
         run=run,
-        definition=definition,
-        rows=rows,
-        rollback=await rollback_of(
-            connection,
-            run,
-            compensators=[row for row in rows if row.compensates is not None],
-            succeeded=succeeded_tasks(rows),
-        ),
+        states=await browse.task_states(connection, run.id),
+        rollback=await rollback(connection, run),
     )
+
+
+async def graph(state: ServerState, connection: Connection, *, namespace: str, name: str) -> bytes:
+    """The run's graph as ``models.Graph`` JSON: the definition's part from the cache, the
+    states and the rollback's order read now."""
+    loaded = await load(connection, namespace=namespace, name=name)
+    skeleton = await state.graph_skeleton(
+        connection, definition_id=loaded.run.definition_id, fingerprint=loaded.run.fingerprint
+    )
+    steps = loaded.rollback.steps
+    order = [step.compensator for step in steps] if steps else None
+    return skeleton.render(loaded.states, order)
 
 
 async def detail(
     state: ServerState, connection: Connection, *, namespace: str, name: str
 ) -> models.RunDetail:
-    loaded = await load(state, connection, namespace=namespace, name=name)
-    run = loaded.run
+    run = await find(connection, namespace=namespace, name=name)
     omitted = run.counts.get("total", 0) > views.DETAIL_TASK_LIMIT
     tasks: list[models.TaskBrief] = []
+    rolled_back = await rollback(connection, run)
     if not omitted:
+        rows = await browse.run_tasks(connection, run.id)
+        definition = await state.definition(connection, run.definition_id)
         attempts = views.attempt_history(await browse.attempt_events(connection, run.id))
-        tasks = views.task_briefs(loaded.definition, loaded.rows, attempts)
+        tasks = views.task_briefs(definition, rows, attempts)
     retried = await browse.first_event(connection, run.id, EventKind.RUN_RETRY_OF)
     events = await browse.recent_events(connection, run.id)
     return models.RunDetail(
         **views.summary(run).model_dump(),
         parameters=dict(run.parameters),
         retry_of=None if retried is None else str(retried.detail.get("retryOf") or "") or None,
-        conditions=views.conditions(run, loaded.rollback),
+        conditions=views.conditions(run, rolled_back),
         tasks=tasks,
         tasks_omitted=omitted,
-        compensation=loaded.rollback,
+        compensation=rolled_back,
         events=views.history(events),
     )
 

@@ -157,8 +157,8 @@ async def run_graph(
 ) -> Response:
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
     async with state.reader([namespace]) as connection:
-        loaded = await reads.load(state, connection, namespace=namespace, name=name)
-    return json_of(views.run_graph(loaded.definition, loaded.states, loaded.rollback))
+        drawn = await reads.graph(state, connection, namespace=namespace, name=name)
+    return Response(drawn, media_type="application/json")
 
 
 @router.get("/namespaces/{namespace}/runs/{name}/tasks/{task}", response_model=models.TaskDetail)
@@ -296,6 +296,9 @@ async def definition(
         rows = await browse.definition_versions(connection, namespace=namespace, workflow=name)
         for row in rows[:20]:
             view = await state.definition(connection, row.id)
+            skeleton = await state.graph_skeleton(
+                connection, definition_id=row.id, fingerprint=row.fingerprint
+            )
             versions.append(
                 models.DefinitionVersion(
                     version=row.version,
@@ -309,7 +312,7 @@ async def definition(
                         )
                         for type_name, template in view.spec.task_types.items()
                     },
-                    graph=views.graph(view, None),
+                    graph=models.Graph.model_validate_json(skeleton.render(None, None)),
                 )
             )
     if not versions:

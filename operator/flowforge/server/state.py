@@ -1,5 +1,6 @@
 """What every request of the server shares: the store's pool, the reviews, the user-token
-client, and a cache of published definitions (immutable, so cached by id)."""
+client, a cache of published definitions (immutable, so cached by id) and one of their
+graphs (by fingerprint, ``graphs.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from flowforge.kube.reviews import ApiReviews
 from flowforge.kube.user_api import UserApi
 from flowforge.server.access import Authenticator, Authorizer
 from flowforge.server.errors import ApiError
+from flowforge.server.graphs import GraphCache, GraphSkeleton
 from flowforge.server.views import DefinitionView
 from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Connection, Pool
@@ -38,6 +40,7 @@ class ServerState:
     open_streams: int = 0
     _definitions: OrderedDict[int, DefinitionView] = field(default_factory=OrderedDict)
     _namespaces: tuple[float, list[str]] = (0.0, [])
+    graphs: GraphCache = field(default_factory=GraphCache)
 
     @asynccontextmanager
     async def reader(self, namespaces: Sequence[str]) -> AsyncIterator[Connection]:
@@ -59,6 +62,16 @@ class ServerState:
         else:
             self._definitions.move_to_end(definition_id)
         return view
+
+    async def graph_skeleton(
+        self, connection: Connection, *, definition_id: int, fingerprint: str
+    ) -> GraphSkeleton:
+        """A definition's graph up to its states, cached by fingerprint."""
+        skeleton = self.graphs.get(fingerprint)
+        if skeleton is None:
+            view = await self.definition(connection, definition_id)
+            skeleton = self.graphs.put(fingerprint, GraphSkeleton(view))
+        return skeleton
 
     async def cluster_namespaces(self) -> list[str]:
         """The cluster's namespaces (the server's own read, cached briefly)."""

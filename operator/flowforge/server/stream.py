@@ -47,9 +47,7 @@ class RunStream:
 
     async def snapshot(self) -> tuple[bytes, bool]:
         async with self._state.reader([self._namespace]) as connection:
-            loaded = await reads.load(
-                self._state, connection, namespace=self._namespace, name=self._name
-            )
+            loaded = await reads.load(connection, namespace=self._namespace, name=self._name)
         self._states = loaded.states
         self._marker = loaded.run.marker
         self._run_id = loaded.run.id

@@ -313,48 +313,6 @@ def conditions(
     ]
 
 
-# the graph
-
-
-def graph(definition: DefinitionView, states: Mapping[str, str] | None) -> models.Graph:
-    """Nodes (forward tasks) with their state and level, edges upstream -> dependent, and
-    the compensators with the order of the rollback. Built without re-validation (the
-    definition was validated when it was loaded): a 10,000-task graph is one response."""
-    spec = definition.spec
-    found = states or {}
-    levels = definition.levels
-    node = models.GraphNode.model_construct
-    return models.Graph.model_construct(
-        nodes=[
-            node(id=task.key, type=task.type, state=found.get(task.key), level=levels[task.key])
-            for task in spec.forward_tasks
-        ],
-        edges=[(upstream, task.key) for task in spec.forward_tasks for upstream in task.depends_on],
-        rollback=definition.planned_rollback,
-        levels=definition.level_count,
-        workflow=spec.workflow,
-        version=spec.version,
-        compensators=[
-            models.GraphCompensator.model_construct(
-                id=compensator.key,
-                task=task,
-                type=compensator.type,
-                state=found.get(compensator.key),
-            )
-            for task, compensator in spec.compensators.items()
-        ],
-    )
-
-
-def run_graph(
-    definition: DefinitionView, states: Mapping[str, str], rollback: models.Compensation
-) -> models.Graph:
-    drawn = graph(definition, states)
-    if not rollback.steps:
-        return drawn
-    return drawn.model_copy(update={"rollback": [step.compensator for step in rollback.steps]})
-
-
 # history
 
 

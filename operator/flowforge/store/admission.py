@@ -36,8 +36,9 @@ WITH fence AS (
       AND (SELECT epoch FROM fence) = %(epoch)s
     RETURNING id
 ), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
-    SELECT %(run)s, %(key)s, %(attempt)s, %(kind)s, %(epoch)s, %(detail)s::jsonb FROM moved
+    INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
+           %(key)s, %(attempt)s, %(kind)s, %(epoch)s, %(detail)s::jsonb FROM moved
 )
 SELECT (SELECT epoch FROM fence), (SELECT count(*) FROM moved)
 """

@@ -7,8 +7,10 @@ administrator's DSN (the owner, or a superuser) the scope changes nothing.
 
 Queries and their indexes: runs by (namespace, name) ``flowforge_run_identity``; the run
 list walks the primary key backwards (newest first, the cursor is the last id seen); task
-counts ``flowforge_task_progress_idx``; a run's events and its change marker
-``flowforge_event_run_idx``.
+counts, a run's task states and its compensators ``flowforge_task_progress_idx`` (each
+compensator's task by ``flowforge_task_identity``); a run's events and its change marker
+``flowforge_event_run_idx``. Row-level security compares each row's ``namespace`` column
+(migration 8), so none of these looks a run up per row.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class RunRow:
     counts: Mapping[str, int]
     # the newest event's id: changes whenever anything of the run changes
     marker: int
+    # the definition's (what its graph is cached by)
+    fingerprint: str
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunRow:
@@ -80,7 +84,8 @@ coalesce((SELECT jsonb_object_agg(counted.state, counted.n) FROM (
     SELECT task.state, count(*) AS n FROM flowforge_task AS task
     WHERE task.run_id = run.id AND task.role = 'forward' GROUP BY task.state) AS counted),
   run.final_counts -> 'forward', '{}'::jsonb),
-(SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id)
+(SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id),
+definition.fingerprint
 FROM flowforge_run AS run
 JOIN flowforge_definition AS definition ON definition.id = run.definition_id
 """
@@ -175,6 +180,31 @@ async def run_tasks(
         },
     )
     return [TaskRow(*row) for row in await cursor.fetchall()]
+
+
+async def task_states(connection: Connection, run_id: int) -> dict[str, str]:
+    """Every task's (and compensator's) state, by key: what a graph or a stream lays over
+    the definition."""
+    cursor = await connection.execute(
+        "SELECT task_key, state FROM flowforge_task WHERE run_id = %s", (run_id,)
+    )
+    return {str(key): str(state) for key, state in await cursor.fetchall()}
+
+
+async def rollback_rows(connection: Connection, run_id: int) -> tuple[list[TaskRow], set[str]]:
+    """The run's compensator rows in topological order, and which of the tasks they
+    compensate succeeded: what the rollback is drawn from, without the other tasks' rows."""
+    cursor = await connection.execute(
+        "SELECT c.task_key, c.compensates_key, c.state, c.attempt, c.max_attempts, "
+        "c.started_at, c.finished_at, c.last_error, f.state = %(succeeded)s "
+        "FROM flowforge_task AS c JOIN flowforge_task AS f "
+        "ON f.run_id = c.run_id AND f.task_key = c.compensates_key "
+        "WHERE c.run_id = %(run)s AND c.role = 'compensation' "
+        "ORDER BY c.topological_index, c.task_key",
+        {"run": run_id, "succeeded": TaskState.SUCCEEDED},
+    )
+    rows = await cursor.fetchall()
+    return [TaskRow(*row[:8]) for row in rows], {str(row[1]) for row in rows if row[8]}
 
 
 async def change_marker(connection: Connection, run_id: int) -> int:

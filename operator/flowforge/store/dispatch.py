@@ -101,8 +101,9 @@ JOB_CREATED_QUERY = f"""
 WITH fence AS (
     SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
 ), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
-    SELECT %(run)s, %(key)s, %(attempt)s, '{EventKind.TASK_JOB_CREATED}', epoch, %(detail)s
+    INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
+           %(key)s, %(attempt)s, '{EventKind.TASK_JOB_CREATED}', epoch, %(detail)s
     FROM fence WHERE epoch = %(epoch)s
 )
 SELECT (SELECT epoch FROM fence),

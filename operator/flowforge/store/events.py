@@ -12,6 +12,9 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.history import EventKind
 from flowforge.store.connection import Connection, Pool
 
+# an event row carries its run's namespace (row-level security reads it; migration 8)
+RUN_NAMESPACE = "(SELECT namespace FROM flowforge_run WHERE id = %s)"
+
 HISTORY_QUERY = (
     "SELECT id, run_id, kind, task_key, attempt, epoch, detail, recorded_at "
     "FROM flowforge_event WHERE run_id = %s AND id > %s ORDER BY id"
@@ -41,9 +44,9 @@ async def append_event(
     detail: Mapping[str, Any] | None = None,
 ) -> None:
     await connection.execute(
-        "INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail) "
-        "VALUES (%s, %s, %s, %s, %s, %s)",
-        (run_id, task_key, attempt, kind, epoch, Jsonb(dict(detail or {}))),
+        "INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail) "
+        f"VALUES (%s, {RUN_NAMESPACE}, %s, %s, %s, %s, %s)",
+        (run_id, run_id, task_key, attempt, kind, epoch, Jsonb(dict(detail or {}))),
     )
 
 
@@ -60,9 +63,9 @@ async def append_task_events(
     if not task_keys:
         return
     await connection.execute(
-        "INSERT INTO flowforge_event (run_id, task_key, kind, epoch, detail) "
-        "SELECT %s, task_key, %s, %s, %s FROM unnest(%s::text[]) AS task_key",
-        (run_id, kind, epoch, Jsonb(dict(detail or {})), list(task_keys)),
+        "INSERT INTO flowforge_event (run_id, namespace, task_key, kind, epoch, detail) "
+        f"SELECT %s, {RUN_NAMESPACE}, task_key, %s, %s, %s FROM unnest(%s::text[]) AS task_key",
+        (run_id, run_id, kind, epoch, Jsonb(dict(detail or {})), list(task_keys)),
     )
 
 

@@ -99,8 +99,9 @@ WITH fence AS (
     WHERE task.id = dependents.id
     RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before
 ), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch, detail)
-    SELECT %(run)s, task_key, attempt, kind, %(epoch)s, detail FROM (
+    INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
+    SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
+           task_key, attempt, kind, %(epoch)s, detail FROM (
         SELECT 0 AS position, %(key)s AS task_key, %(attempt)s::int AS attempt,
                '{EventKind.TASK_SUCCEEDED}' AS kind, %(detail)s::jsonb AS detail
         FROM moved

@@ -7,7 +7,8 @@ Each query is served by one index (asserted by ``tests/store/test_indexes.py``):
 - ``list_tasks``: ``flowforge_task_identity (run_id, task_key)``; ``active_tasks``:
   ``flowforge_task_progress_idx``.
 - ``latest_outcomes``: ``flowforge_event_run_idx``; ``recorded_jobs`` /
-  ``job_created_attempts`` / ``recorded_job_uid``: ``flowforge_event_job_created_idx``.
+  ``job_created_attempts`` / ``recorded_job_uid`` / ``recorded_job_age``:
+  ``flowforge_event_job_created_idx``.
 - ``find_run_id_by_uid``: ``flowforge_run_identity``; ``find_run_id_by_uid_anywhere``:
   ``flowforge_run_uid_idx``.
 """
@@ -231,6 +232,12 @@ RECORDED_JOB_UID_QUERY = (
     "AND attempt = %s AND detail ? 'uid' ORDER BY id DESC LIMIT 1"
 )
 
+RECORDED_JOB_AGE_QUERY = (
+    "SELECT extract(epoch FROM clock_timestamp() - min(recorded_at))::float8 "
+    f"FROM flowforge_event WHERE run_id = %s AND kind = '{EventKind.TASK_JOB_CREATED}' "
+    "AND task_key = %s AND attempt = %s AND detail->>'uid' = %s"
+)
+
 
 async def recorded_jobs(pool: Pool, run_id: int) -> dict[tuple[str, int], str | None]:
     """(task, attempt) -> the uid of its Job, for every attempt whose Job was created (the
@@ -256,6 +263,17 @@ async def recorded_job_uid(pool: Pool, *, run_id: int, task_key: str, attempt: i
         cursor = await connection.execute(RECORDED_JOB_UID_QUERY, (run_id, task_key, attempt))
         row = await cursor.fetchone()
     return None if row is None else str(row[0])
+
+
+async def recorded_job_age(
+    pool: Pool, *, run_id: int, task_key: str, attempt: int, uid: str
+) -> float | None:
+    """Seconds since the Job with ``uid`` was first recorded as the attempt's, on the store's
+    clock (exact, where a creationTimestamp has whole seconds); None: never recorded."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(RECORDED_JOB_AGE_QUERY, (run_id, task_key, attempt, uid))
+        row = await cursor.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 async def find_run_id_by_uid(pool: Pool, *, namespace: str, uid: str) -> int | None:

@@ -81,8 +81,9 @@ WITH run AS (
     FROM due WHERE task.id = due.id AND task.state = '{TaskState.READY}'
     RETURNING task.task_key, task.attempt, task.timeout_seconds, task.not_before
 ), recorded AS (
-    INSERT INTO flowforge_event (run_id, task_key, attempt, kind, epoch)
-    SELECT %(run)s, task_key, attempt, '{EventKind.TASK_DISPATCHED}', %(epoch)s FROM moved
+    INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch)
+    SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
+           task_key, attempt, '{EventKind.TASK_DISPATCHED}', %(epoch)s FROM moved
     ORDER BY task_key
 )
 SELECT task_key, attempt, timeout_seconds, not_before FROM moved ORDER BY task_key
@@ -292,8 +293,9 @@ async def _record_admission(
         )
     if waited:
         await connection.execute(
-            "INSERT INTO flowforge_event (run_id, kind, epoch) "
-            "SELECT run_id, %s, %s FROM unnest(%s::bigint[]) AS run_id",
+            "INSERT INTO flowforge_event (run_id, namespace, kind, epoch) "
+            "SELECT run_id, (SELECT namespace FROM flowforge_run WHERE id = run_id), %s, %s "
+            "FROM unnest(%s::bigint[]) AS run_id",
             (EventKind.RUN_ADMITTED, fence.epoch, waited),
         )
     changed = [(run_id, why) for run_id, why, before in held if before != why]

@@ -35,7 +35,8 @@ the owner may) decides what every reporting login reads.
 
 *A reporting login* (an analyst, a BI tool) holds its own DSN and can run any SQL. It reads
 definitions, runs, tasks, edges and events only of namespaces granted to its role name
-(``current_user``); a task, edge or event is visible exactly when its run is. It cannot
+(``current_user``); a task, edge or event is visible exactly when its run is (task and event
+rows carry their run's namespace, held to it by a foreign key, migration 8). It cannot
 widen that: it has no write privilege anywhere; ``SET ROLE`` reaches only roles it is a
 member of; setting ``flowforge.namespaces`` (any role may set a custom setting) changes
 nothing for a role that is not a member of ``flowforge_server``; a temporary table named

@@ -224,16 +224,18 @@ async def _insert_graph(
     )
     await connection.execute(
         """
-        INSERT INTO flowforge_task (run_id, task_key, role, state, compensates_key,
+        INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
             max_attempts, timeout_seconds, pending_dependencies, topological_index,
             started_at, finished_at)
-        SELECT %s, key, role, state, compensates, attempts, timeout, pending, position,
+        SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
+               compensates, attempts, timeout, pending, position,
                CASE WHEN state = %s THEN now() END, CASE WHEN state = %s THEN now() END
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
                     %s::int[], %s::int[])
              AS row(key, role, state, compensates, attempts, timeout, pending, position)
         """,
         (
+            run_id,
             run_id,
             TaskState.SUCCEEDED,
             TaskState.SUCCEEDED,

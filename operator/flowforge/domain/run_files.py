@@ -1,0 +1,93 @@
+"""What a run's ConfigMap holds, and which of its files each task's container sees.
+
+A run's parameters and its tasks' configs reach the containers as files, not environment
+strings: one ConfigMap per run (built by `flowforge.kube.config_map`) holds
+``parameters.json`` and one key per distinct task config, and each task's Job mounts only
+``parameters.json`` and its own config (as ``config.json``) read-only at ``MOUNT_PATH``.
+Tasks without a config share one key holding ``{}``, so a 10,000-task definition with few
+configs stays small. Keys are collision-free by construction: a task key that is a DNS-1123
+label (what validation allows; labels have no dots) gives ``config.<key>.json``, anything
+else ``config.sha256.<hex>.json``, which has one dot more than any plain key, and the two
+fixed keys have no ``config.`` prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+PARAMETERS_KEY: Final = "parameters.json"
+EMPTY_CONFIG_KEY: Final = "empty-config.json"
+CONFIG_FILE: Final = "config.json"
+PARAMETERS_FILE: Final = "parameters.json"
+# Where every task container finds the files; the template rules keep it FlowForge's own.
+MOUNT_PATH: Final = "/etc/flowforge"
+VOLUME_NAME: Final = "flowforge-run-files"
+CONFIG_FILE_VARIABLE: Final = "FLOWFORGE_CONFIG_FILE"
+PARAMETERS_FILE_VARIABLE: Final = "FLOWFORGE_PARAMETERS_FILE"
+CONFIG_FILE_PATH: Final = f"{MOUNT_PATH}/{CONFIG_FILE}"
+PARAMETERS_FILE_PATH: Final = f"{MOUNT_PATH}/{PARAMETERS_FILE}"
+
+_PLAIN_TASK_KEY = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def config_text(config: Mapping[str, Any]) -> str:
+    """A task's config exactly as its ``config.json`` holds it (JSON, ASCII)."""
+    return json.dumps(dict(config), sort_keys=True)
+
+
+def parameters_text(parameters: Mapping[str, Any]) -> str:
+    """The run's parameters exactly as ``parameters.json`` holds them."""
+    return json.dumps(dict(parameters), sort_keys=True)
+
+
+def config_key(task_key: str) -> str:
+    """The ConfigMap key of the (non-empty) config of task ``task_key``."""
+    if _PLAIN_TASK_KEY.fullmatch(task_key):
+        return f"config.{task_key}.json"
+    return f"config.sha256.{hashlib.sha256(task_key.encode()).hexdigest()}.json"
+
+
+def task_config_key(task_key: str, config: Mapping[str, Any]) -> str:
+    """The key a task's ``config.json`` is read from: its own, or the shared empty one."""
+    return config_key(task_key) if config else EMPTY_CONFIG_KEY
+
+
+def config_entry_bytes(task_key: str, text: str) -> int:
+    """What one task's config adds to the ConfigMap (the apiserver counts keys and values)."""
+    return len(config_key(task_key)) + len(text.encode())
+
+
+def run_files_data(
+    parameters: Mapping[str, Any], configs: Iterable[tuple[str, Mapping[str, Any]]]
+) -> dict[str, str]:
+    """The ConfigMap's ``data``: the parameters, the empty config, and each task's own
+    config (``configs``: task key and config of every task of the definition)."""
+    data = {PARAMETERS_KEY: parameters_text(parameters), EMPTY_CONFIG_KEY: config_text({})}
+    for task_key, config in configs:
+        if config:
+            data[config_key(task_key)] = config_text(config)
+    return data
+
+
+def task_items(task_key: str, config: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The ConfigMap volume's ``items`` for one task: its two files, nothing else."""
+    return [
+        {"key": PARAMETERS_KEY, "path": PARAMETERS_FILE},
+        {"key": task_config_key(task_key, config), "path": CONFIG_FILE},
+    ]
+
+
+def file_environment() -> dict[str, str]:
+    """The variables that tell a task's container where its files are."""
+    return {CONFIG_FILE_VARIABLE: CONFIG_FILE_PATH, PARAMETERS_FILE_VARIABLE: PARAMETERS_FILE_PATH}
+
+
+def reserved_mount_path(path: str) -> bool:
+    """Whether a template's own mount at ``path`` would hide or sit inside the run's files."""
+    normalized = "/" + posixpath.normpath("/" + path).lstrip("/")
+    return normalized == MOUNT_PATH or normalized.startswith(MOUNT_PATH + "/")

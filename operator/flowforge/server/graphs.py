@@ -1,0 +1,112 @@
+"""A run's graph as the API's JSON (``models.Graph``), built in two parts: what the definition
+decides (nodes, edges, levels, compensators), serialised once per definition and cached by
+its fingerprint (definitions are immutable), and the tasks' states and the rollback's order,
+laid over it per request. A 10,000-task graph is one join of strings, not 10,000 models.
+
+The shape is ``models.Graph`` (the OpenAPI document says so); tests/server holds the two
+together by validating what ``render`` writes against the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring
+from typing import Final
+
+from flowforge.server.views import DefinitionView
+
+# the tasks (nodes and compensators) the cached graphs may hold together
+MAX_CACHED_TASKS: Final = 200_000
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# a string as JSON, as json.dumps writes it, without an encoder per call (20,000 per graph)
+_text: Callable[[str], str] = encode_basestring
+
+
+class GraphSkeleton:
+    """A definition's graph, serialised up to the states and the rollback's order."""
+
+    def __init__(self, definition: DefinitionView) -> None:
+        spec = definition.spec
+        levels = definition.levels
+        # (key, the node's JSON before its state, after it)
+        self.nodes = [
+            (
+                task.key,
+                f'{{"id":{_text(task.key)},"type":{_text(task.type)},"state":',
+                f',"level":{levels[task.key]}}}',
+            )
+            for task in spec.forward_tasks
+        ]
+        self.compensators = [
+            (
+                compensator.key,
+                f'{{"id":{_text(compensator.key)},"task":{_text(task)},'
+                f'"type":{_text(compensator.type)},"state":',
+                "}",
+            )
+            for task, compensator in spec.compensators.items()
+        ]
+        self._edges = _json(
+            [[upstream, task.key] for task in spec.forward_tasks for upstream in task.depends_on]
+        )
+        self._levels = definition.level_count
+        self._identity = f'"workflow":{_json(spec.workflow)},"version":{spec.version}'
+        self.planned_rollback: tuple[str, ...] = tuple(definition.planned_rollback)
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes) + len(self.compensators)
+
+    def render(self, states: Mapping[str, str] | None, rollback: Sequence[str] | None) -> bytes:
+        """The graph with ``states`` (a task without one is ``null``) and the compensators in
+        ``rollback`` order (the planned order when None)."""
+        found = states or {}
+        # a handful of distinct states: each encoded once
+        encoded: dict[str | None, str] = {value: _json(value) for value in set(found.values())}
+        encoded[None] = "null"
+        nodes = ",".join(
+            [f"{before}{encoded[found.get(key)]}{after}" for key, before, after in self.nodes]
+        )
+        compensators = ",".join(
+            [
+                f"{before}{encoded[found.get(key)]}{after}"
+                for key, before, after in self.compensators
+            ]
+        )
+        order = _json(list(self.planned_rollback if rollback is None else rollback))
+        return (
+            f'{{"nodes":[{nodes}],"edges":{self._edges},"rollback":{order},'
+            f'"levels":{self._levels},"compensators":[{compensators}],{self._identity}}}'
+        ).encode()
+
+
+class GraphCache:
+    """Skeletons by definition fingerprint, least recently used first out, bounded by the
+    tasks they hold (one huge definition does not push out every small one for nothing)."""
+
+    def __init__(self, max_tasks: int = MAX_CACHED_TASKS) -> None:
+        self._max_tasks = max_tasks
+        self._held = 0
+        self._skeletons: OrderedDict[str, GraphSkeleton] = OrderedDict()
+
+    def get(self, fingerprint: str) -> GraphSkeleton | None:
+        skeleton = self._skeletons.get(fingerprint)
+        if skeleton is not None:
+            self._skeletons.move_to_end(fingerprint)
+        return skeleton
+
+    def put(self, fingerprint: str, skeleton: GraphSkeleton) -> GraphSkeleton:
+        if fingerprint not in self._skeletons:
+            self._skeletons[fingerprint] = skeleton
+            self._held += skeleton.size
+        while self._held > self._max_tasks and len(self._skeletons) > 1:
+            _, dropped = self._skeletons.popitem(last=False)
+            self._held -= dropped.size
+        return self._skeletons[fingerprint]

@@ -1,0 +1,110 @@
+"""The graph as the API sends it (``server/graphs.py``): pre-serialised JSON that must be
+exactly the ``models.Graph`` shape the OpenAPI document promises, with the states and the
+rollback's order laid over the cached definition part. Pure: no store, no cluster."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from flowforge.domain.validation import parse_definition
+from flowforge.server import models
+from flowforge.server.graphs import GraphCache, GraphSkeleton
+from flowforge.server.views import DefinitionView
+from flowforge.store.definitions import StoredDefinition
+
+
+def view(tasks: list[dict[str, Any]], *, workflow: str = "saga") -> DefinitionView:
+    spec = parse_definition(
+        {
+            "workflow": workflow,
+            "version": 2,
+            "taskTypes": {"py": {"image": "python:3.12-slim"}, "sh": {"image": "busybox:1.36"}},
+            "tasks": [{"type": "py", **task} for task in tasks],
+        }
+    )
+    return DefinitionView(
+        StoredDefinition(
+            id=1,
+            namespace="team-a",
+            spec=spec,
+            fingerprint=spec.fingerprint,
+            published_at=datetime.now(UTC),
+        )
+    )
+
+
+SAGA = [
+    {"key": "reserve"},
+    {"key": "charge", "dependsOn": ["reserve"], "type": "sh"},
+    {"key": "ship", "dependsOn": ["charge", "reserve"]},
+    {"key": "release", "compensateFor": "reserve"},
+    {"key": "refund", "compensateFor": "charge", "type": "sh"},
+]
+
+
+def test_the_graph_is_the_models_shape_with_states_levels_and_the_planned_rollback() -> None:
+    skeleton = GraphSkeleton(view(SAGA))
+
+    sent = skeleton.render({"reserve": "succeeded", "charge": "running"}, None)
+    graph = models.Graph.model_validate_json(sent)
+
+    assert json.loads(sent) == graph.model_dump(by_alias=True, mode="json")
+    assert [(n.id, n.type, n.state, n.level) for n in graph.nodes] == [
+        ("reserve", "py", "succeeded", 0),
+        ("charge", "sh", "running", 1),
+        ("ship", "py", None, 2),
+    ]
+    assert sorted(graph.edges) == [("charge", "ship"), ("reserve", "charge"), ("reserve", "ship")]
+    assert (graph.levels, graph.workflow, graph.version) == (3, "saga", 2)
+    # dependents first: charge's compensator before reserve's
+    assert graph.rollback == ["refund", "release"]
+    assert {(c.id, c.task, c.type, c.state) for c in graph.compensators} == {
+        ("release", "reserve", "py", None),
+        ("refund", "charge", "sh", None),
+    }
+
+
+def test_a_request_lays_its_own_states_and_rollback_order_over_the_same_skeleton() -> None:
+    skeleton = GraphSkeleton(view(SAGA))
+
+    first = models.Graph.model_validate_json(
+        skeleton.render({"release": "failed", "refund": "succeeded"}, ["refund", "release"])
+    )
+    second = models.Graph.model_validate_json(skeleton.render(None, []))
+
+    assert {c.id: c.state for c in first.compensators} == {
+        "release": "failed",
+        "refund": "succeeded",
+    }
+    assert first.rollback == ["refund", "release"]
+    assert [n.state for n in second.nodes] == [None, None, None]
+    assert second.rollback == []
+
+
+def test_keys_and_states_are_json_escaped_not_pasted() -> None:
+    skeleton = GraphSkeleton(view([{"key": "a"}]))
+
+    sent = skeleton.render({"a": 'x","state":"y'}, None)
+
+    assert models.Graph.model_validate_json(sent).nodes[0].state == 'x","state":"y'
+
+
+def test_the_cache_keeps_the_newest_skeletons_within_its_task_budget() -> None:
+    cache = GraphCache(max_tasks=8)
+    small = [
+        GraphSkeleton(view([{"key": f"t{i}"} for i in range(3)], workflow=f"w{n}"))
+        for n in range(3)
+    ]
+
+    for number, skeleton in enumerate(small):
+        cache.put(f"f{number}", skeleton)
+    assert cache.get("f0") is None  # 9 tasks held > 8: the least recently used went
+    assert cache.get("f1") is small[1] and cache.get("f2") is small[2]
+    # one bigger than the whole budget is still kept, alone
+    big = GraphSkeleton(view([{"key": f"t{i}"} for i in range(10)]))
+    assert cache.put("big", big) is big
+    assert (cache.get("f1"), cache.get("f2"), cache.get("big")) == (None, None, big)
+    # a fingerprint cached already keeps its first skeleton
+    assert cache.put("big", GraphSkeleton(view([{"key": "a"}]))) is big

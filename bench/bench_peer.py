@@ -57,8 +57,10 @@ from flowforge.domain.api import GROUP, RUN_PLURAL, VERSION
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.controlplane import stop_cluster
 from peer_harness import (
+    PROFILE_DIR,
     STEP,
     Bench,
+    Profiler,
     Watcher,
     cpu_seconds,
     create_runs,
@@ -373,6 +375,8 @@ def run_turn(
         assert set(warm.values()) == {"Succeeded"}, warm
         warm_pods = set(watcher.completed)
         writes_before, cpu_before = bench.apiserver_requests(), engine.cpu()
+        if PROFILE_DIR and isinstance(engine, FlowForge):
+            Profiler.begin(bench.dsn)
 
         if "single" in workloads:
             started = time.monotonic()
@@ -418,6 +422,9 @@ def run_turn(
             }
         )
         turn.tasks = len(set(watcher.completed) - warm_pods)
+        if PROFILE_DIR and isinstance(engine, FlowForge):
+            output = Path(PROFILE_DIR) / f"statements-{namespace}.txt"
+            Profiler.report(bench.dsn, tasks=turn.tasks, output=output)
     finally:
         watcher.close()
         engine.stop()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -224,6 +225,9 @@ class Bench:
         return counts
 
 
+PROFILE_DIR = os.environ.get("FLOWFORGE_BENCH_PROFILE", "")
+
+
 def start_bench(
     work: Path,
     *,
@@ -236,9 +240,10 @@ def start_bench(
         controller_manager_qps=controller_manager_qps,
         extra_stages=extra_stages,
     )
-    postgres = localdev_postgres.start(
-        work / "pg", settings={"fsync": "off", "synchronous_commit": "off"}
-    )
+    settings = {"fsync": "off", "synchronous_commit": "off"}
+    if PROFILE_DIR:  # count the statements the operator sends (Profiler.statements)
+        settings["shared_preload_libraries"] = "pg_stat_statements"
+    postgres = localdev_postgres.start(work / "pg", settings=settings)
     configuration = k8s.Configuration()
     k8s_config.load_kube_config(
         config_file=str(cluster.kubeconfig),  # type: ignore[no-untyped-call]
@@ -292,8 +297,48 @@ def start_operator(
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
+    if PROFILE_DIR:
+        Profiler.sample(operator.pid, Path(PROFILE_DIR) / f"operator-{namespace}.txt")
     time.sleep(8)
     return operator
+
+
+class Profiler:
+    """``FLOWFORGE_BENCH_PROFILE=DIR``: py-spy samples the operator (its own process, so the
+    CPU figures do not count it) into DIR, and PostgreSQL's pg_stat_statements counts the
+    statements of the measured part of a turn (``begin`` .. ``report``)."""
+
+    @staticmethod
+    def sample(pid: int, output: Path) -> None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        py_spy = Path(sys.executable).parent / "py-spy"
+        command = [str(py_spy), "record", "--nonblocking", "-r", "50", "-f", "raw"]
+        subprocess.Popen(
+            [*command, "-o", str(output), "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # ends when the operator does
+
+    @staticmethod
+    def begin(dsn: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            connection.execute("SELECT pg_stat_statements_reset()")
+
+    @staticmethod
+    def report(dsn: str, *, tasks: int, output: Path) -> None:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            rows = connection.execute(
+                "SELECT calls, total_exec_time, query FROM pg_stat_statements "
+                "WHERE query NOT LIKE '%%pg_stat_statements%%' ORDER BY calls DESC"
+            ).fetchall()
+        lines = [
+            f"{calls / max(tasks, 1):8.2f} calls/task {ms / max(tasks, 1):8.3f} ms/task  "
+            + " ".join(str(query).split())[:160]
+            for calls, ms, query in rows
+        ]
+        total = sum(int(row[0]) for row in rows) / max(tasks, 1)
+        output.write_text(f"{total:.2f} statements/task over {tasks} tasks\n" + "\n".join(lines))
 
 
 def stop_process(process: subprocess.Popen[bytes] | None) -> None:

@@ -241,3 +241,32 @@ async def test_a_wide_run_posts_the_first_starts_alone_and_counts_the_rest_in_on
     assert key[1].startswith(f"wide.{run.uid[:8]}.taskstarted.")
     assert (reason, count) == ("TaskStarted", width - SIMILAR_BEFORE_SERIES)
     assert message.startswith(COMBINED_PREFIX) and re.search(r"\bt\d\d\b", message)
+
+
+async def test_a_finished_run_seen_again_is_only_re_projected_when_it_shows_another_phase(
+    harness: Harness,
+) -> None:
+    """The events after a run's end (its final status patch, its finalizer's removal) are
+    answered from the remembered final phase, not the store; its last projection uses the
+    context the outcome had (the run is no longer cached)."""
+    run = await harness.start("seen-again", [{"key": "only"}])
+
+    async def no_store_read(*_: Any, **__: Any) -> None:
+        raise AssertionError("a finished run was read from the store again")
+
+    harness.engine.runs.by_id = no_store_read  # type: ignore[method-assign]
+    await harness.finish("only")
+    body = harness.kube.runs[("team-a", "seen-again")]
+    await wait_until(lambda: body.get("status", {}).get("phase") == "Succeeded", what="status")
+    await wait_until(lambda: harness.engine.status.pending() == 0, what="the status writer")
+    patches = len(harness.kube.status_patches)
+    harness.engine.runs.ensure = no_store_read  # type: ignore[method-assign]
+    await harness.engine.start_run(body)
+    assert harness.engine.status.pending() == 0  # it shows its final phase: nothing to patch
+    assert len(harness.kube.status_patches) == patches
+
+    del harness.engine.runs.by_id  # re-projecting reads the run
+    await harness.engine.start_run({**body, "status": {"phase": "Running"}})  # a stale view
+    await wait_until(lambda: len(harness.kube.status_patches) > patches, what="the re-projection")
+    assert harness.kube.status_patches[patches:] == ["seen-again"]
+    assert (await harness.run(run)).phase is RunPhase.SUCCEEDED

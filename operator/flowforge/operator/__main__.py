@@ -8,6 +8,7 @@ address unless asked (the metrics endpoint and kopf's liveness probe are off or 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -67,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL,
     )
+    if not args.verbose:
+        # kopf logs "Handler 'job_event' succeeded." for every watch event: a line per Job
+        # change, formatted on the hot path; its warnings and errors still show
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     import flowforge.operator.handlers  # noqa: F401  (registers the handlers)
 

@@ -89,7 +89,7 @@ class Applier:
                 )
         if decision.phase is not None and decision.finished:
             metrics.RUNS_FINISHED.labels(decision.phase.value).inc()
-        self._status.mark(context.run_id)
+        self._status.mark(context.run_id, context=context)
         if decision.wake_at is not None:
             delay = max(0.0, (decision.wake_at - datetime.now(UTC)).total_seconds())
             self._background.later(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cachetools import LRUCache
 from pydantic import ValidationError
 
 from flowforge.domain import notices
@@ -59,6 +60,9 @@ logger = logging.getLogger(__name__)
 # a hand-off slower than this (the target: event received -> dependent Job created) is
 # logged with where its time went
 SLOW_HANDOFF_SECONDS = 0.25
+# runs seen finished, uid -> (run id, final phase): the watch events that follow a run's end
+# (its final status patch, its finalizer's removal) need no store read (~100 bytes each)
+REMEMBERED_FINISHED_RUNS = 10_000
 
 
 class Engine:
@@ -115,6 +119,9 @@ class Engine:
         self._cancelled: set[str] = set()
         self._refused: set[str] = set()
         self._limits_read: set[str] = set()  # namespaces whose limits this process copied
+        self._finished: LRUCache[str, tuple[int, RunPhase]] = LRUCache(
+            maxsize=REMEMBERED_FINISHED_RUNS
+        )
 
     def fence(self) -> Fence:
         fence = self.leadership.fence
@@ -133,6 +140,10 @@ class Engine:
         as a watch event): only the first sighting dispatches, and a cancel acts once.
         """
         uid = str(body["metadata"]["uid"])
+        finished = self._finished.get(uid)
+        if finished is not None:  # a final phase never changes: nothing to read
+            self._show_final(body, run_id=finished[0], phase=finished[1])
+            return
         namespace = str(body["metadata"]["namespace"])
         if namespace not in self._limits_read:
             await self.policy_changed(namespace)  # the limits hold from the first run on
@@ -144,12 +155,10 @@ class Engine:
                 await self._refuse(body, str(error))
             raise
         context = sighting.context
-        if sighting.finished:
-            # nothing to start or cancel, and nothing of it is kept: only an object that
-            # does not show the store's final phase yet (e.g. a crash before its last
-            # status patch) is re-projected
-            if sighting.phase is not None and shown_phase(body) != sighting.phase.value:
-                self.status.mark(context.run_id, force=True)
+        if sighting.phase is not None and sighting.finished:
+            # nothing to start or cancel, and only its final phase is kept
+            self._finished[uid] = (context.run_id, sighting.phase)
+            self._show_final(body, run_id=context.run_id, phase=sighting.phase)
             return
         if sighting.created:
             spec = context.definition.spec
@@ -173,6 +182,12 @@ class Engine:
             if context.run_id in self.runs:
                 self._started.add(uid)
 
+    def _show_final(self, body: Mapping[str, Any], *, run_id: int, phase: RunPhase) -> None:
+        """Re-project a finished run whose object does not show its final phase yet (e.g. a
+        crash before its last status patch)."""
+        if shown_phase(body) != phase.value:
+            self.status.mark(run_id, force=True)
+
     def forget(self, context: RunContext) -> None:
         """The run finished: drop everything this process kept about it (its final status
         patch, already marked, still goes out)."""
@@ -188,7 +203,7 @@ class Engine:
         """Entries this process keeps per run (contexts, sightings, delayed creations, last
         patched projections, ConfigMaps made): bounded by the active runs, none for a
         finished one."""
-        return (
+        return (  # finished runs' phases are not counted: a bounded, constant memory
             len(self.runs)
             + len(self._started | self._cancelled)
             + self.delays.runs()
@@ -296,8 +311,9 @@ class Engine:
         self, context: RunContext, decision: Decision, *, received: float | None = None
     ) -> None:
         await self.applier.apply(context, decision, received=received)
-        if decision.finished:
+        if decision.phase is not None and decision.finished:
             self.forget(context)
+            self._finished[context.uid] = (context.run_id, decision.phase)
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
         """A Job finished or was deleted: record its attempt's outcome (or that it was lost)

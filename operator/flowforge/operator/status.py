@@ -20,6 +20,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from flowforge.domain.execution import BackoffPolicy, attempts_made
+from flowforge.domain.kueue import queueing
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.queue import queue_message
 from flowforge.domain.run import CompensationStep, QueueStatus, TaskSummary
@@ -48,6 +49,7 @@ from flowforge.store.runs import get_run
 
 logger = logging.getLogger(__name__)
 FINAL_PHASES = frozenset(phase.value for phase in TERMINAL_RUN_PHASES)
+ROLLBACK_PHASES = frozenset((RunPhase.FAILED, RunPhase.CANCELLED))
 COALESCE_SECONDS = 0.1
 # digests of the last patched projection, one per run (an active run's is ~100 bytes)
 REMEMBERED_PROJECTIONS = 100_000
@@ -64,6 +66,9 @@ class StatusWriter:
         self._kube = kube
         self._runs = runs
         self._dirty: set[int] = set()
+        # the contexts of marked runs, when the marker had one: a run that just finished is
+        # no longer cached, and its last projection need not read it back
+        self._contexts: dict[int, RunContext] = {}
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
@@ -79,10 +84,18 @@ class StatusWriter:
         return len(self._dirty) + self._writing
 
     def mark(
-        self, run_id: int, *, force: bool = False, shown: Mapping[str, Any] | None = None
+        self,
+        run_id: int,
+        *,
+        force: bool = False,
+        shown: Mapping[str, Any] | None = None,
+        context: RunContext | None = None,
     ) -> None:
         """Re-project the run's status soon. ``shown``: the status its object shows now (a
-        projection equal to it is not patched, e.g. at the first sighting after a restart)."""
+        projection equal to it is not patched, e.g. at the first sighting after a restart);
+        ``context``: the run's, when the caller has it."""
+        if context is not None:
+            self._contexts[run_id] = context
         if force:
             self._patched.pop(run_id, None)
         elif shown and run_id not in self._patched:
@@ -115,7 +128,12 @@ class StatusWriter:
 
     async def project(self, context: RunContext) -> dict[str, Any]:
         record = await get_run(self._pool, context.run_id)
-        counts = await forward_counts(self._pool, context.run_id)
+        spec = context.definition.spec
+        counts = await forward_counts(
+            self._pool,
+            context.run_id,
+            kueue=any(queueing(spec, name) is not None for name in spec.task_types),
+        )
         summaries: list[TaskSummary] = []
         if counts.total <= STATUS_TASK_SUMMARY_LIMIT:
             rows = await list_forward_tasks(self._pool, context.run_id)
@@ -149,7 +167,9 @@ class StatusWriter:
                         finished_at=row.finished_at,
                     )
                 )
-        steps = await rollback_steps(self._pool, context.run_id)
+        # only a run that ends Failed or Cancelled is ever rolled back: no steps before
+        rolled_back = record.compensating or record.phase in ROLLBACK_PHASES
+        steps = await rollback_steps(self._pool, context.run_id) if rolled_back else []
         failure = None
         if counts.failed:
             failed = [s.name for s in summaries if s.state is ShownTaskState.FAILED]
@@ -194,7 +214,7 @@ class StatusWriter:
 
     async def write(self, run_id: int) -> None:
         async with self._slots:
-            context = await self._runs.by_id(run_id)
+            context = self._contexts.pop(run_id, None) or await self._runs.by_id(run_id)
             body = await self.project(context)
         digest = _digest(body)
         if self._patched.get(run_id) == digest:

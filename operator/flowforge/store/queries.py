@@ -182,12 +182,12 @@ async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCoun
     )
 
 
-async def forward_counts(pool: Pool, run_id: int) -> TaskCounts:
+async def forward_counts(pool: Pool, run_id: int, *, kueue: bool = True) -> TaskCounts:
     """Forward task counts by state, the running ones that wait for Kueue's admission
-    counted as admitting."""
+    counted as admitting (``kueue``: whether any of the run's tasks may)."""
     async with pool.connection() as connection:
         counts = await forward_counts_locked(connection, run_id)
-        if not counts.running:
+        if not counts.running or not kueue:
             return counts
         cursor = await connection.execute(ADMITTING_COUNT_QUERY, (run_id,))
         row = await cursor.fetchone()

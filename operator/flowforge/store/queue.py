@@ -15,6 +15,10 @@ that follows).
 - ``dispatch_locked``: a running run's due ``ready`` tasks, as many as the run's
   ``maxParallelTasks`` (capped by the namespace's) and the namespace's ``maxRunningTasks``
   leave room for, counting running forward tasks and compensators alike.
+- ``serve_locked``: one pass over the queue: ``admit_locked``, a queued ``Replace`` run's
+  victims cancelled (``stopping.py::replace_locked``), the admitted runs' roots dispatched,
+  and the held runs whose reason or place changed re-projected (a run left or joined the
+  queue); passes happen when the queue may move, and once a reconciler pass per namespace.
 - ``rebalance_locked``: after a slot freed, both, for the whole namespace; the decisions
   about other runs ride along in the freeing decision (``Decision.elsewhere``).
 """
@@ -217,9 +221,10 @@ class Admission:
     """What one pass over a namespace's queue decided."""
 
     admitted: tuple[int, ...] = ()
-    # queued runs whose reason changed, or whose place in the queue did (a run left or
-    # joined it): their status is re-projected at once
+    # queued runs whose reason changed (their status says so at once)
     requeued: tuple[int, ...] = ()
+    # the other held runs, when their places moved (a run left or joined the queue)
+    moved: tuple[int, ...] = ()
     # (running run to cancel, the queued Replace run's name it is cancelled for)
     replace: tuple[tuple[int, str], ...] = ()
 
@@ -291,7 +296,8 @@ async def admit_locked(
     moved = changed or bool(admitted)
     return Admission(
         admitted=tuple(admitted),
-        requeued=tuple(int(run_id) for run_id, why, before in held if moved or why != before),
+        requeued=tuple(int(run_id) for run_id, why, before in held if why != before),
+        moved=tuple(int(run_id) for run_id, why, before in held if moved and why == before),
         replace=tuple(victims),
     )
 
@@ -335,7 +341,7 @@ async def start_admitted(
     connection: Connection, *, fence: Fence, admission: Admission, skip: int | None = None
 ) -> tuple[RunDecision, ...]:
     """The decisions of a pass over the queue: the admitted runs' first tasks dispatched,
-    and the queued runs whose reason changed re-projected."""
+    and the queued runs whose reason or place changed re-projected."""
     started = []
     for run_id in admission.admitted:
         if run_id == skip:
@@ -354,6 +360,11 @@ async def start_admitted(
         *(
             RunDecision(run_id=run_id, decision=Decision(recorded=True))
             for run_id in admission.requeued
+            if run_id != skip
+        ),
+        *(
+            RunDecision(run_id=run_id, decision=Decision(recorded=True, queue_moved=True))
+            for run_id in admission.moved
             if run_id != skip
         ),
     )

@@ -407,10 +407,15 @@ async def serve_locked(
     )
     replaced = []
     if settle is not None:
-        for victim, by in admission.replace:
-            stopped = await replace_locked(connection, fence=fence, run_id=victim, by=by)
+        # every victim's cancel is recorded before any settles: a victim that finishes at
+        # once hands its slot on in a pass of its own, which must not pick another victim
+        stopped = [
+            (victim, await replace_locked(connection, fence=fence, run_id=victim, by=by))
+            for victim, by in admission.replace
+        ]
+        for victim, decision in stopped:
             settled = await settle(connection, fence=fence, run_id=victim)
-            replaced.append(RunDecision(run_id=victim, decision=stopped.then(settled)))
+            replaced.append(RunDecision(run_id=victim, decision=decision.then(settled)))
     started = await start_admitted(connection, fence=fence, admission=admission, skip=skip)
     return admission, (*replaced, *started)
 

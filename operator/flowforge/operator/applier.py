@@ -99,5 +99,6 @@ class Applier:
                 earliest=True,
                 coroutine_factory=lambda: self._wake(context),
             )
-        for other in decision.elsewhere:
-            await self.apply(await self._context_of(other.run_id), other.decision)
+        for other in decision.elsewhere:  # a queued run a freed slot started is a hand-off too
+            context = await self._context_of(other.run_id)
+            await self.apply(context, other.decision, received=received)

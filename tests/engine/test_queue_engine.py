@@ -70,7 +70,8 @@ async def test_a_hand_off_starts_the_next_run_and_the_places_follow_soon(
     assert len(harness.kube.created) == 2 and names[1] in harness.kube.created[1]
     # the places behind it move without a reconciler pass, folded for a moment
     waited = await wait_for(
-        lambda: (position(harness, names[2]), position(harness, names[3])) == (1, 2), timeout=10
+        lambda: (position(harness, names[2]), position(harness, names[3])) == (1, 2),
+        timeout=status.QUEUE_MOVES_SECONDS + 5,
     )
     assert waited <= status.QUEUE_MOVES_SECONDS + 3
 

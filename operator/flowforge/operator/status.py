@@ -52,7 +52,7 @@ COALESCE_SECONDS = 0.1
 # a queued run whose place alone moved is re-projected within this: every hand-off moves
 # every place of the queue, and one patch per queued run per hand-off would load the
 # apiserver (and delay the next hand-off) for a number that moves on anyway
-QUEUE_MOVES_SECONDS = 5.0
+QUEUE_MOVES_SECONDS = 10.0
 # digests of the last patched projection, one per run (an active run's is ~100 bytes)
 REMEMBERED_PROJECTIONS = 100_000
 # projections share the store pool with outcome transactions: keep them to a few connections

@@ -211,6 +211,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (NAMESPACE,),
         needs("flowforge_run_queue_idx"),
     ),
+    "queue.QUEUED_NAMESPACES_QUERY": (
+        queue.QUEUED_NAMESPACES_QUERY,
+        lambda p: (),
+        needs("flowforge_run_queue_idx"),
+    ),
     "queue.RUNNING_KEYS_QUERY": (
         queue.RUNNING_KEYS_QUERY,
         lambda p: (NAMESPACE,),

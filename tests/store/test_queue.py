@@ -18,10 +18,10 @@ from flowforge.domain.validation import parse_definition
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
-from flowforge.store.dispatch import dispatch_due
+from flowforge.store.dispatch import dispatch_due, serve_queue
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
-from flowforge.store.queue import queue_position, set_namespace_limits
+from flowforge.store.queue import queue_position, queued_namespaces, set_namespace_limits
 from flowforge.store.runs import RunRecord, create_run, get_run
 from tests.store.conftest import NAMESPACE, SUCCESS, kinds, record
 
@@ -282,3 +282,107 @@ async def test_concurrent_successes_share_the_namespace_task_limit(
     key = next(t.task_key for t in await list_tasks(store, busy.id) if t.state == "running")
     await record(store, fence, busy, key, SUCCESS)
     assert sum([await running_tasks(store, run.id) for run in runs]) == 4
+
+
+async def test_a_finish_re_projects_every_held_run_whose_place_moved(
+    store: Pool, fence: Fence
+) -> None:
+    definition = await publish(
+        store, workflow="line", tasks=[{"key": "only"}], concurrency={"maxRuns": 1}
+    )
+    runs = [await new_run(store, fence, definition, f"line-{i}") for i in range(4)]
+    await dispatch_due(store, fence=fence, run_id=runs[0].id)
+    decision = await record(store, fence, runs[0], "only")
+    assert started_runs(decision) == {runs[1].id}
+    # the held runs' places moved with the admission: their status is re-projected at once,
+    # not at the reconciler's next pass
+    assert {other.run_id for other in decision.elsewhere} == {run.id for run in runs[1:]}
+    moved = {other.run_id for other in decision.elsewhere if other.decision.queue_moved}
+    assert moved == {runs[2].id, runs[3].id}
+    where = await queue_position(store, runs[3].id)
+    assert where is not None and (where.position, where.queued) == (2, 2)
+    # a pass over the queue when nothing changed re-projects (and so patches) nothing
+    assert await serve_queue(store, fence=fence, namespace=NAMESPACE) == ()
+
+
+async def test_a_queued_run_cancelled_moves_the_places_behind_it(store: Pool, fence: Fence) -> None:
+    definition = await publish(
+        store, workflow="leave", tasks=[{"key": "only"}], concurrency={"maxRuns": 1}
+    )
+    runs = [await new_run(store, fence, definition, f"leave-{i}") for i in range(4)]
+    decision = await cancel_run(store, fence=fence, run_id=runs[1].id, reason="not needed")
+    assert decision.phase is RunPhase.CANCELLED
+    assert {other.run_id for other in decision.elsewhere} == {runs[2].id, runs[3].id}
+    assert not started_runs(decision)
+    where = await queue_position(store, runs[3].id)
+    assert where is not None and (where.position, where.queued) == (2, 2)
+
+
+async def test_the_queue_s_pass_starts_what_a_missed_hand_off_left_waiting(
+    store: Pool, fence: Fence
+) -> None:
+    definition = await publish(store, workflow="missed", tasks=[{"key": "a"}])
+    await set_namespace_limits(
+        store, fence=fence, namespace=NAMESPACE, limits=NamespaceLimits(max_running_runs=1)
+    )
+    await new_run(store, fence, definition, "missed-1")
+    queued = [await new_run(store, fence, definition, f"missed-{i}") for i in (2, 3)]
+    assert await queued_namespaces(store) == [NAMESPACE]
+    async with store.connection() as connection:  # raised behind the operator's back
+        await connection.execute(
+            "UPDATE flowforge_namespace_limits SET max_running_runs = 2 WHERE namespace = %s",
+            (NAMESPACE,),
+        )
+    decisions = await serve_queue(store, fence=fence, namespace=NAMESPACE)
+    started = {other.run_id for other in decisions if other.decision.create_jobs}
+    assert started == {queued[0].id}  # first come first served
+    assert (await get_run(store, queued[1].id)).phase is RunPhase.QUEUED
+
+
+async def test_a_replace_run_held_by_the_namespace_cancels_the_oldest_when_a_slot_frees(
+    store: Pool, fence: Fence
+) -> None:
+    other = await publish(store, workflow="other", tasks=[{"key": "a"}])
+    latest = await publish(
+        store,
+        workflow="newest",
+        tasks=[{"key": "a"}],
+        concurrency={"maxRuns": 1, "policy": "Replace"},
+    )
+    await set_namespace_limits(
+        store, fence=fence, namespace=NAMESPACE, limits=NamespaceLimits(max_running_runs=2)
+    )
+    busy = await new_run(store, fence, other, "busy")
+    old = await new_run(store, fence, latest, "old")
+    new = await new_run(store, fence, latest, "new")
+    for run in (busy, old):
+        await dispatch_due(store, fence=fence, run_id=run.id)
+    # the namespace holds it first: nothing to replace yet
+    assert not (await dispatch_due(store, fence=fence, run_id=new.id)).elsewhere
+    assert (await get_run(store, old.id)).phase is RunPhase.RUNNING
+
+    # the finish that frees the namespace's slot cancels the oldest of the key at once (not
+    # when the waiting run is next looked at), which finishes and starts the new one
+    decision = await record(store, fence, busy, "a")
+    replaced = {o.run_id: o.decision for o in decision.elsewhere}
+    assert [job.task_key for job in replaced[old.id].stop_jobs] == ["a"]
+    assert (await get_run(store, old.id)).phase is RunPhase.CANCELLED
+    assert new.id in started_runs(decision)
+    assert EventKind.RUN_REPLACED in await kinds(store, old.id)
+
+
+async def test_two_replace_runs_each_cancel_for_their_own_slot(store: Pool, fence: Fence) -> None:
+    definition = await publish(
+        store,
+        workflow="pair",
+        tasks=[{"key": "a"}],
+        concurrency={"maxRuns": 2, "policy": "Replace"},
+    )
+    old = [await new_run(store, fence, definition, f"pair-old-{i}") for i in range(2)]
+    for run in old:
+        await dispatch_due(store, fence=fence, run_id=run.id)
+    new = [await new_run(store, fence, definition, f"pair-new-{i}") for i in range(2)]
+    await dispatch_due(store, fence=fence, run_id=new[0].id)
+    # both running runs are cancelled: one for each newer run, not one for both
+    assert [(await get_run(store, run.id)).phase for run in old] == [RunPhase.CANCELLED] * 2
+    assert [(await get_run(store, run.id)).phase for run in new] == [RunPhase.RUNNING] * 2

@@ -68,6 +68,9 @@ class Decision:
     # queued run (or the ready tasks of another run of the namespace), a Replace cancelled
     # an older run; each is applied like a decision of its own
     elsewhere: tuple[RunDecision, ...] = ()
+    # only the run's place in the queue moved (another run left or joined it): its status is
+    # re-projected too, folded with the queue's other moves (``operator/status.py``)
+    queue_moved: bool = False
 
     @classmethod
     def lost(cls) -> Decision:
@@ -94,6 +97,7 @@ class Decision:
             phase=later.phase or self.phase,
             wake_at=min(wakes) if wakes else None,
             elsewhere=self.elsewhere + later.elsewhere,
+            queue_moved=self.queue_moved and later.queue_moved,
         )
 
     def also(self, others: tuple[RunDecision, ...]) -> Decision:

@@ -11,7 +11,8 @@ performs its effects:
 3. create the Jobs of the attempts it dispatched, forward tasks and compensators alike;
 4. delete the finished Job whose outcome it recorded, after the TTL, and count the
    outcome and a finished run;
-5. re-project the run's status (coalesced with other changes of the run);
+5. re-project the run's status (coalesced with other changes of the run; a queued run whose
+   place alone moved, with the queue's other moves);
 6. wake the run up when a retry's backoff (or a compensator's) is over: no polling;
 7. apply what the same transaction decided for other runs (``Decision.elsewhere``): a queued
    run that the freed slot started, another run's tasks, a run a ``Replace`` cancelled.
@@ -89,7 +90,7 @@ class Applier:
                 )
         if decision.phase is not None and decision.finished:
             metrics.RUNS_FINISHED.labels(decision.phase.value).inc()
-        self._status.mark(context.run_id, context=context)
+        self._status.mark(context.run_id, context=context, queue_moved=decision.queue_moved)
         if decision.wake_at is not None:
             delay = max(0.0, (decision.wake_at - datetime.now(UTC)).total_seconds())
             self._background.later(
@@ -98,5 +99,6 @@ class Applier:
                 earliest=True,
                 coroutine_factory=lambda: self._wake(context),
             )
-        for other in decision.elsewhere:
-            await self.apply(await self._context_of(other.run_id), other.decision)
+        for other in decision.elsewhere:  # a queued run a freed slot started is a hand-off too
+            context = await self._context_of(other.run_id)
+            await self.apply(context, other.decision, received=received)

@@ -10,7 +10,9 @@ return only the rows that may need a repair: every running attempt has its Job (
 missing and never created; recorded as lost when it vanished; its outcome recorded when the
 Job finished; failed with the Pod's reason when its Pod has not started within
 ``pendingTimeoutSeconds``), compensators included; released tasks that are due are
-dispatched; runs with nothing unresolved are settled (which finishes them or starts their
+dispatched (a queued run's are not: each namespace's queue is served in one locked pass,
+which starts what may start and cancels what a ``Replace`` run waits for); runs with nothing
+unresolved are settled (which finishes them or starts their
 rollback's next compensator: after a restart, that is where a rollback resumes). An active
 run whose object is gone is cancelled. Finished Jobs whose outcome is committed are deleted
 after the TTL. A run with nothing to repair costs nothing but its row in the sweep, and a
@@ -47,9 +49,10 @@ from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext, RunRefusedError
-from flowforge.store.dispatch import record_job_created
+from flowforge.store.dispatch import record_job_created, serve_queue
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.queries import active_tasks, recorded_jobs, runs_by_phase
+from flowforge.store.queue import queued_namespaces
 from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
 
 # objects per LIST page, and active runs per sweep query
@@ -126,6 +129,7 @@ class Reconciler:
             except Exception:
                 metrics.RECONCILE_ERRORS.inc()
                 logger.exception("repairing run #%d failed; the pass goes on", run_id)
+        await self._serve_queues()
         await self._clean_up_jobs(jobs, running=sweep.running)
         for phase, count in (await runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
@@ -163,6 +167,26 @@ class Reconciler:
                     metadata.get("namespace"),
                     metadata.get("name"),
                 )
+
+    async def _serve_queues(self) -> None:
+        """One locked pass over each namespace's queue (a missed hand-off, a Replace run's
+        victim, limits raised): never one per queued run, which would hold the namespace's
+        lock once per waiting run and stall the hand-offs behind it."""
+        engine = self._engine
+        for namespace in await queued_namespaces(engine.pool):
+            try:
+                decisions = await serve_queue(
+                    engine.pool, fence=engine.fence(), namespace=namespace
+                )
+                for other in decisions:
+                    await engine.applier.apply(
+                        await engine.runs.by_id(other.run_id), other.decision
+                    )
+            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
+                raise
+            except Exception:
+                metrics.RECONCILE_ERRORS.inc()
+                logger.exception("serving the queue of %s failed; the pass goes on", namespace)
 
     async def _sweep(self) -> _Sweep:
         sweep = _Sweep()

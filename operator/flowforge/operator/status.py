@@ -51,6 +51,10 @@ logger = logging.getLogger(__name__)
 FINAL_PHASES = frozenset(phase.value for phase in TERMINAL_RUN_PHASES)
 ROLLBACK_PHASES = frozenset((RunPhase.FAILED, RunPhase.CANCELLED))
 COALESCE_SECONDS = 0.1
+# a queued run whose place alone moved is re-projected within this: every hand-off moves
+# every place of the queue, and one patch per queued run per hand-off would load the
+# apiserver (and delay the next hand-off) for a number that moves on anyway
+QUEUE_MOVES_SECONDS = 10.0
 # digests of the last patched projection, one per run (an active run's is ~100 bytes)
 REMEMBERED_PROJECTIONS = 100_000
 # projections share the store pool with outcome transactions: keep them to a few connections
@@ -71,6 +75,8 @@ class StatusWriter:
         self._contexts: dict[int, RunContext] = {}
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        self._moved: set[int] = set()  # queued runs whose place moved, not marked yet
+        self._moves: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
         self._patched: LRUCache[int, bytes] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
         self._writing = 0
@@ -81,7 +87,7 @@ class StatusWriter:
 
     def pending(self) -> int:
         """Runs whose status is marked or being written."""
-        return len(self._dirty) + self._writing
+        return len(self._dirty | self._moved) + self._writing
 
     def mark(
         self,
@@ -90,10 +96,19 @@ class StatusWriter:
         force: bool = False,
         shown: Mapping[str, Any] | None = None,
         context: RunContext | None = None,
+        queue_moved: bool = False,
     ) -> None:
         """Re-project the run's status soon. ``shown``: the status its object shows now (a
         projection equal to it is not patched, e.g. at the first sighting after a restart);
-        ``context``: the run's, when the caller has it."""
+        ``context``: the run's, when the caller has it. ``queue_moved``: only its place in the
+        queue moved; it is re-projected with the queue's other moves, within
+        ``QUEUE_MOVES_SECONDS``."""
+        if queue_moved and not force:
+            self._moved.add(run_id)
+            if self._moves is None or self._moves.done():
+                self._moves = asyncio.get_running_loop().create_task(self._fold_moves())
+            return
+        self._moved.discard(run_id)
         if context is not None:
             self._contexts[run_id] = context
         if force:
@@ -106,8 +121,15 @@ class StatusWriter:
             self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
+        for task in (self._worker, self._moves):
+            if task is not None:
+                task.cancel()
+
+    async def _fold_moves(self) -> None:
+        await asyncio.sleep(QUEUE_MOVES_SECONDS)
+        moved, self._moved = self._moved, set()
+        for run_id in moved:
+            self.mark(run_id)
 
     async def _work(self) -> None:
         while True:

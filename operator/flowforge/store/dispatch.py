@@ -23,16 +23,14 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import StaleEpochError
-from flowforge.store.events import append_event
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.queue import (
-    admit_locked,
     dispatch_locked,
+    lock_namespace,
     lock_namespace_of_run,
-    start_admitted,
+    serve_locked,
 )
 from flowforge.store.settle import settle_locked
-from flowforge.store.stopping import request_cancel
 from flowforge.store.transaction import in_transaction
 
 
@@ -45,9 +43,11 @@ async def dispatch_due_locked(connection: Connection, *, fence: Fence, run_id: i
 async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     """Move every released task of the run whose time has come to running, as many as its
     limits allow (none while the run is queued, cancelling or over); ``wake_at`` is when
-    the next one's backoff is over. A queued run is looked at for admission first: the
-    namespace's queue is served (this run, if its turn has come, and any other whose turn
-    it is), and a ``Replace`` run whose key is full cancels the oldest running run of it."""
+    the next one's backoff is over. A queued run (just created, or seen again after a
+    restart) is looked at for admission first: the namespace's queue is served (this run,
+    if its turn has come, and any other whose turn it is; the places of the others are
+    re-projected), and a ``Replace`` run whose key is full cancels the oldest running run
+    of it."""
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
@@ -55,46 +55,43 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
         if namespace is None:
             return Decision.lost()
         cursor = await connection.execute(
-            "SELECT phase = %s, name FROM flowforge_run WHERE id = %s", (RunPhase.QUEUED, run_id)
+            "SELECT phase = %s FROM flowforge_run WHERE id = %s", (RunPhase.QUEUED, run_id)
         )
         row = await cursor.fetchone()
         if row is None or not row[0]:
             return await dispatch_locked(connection, fence=fence, run_id=run_id)
-        admission = await admit_locked(connection, fence=fence, namespace=namespace, replace=True)
-        replaced = [
-            await _replace(connection, fence=fence, run_id=victim, by=str(row[1]))
-            for victim in admission.replace
-        ]
-        others = await start_admitted(connection, fence=fence, admission=admission, skip=run_id)
+        admission, others = await serve_locked(
+            connection,
+            fence=fence,
+            namespace=namespace,
+            settle=settle_locked,
+            changed=True,
+            skip=run_id,
+        )
         own = Decision(recorded=True)
         if run_id in admission.admitted:
             started = await dispatch_locked(connection, fence=fence, run_id=run_id)
             own = dataclasses.replace(
                 started, recorded=True, notices=(*started.notices, notices.run_admitted())
             )
-        return own.also((*replaced, *others))
+        return own.also(others)
 
     return await in_transaction(pool, decide)
 
 
-async def _replace(connection: Connection, *, fence: Fence, run_id: int, by: str) -> RunDecision:
-    """Cancel the run for a newer one of its key: it rolls back, and its finish lets the
-    newer one start."""
-    await connection.execute(
-        "SELECT 1 FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE", (run_id,)
-    )
-    stopped = await request_cancel(
-        connection,
-        fence=fence,
-        run_id=run_id,
-        reason=f"replaced by run {by} (spec.concurrency.policy Replace)",
-    )
-    await append_event(
-        connection, run_id=run_id, kind=EventKind.RUN_REPLACED, epoch=fence.epoch, detail={"by": by}
-    )
-    notice = Decision(recorded=True, notices=(notices.run_replaced(by=by),))
-    settled = await settle_locked(connection, fence=fence, run_id=run_id)
-    return RunDecision(run_id=run_id, decision=stopped.then(notice).then(settled))
+async def serve_queue(pool: Pool, *, fence: Fence, namespace: str) -> tuple[RunDecision, ...]:
+    """One pass over the namespace's queue (the reconciler's backstop, once a pass, however
+    many runs wait): what may start starts, a Replace run's victims are cancelled."""
+
+    async def decide(connection: Connection) -> tuple[RunDecision, ...]:
+        await check_fence(connection, fence)
+        await lock_namespace(connection, namespace)
+        _, decisions = await serve_locked(
+            connection, fence=fence, namespace=namespace, settle=settle_locked
+        )
+        return decisions
+
+    return await in_transaction(pool, decide)
 
 
 JOB_CREATED_QUERY = f"""

@@ -15,6 +15,10 @@ that follows).
 - ``dispatch_locked``: a running run's due ``ready`` tasks, as many as the run's
   ``maxParallelTasks`` (capped by the namespace's) and the namespace's ``maxRunningTasks``
   leave room for, counting running forward tasks and compensators alike.
+- ``serve_locked``: one pass over the queue: ``admit_locked``, a queued ``Replace`` run's
+  victims cancelled (``stopping.py::replace_locked``), the admitted runs' roots dispatched,
+  and the held runs whose reason or place changed re-projected (a run left or joined the
+  queue); passes happen when the queue may move, and once a reconciler pass per namespace.
 - ``rebalance_locked``: after a slot freed, both, for the whole namespace; the decisions
   about other runs ride along in the freeing decision (``Decision.elsewhere``).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import Protocol
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Decision, Dispatch, RunDecision
@@ -32,6 +37,7 @@ from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event
 from flowforge.store.lease import Fence, check_fence
+from flowforge.store.stopping import replace_locked
 from flowforge.store.transaction import in_transaction
 
 _LOCK_PREFIX = "flowforge.namespace/"
@@ -101,7 +107,7 @@ LIMITS_QUERY = (
 )
 
 QUEUED_QUERY = f"""
-SELECT id, concurrency_key, max_runs, concurrency_policy, queue_reason FROM flowforge_run
+SELECT id, name, concurrency_key, max_runs, concurrency_policy, queue_reason FROM flowforge_run
 WHERE namespace = %s AND phase = '{RunPhase.QUEUED}'
 ORDER BY priority DESC, submitted_at, id
 LIMIT {QUEUE_WINDOW}
@@ -121,6 +127,11 @@ WHERE namespace = %s AND concurrency_key = %s AND phase = '{RunPhase.RUNNING}'
 ORDER BY created_at, id
 LIMIT %s
 """
+
+QUEUED_NAMESPACES_QUERY = (
+    f"SELECT DISTINCT namespace FROM flowforge_run WHERE phase = '{RunPhase.QUEUED}' "
+    "ORDER BY namespace"
+)
 
 READY_RUNS_QUERY = f"""
 SELECT run.id FROM flowforge_run AS run
@@ -211,11 +222,19 @@ class Admission:
     """What one pass over a namespace's queue decided."""
 
     admitted: tuple[int, ...] = ()
-    # queued runs whose reason changed (their status says so at once; positions move with
-    # every admission and are re-projected by the reconciler's pass, not per hand-off)
+    # queued runs whose reason changed (their status says so at once)
     requeued: tuple[int, ...] = ()
-    # running runs to cancel for a queued Replace run (the caller cancels them)
-    replace: tuple[int, ...] = ()
+    # the other held runs, when their places moved (a run left or joined the queue)
+    moved: tuple[int, ...] = ()
+    # (running run to cancel, the queued Replace run's name it is cancelled for)
+    replace: tuple[tuple[int, str], ...] = ()
+
+
+class SettleLocked(Protocol):
+    """``settle.settle_locked``, passed in: a run a Replace cancelled settles in the same
+    transaction (``settle`` imports this module)."""
+
+    async def __call__(self, connection: Connection, *, fence: Fence, run_id: int) -> Decision: ...
 
 
 async def admit_locked(
@@ -225,27 +244,31 @@ async def admit_locked(
     namespace: str,
     only: int | None = None,
     replace: bool = False,
+    changed: bool = False,
 ) -> Admission:
     """Inside a transaction that holds the namespace's lock: let the queued runs that the
     limits allow leave the queue, in priority then creation order (``only``: admit no other
     run than that one); the others keep the reason that holds them. With ``replace``, a
-    queued Replace run whose key is full names the oldest running runs to cancel for it."""
+    queued Replace run whose key is full names the oldest running runs to cancel for it.
+    ``changed``: the caller changed the queue (a run joined or left it), so every held run's
+    place is to be re-projected, as it is when this pass admits one."""
     queued = await (await connection.execute(QUEUED_QUERY, (namespace,))).fetchall()
     if not queued:
         return Admission()
     limits = await namespace_limits_locked(connection, namespace)
-    if limits.max_running_runs is None and all(row[1] is None for row in queued):
+    if limits.max_running_runs is None and all(row[2] is None for row in queued):
         counts = []  # nothing limits these runs: no need to count what runs
     else:
         counts = await (await connection.execute(RUNNING_KEYS_QUERY, (namespace,))).fetchall()
     running = Counter({key: int(n) for key, n, _ in counts})
     cancelling = Counter({key: int(c) for key, _, c in counts})
+    claimed: Counter[str | None] = Counter()  # slots of a key that held Replace runs wait for
     total = sum(running.values())
     admitted: list[int] = []
     waited: list[int] = []
     held: list[tuple[int, QueueReason, str | None]] = []
-    victims: list[int] = []
-    for run_id, key, max_runs, policy, reason in queued:
+    victims: list[tuple[int, str]] = []
+    for run_id, name, key, max_runs, policy, reason in queued:
         if limits.max_running_runs is not None and total >= limits.max_running_runs:
             held.append((run_id, QueueReason.NAMESPACE_RUN_LIMIT, reason))
             continue
@@ -253,11 +276,12 @@ async def admit_locked(
             why = QueueReason.WORKFLOW_CONCURRENCY
             if policy == ConcurrencyPolicy.REPLACE:
                 why = QueueReason.REPLACING
-                excess = running[key] - cancelling[key] - max_runs + 1
+                excess = running[key] + claimed[key] - cancelling[key] - max_runs + 1
+                claimed[key] += 1
                 if replace and excess > 0:
                     rows = await connection.execute(OLDEST_RUNNING_QUERY, (namespace, key, excess))
                     found = [int(victim) for (victim,) in await rows.fetchall()]
-                    victims.extend(found)
+                    victims.extend((victim, str(name)) for victim in found)
                     cancelling[key] += len(found)
             held.append((run_id, why, reason))
             continue
@@ -270,9 +294,11 @@ async def admit_locked(
             if reason is not None:  # it waited: its history says when it left the queue
                 waited.append(int(run_id))
     await _record_admission(connection, fence=fence, admitted=admitted, waited=waited, held=held)
+    moved = changed or bool(admitted)
     return Admission(
         admitted=tuple(admitted),
         requeued=tuple(int(run_id) for run_id, why, before in held if why != before),
+        moved=tuple(int(run_id) for run_id, why, before in held if moved and why == before),
         replace=tuple(victims),
     )
 
@@ -317,7 +343,7 @@ async def start_admitted(
     connection: Connection, *, fence: Fence, admission: Admission, skip: int | None = None
 ) -> tuple[RunDecision, ...]:
     """The decisions of a pass over the queue: the admitted runs' first tasks dispatched,
-    and the queued runs whose reason changed re-projected."""
+    and the queued runs whose reason or place changed re-projected."""
     started = []
     for run_id in admission.admitted:
         if run_id == skip:
@@ -336,6 +362,11 @@ async def start_admitted(
         *(
             RunDecision(run_id=run_id, decision=Decision(recorded=True))
             for run_id in admission.requeued
+            if run_id != skip
+        ),
+        *(
+            RunDecision(run_id=run_id, decision=Decision(recorded=True, queue_moved=True))
+            for run_id in admission.moved
             if run_id != skip
         ),
     )
@@ -359,13 +390,52 @@ async def fill_locked(
     return tuple(filled)
 
 
+async def serve_locked(
+    connection: Connection,
+    *,
+    fence: Fence,
+    namespace: str,
+    settle: SettleLocked | None,
+    changed: bool = False,
+    skip: int | None = None,
+) -> tuple[Admission, tuple[RunDecision, ...]]:
+    """Inside a transaction that holds the namespace's lock: one pass over its queue. The
+    runs that may start do (their first tasks dispatched; ``skip``'s left to the caller),
+    a queued Replace run whose key is full cancels the oldest running runs of it (with
+    ``settle``; they roll back, and the last one's finish starts it), and the held runs
+    whose reason or place changed are re-projected."""
+    admission = await admit_locked(
+        connection, fence=fence, namespace=namespace, replace=settle is not None, changed=changed
+    )
+    replaced = []
+    if settle is not None:
+        # every victim's cancel is recorded before any settles: a victim that finishes at
+        # once hands its slot on in a pass of its own, which must not pick another victim
+        stopped = [
+            (victim, await replace_locked(connection, fence=fence, run_id=victim, by=by))
+            for victim, by in admission.replace
+        ]
+        for victim, decision in stopped:
+            settled = await settle(connection, fence=fence, run_id=victim)
+            replaced.append(RunDecision(run_id=victim, decision=decision.then(settled)))
+    started = await start_admitted(connection, fence=fence, admission=admission, skip=skip)
+    return admission, (*replaced, *started)
+
+
 async def rebalance_locked(
-    connection: Connection, *, fence: Fence, namespace: str, skip: int
+    connection: Connection,
+    *,
+    fence: Fence,
+    namespace: str,
+    skip: int,
+    settle: SettleLocked | None = None,
+    changed: bool = False,
 ) -> tuple[RunDecision, ...]:
-    """After run ``skip`` freed a slot (it finished): queued runs that may start now do,
-    and other runs' ready tasks take freed task slots."""
-    admission = await admit_locked(connection, fence=fence, namespace=namespace)
-    started = await start_admitted(connection, fence=fence, admission=admission)
+    """After run ``skip`` freed a slot (it finished; ``changed``: it left the queue): queued
+    runs that may start now do, and other runs' ready tasks take freed task slots."""
+    _, started = await serve_locked(
+        connection, fence=fence, namespace=namespace, settle=settle, changed=changed
+    )
     return started + await fill_locked(connection, fence=fence, namespace=namespace, skip=skip)
 
 
@@ -413,6 +483,13 @@ async def queue_position(pool: Pool, run_id: int) -> QueuePosition | None:
     why = None if reason is None else QueueReason(reason)
     limit = namespace_runs if why is QueueReason.NAMESPACE_RUN_LIMIT else max_runs
     return QueuePosition(reason=why, position=int(ahead) + 1, queued=int(queued), limit=limit)
+
+
+async def queued_namespaces(pool: Pool) -> list[str]:
+    """The namespaces with queued runs (the reconciler serves each queue once a pass)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(QUEUED_NAMESPACES_QUERY)
+        return [str(namespace) for (namespace,) in await cursor.fetchall()]
 
 
 async def running_count(pool: Pool, *, namespace: str, key: str) -> int:

@@ -25,8 +25,9 @@ a success that already updated the row is waited for (and the row no longer coun
 later one waits for this commit and then settles. The reconciler calls ``settle_run`` as
 the backstop for a process that died between the two transactions, and for a rollback to
 resume after a restart. A run that finishes hands its slot on in the same transaction: the
-namespace's queued runs that may start now do (``queue.py``; every caller holds the
-namespace's lock, taken before the run's row lock).
+namespace's queued runs that may start now do, and a queued ``Replace`` run cancels the
+oldest of its key (``queue.py``; every caller holds the namespace's lock, taken before the
+run's row lock).
 """
 
 from __future__ import annotations
@@ -231,9 +232,11 @@ async def _finish(
     """Finish the run; its slot goes to the next queued run of its namespace at once (the
     caller holds the namespace's lock, ``queue.py``)."""
     cursor = await connection.execute(
-        "UPDATE flowforge_run SET phase = %s, compensating = false, finished_at = now(), "
-        "queue_reason = NULL, updated_at = now() WHERE id = %s RETURNING namespace",
-        (phase, run_id),
+        "UPDATE flowforge_run AS run SET phase = %s, compensating = false, "
+        "finished_at = now(), queue_reason = NULL, updated_at = now() "
+        "FROM (SELECT phase FROM flowforge_run WHERE id = %s) AS before "
+        "WHERE run.id = %s RETURNING run.namespace, before.phase = %s",
+        (phase, run_id, run_id, RunPhase.QUEUED),
     )
     row = await cursor.fetchone()
     await append_event(
@@ -243,7 +246,14 @@ async def _finish(
     if row is None:
         return finished
     return finished.also(
-        await rebalance_locked(connection, fence=fence, namespace=str(row[0]), skip=run_id)
+        await rebalance_locked(
+            connection,
+            fence=fence,
+            namespace=str(row[0]),
+            skip=run_id,
+            settle=settle_locked,
+            changed=bool(row[1]),  # a queued run left the queue: the places behind it moved
+        )
     )
 
 

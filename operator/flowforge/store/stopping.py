@@ -1,9 +1,9 @@
 """Stopping a run: the request recorded and its unresolved forward tasks cancelled.
 
 The first half of a cancel (``cancel.py``), also what a ``Replace`` does to the oldest run
-of its key (``dispatch.py``): running attempts end ``cancelled`` (recorded before their
-Jobs are deleted) under id-ordered row locks; the settle that follows, in the same
-transaction, starts the rollback of what succeeded.
+of its key (``replace_locked``, from the queue's pass in ``queue.py``): running attempts end
+``cancelled`` (recorded before their Jobs are deleted) under id-ordered row locks; the
+settle that follows, in the same transaction, starts the rollback of what succeeded.
 """
 
 from __future__ import annotations
@@ -65,3 +65,22 @@ async def request_cancel(
         stop_jobs=stop,
         notices=(notices.run_cancelling(reason=reason, stopped=len(stop)),),
     )
+
+
+async def replace_locked(connection: Connection, *, fence: Fence, run_id: int, by: str) -> Decision:
+    """Inside a transaction that holds the namespace's lock: cancel the run for the newer
+    run ``by`` of its key (the caller settles it: it rolls back, and its finish lets the
+    newer one start)."""
+    await connection.execute(
+        "SELECT 1 FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE", (run_id,)
+    )
+    stopped = await request_cancel(
+        connection,
+        fence=fence,
+        run_id=run_id,
+        reason=f"replaced by run {by} (spec.concurrency.policy Replace)",
+    )
+    await append_event(
+        connection, run_id=run_id, kind=EventKind.RUN_REPLACED, epoch=fence.epoch, detail={"by": by}
+    )
+    return stopped.then(Decision(recorded=True, notices=(notices.run_replaced(by=by),)))

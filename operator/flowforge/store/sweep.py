@@ -7,7 +7,8 @@ A pass asks the store two things, each in pages of runs, never once per run:
 - ``sweep_page``: for a page of active runs (``flowforge_run_active_idx``), their identity
   (so an object that is gone is noticed), and only the rows that may need a repair: running
   attempts with the uid of the Job recorded for them (``flowforge_event_job_created_idx``),
-  released tasks whose time has come, and runs that may settle (no forward task unresolved,
+  released tasks whose time has come (not a queued run's: its namespace's queue is served
+  once a pass, ``dispatch.py::serve_queue``), and runs that may settle (no forward task unresolved,
   no compensator running). A run in none of these costs one index probe and nothing else.
 """
 
@@ -38,7 +39,7 @@ JOIN flowforge_run AS run
 
 SWEEP_QUERY = f"""
 WITH page AS (
-    SELECT id, namespace, name, uid FROM flowforge_run
+    SELECT id, namespace, name, uid, phase FROM flowforge_run
     WHERE phase IN {sql_list(ACTIVE_RUN_PHASES)} AND id > %(after)s ORDER BY id LIMIT %(limit)s
 )
 SELECT 'run' AS what, page.id, page.namespace, page.name, page.uid,
@@ -52,7 +53,9 @@ FROM page
 JOIN flowforge_task AS task ON task.run_id = page.id
  AND task.state IN ('{TaskState.READY}', '{TaskState.RUNNING}')
  AND (task.state = '{TaskState.RUNNING}'
-      OR (task.role = '{TaskRole.FORWARD}' AND task.not_before <= now()))
+      OR (task.role = '{TaskRole.FORWARD}' AND task.not_before <= now()
+          -- a queued run's roots wait for the queue, served once per namespace
+          AND page.phase = '{RunPhase.RUNNING}'))
 LEFT JOIN LATERAL (
     SELECT coalesce(event.detail->>'uid', '') AS uid FROM flowforge_event AS event
     WHERE event.run_id = task.run_id AND event.kind = '{EventKind.TASK_JOB_CREATED}'

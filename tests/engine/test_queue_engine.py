@@ -1,0 +1,84 @@
+"""The queue through the engine (real PostgreSQL, the Kubernetes fake): a freed slot starts
+the next run in the handling of the outcome that freed it, the places of the runs still
+waiting are re-projected soon after (folded, not one patch per hand-off), and the
+reconciler's pass over an unchanged queue patches nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from flowforge.domain.validation import parse_definition
+from flowforge.operator import status
+from flowforge.store.definitions import publish_definition
+from tests.engine.conftest import NAMESPACE, Harness
+
+pytestmark = pytest.mark.store
+
+
+async def start_queued(harness: Harness, count: int) -> list[str]:
+    document = {
+        "workflow": "line",
+        "version": 1,
+        "concurrency": {"maxRuns": 1},
+        "taskTypes": {"py": {"image": "python:3.12-slim"}},
+        "tasks": [{"key": "only", "type": "py"}],
+    }
+    await publish_definition(
+        harness.pool, namespace=NAMESPACE, definition=parse_definition(document)
+    )
+    names = [f"line-{i}" for i in range(count)]
+    for name in names:
+        body: dict[str, Any] = {
+            "apiVersion": "flowforge.io/v1alpha1",
+            "kind": "WorkflowRun",
+            "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
+            "spec": {"workflow": "line", "version": 1},
+        }
+        harness.kube.runs[(NAMESPACE, name)] = body
+        await harness.engine.start_run(body)
+    return names
+
+
+def position(harness: Harness, name: str) -> int | None:
+    shown = harness.kube.runs[(NAMESPACE, name)].get("status") or {}
+    return (shown.get("queue") or {}).get("position")
+
+
+async def wait_for(check: Any, *, timeout: float) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout, "not within the time"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def test_a_hand_off_starts_the_next_run_and_the_places_follow_soon(
+    harness: Harness,
+) -> None:
+    names = await start_queued(harness, 4)
+    await wait_for(lambda: position(harness, names[3]) == 3, timeout=5)
+    assert len(harness.kube.created) == 1
+
+    job = harness.kube.finish(harness.kube.created[0], succeeded=True)
+    await harness.engine.on_job_event(job, "MODIFIED")
+    # the next run's Job is created by the handling of the outcome that freed the slot
+    assert len(harness.kube.created) == 2 and names[1] in harness.kube.created[1]
+    # the places behind it move without a reconciler pass, folded for a moment
+    waited = await wait_for(
+        lambda: (position(harness, names[2]), position(harness, names[3])) == (1, 2),
+        timeout=status.QUEUE_MOVES_SECONDS + 5,
+    )
+    assert waited <= status.QUEUE_MOVES_SECONDS + 3
+
+    # a pass over the queue when nothing changed starts nothing and patches no status
+    await wait_for(lambda: harness.engine.status.pending() == 0, timeout=5)
+    patched = len(harness.kube.status_patches)
+    await harness.reconciler.pass_once()
+    await asyncio.sleep(status.COALESCE_SECONDS * 3)
+    assert len(harness.kube.created) == 2
+    assert harness.kube.status_patches[patched:] == []

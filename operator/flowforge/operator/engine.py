@@ -180,15 +180,18 @@ class Engine:
         self.delays.forget_run(context.run_id)
         self.launcher.forgeries.forget_run(context.run_id)
         self.launcher.uids.forget_run(context.run_id)
+        self.notifier.forget_run(context)
 
     def cached_runs(self) -> int:
         """Entries this process keeps per run (contexts, sightings, delayed creations, last
-        patched projections): bounded by the active runs, none for a finished one."""
+        patched projections, Event counts): bounded by the active runs, none for a finished
+        one (but its series Events not yet written)."""
         return (
             len(self.runs)
             + len(self._started | self._cancelled)
             + self.delays.runs()
             + len(self.status)
+            + len(self.notifier)
         )
 
     async def policy_changed(self, namespace: str) -> None:

@@ -259,6 +259,14 @@ async def measure(
         if probes is not None:
             probe(operator, probes, 1)
             print(probe_report(probes, first=0, second=1), flush=True)
+            operator.send_signal(signal.SIGUSR2)
+            time.sleep(2)
+            trimmed = json.loads((probes / "trim.json").read_text())
+            print(
+                f"  RSS {trimmed['before'] / 1024:.1f} MiB, after malloc_trim(0) "
+                f"{trimmed['after'] / 1024:.1f} MiB (freed heap not yet given back)",
+                flush=True,
+            )
         return figures
     finally:
         stop_operator(operator)

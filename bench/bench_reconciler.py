@@ -117,6 +117,11 @@ async def child(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             await reconciler.pass_once()
             passed = time.perf_counter() - started
+            print(  # to the child's log in the work directory, before the status writes end
+                f"pass {number}: {passed:.2f} s, {engine.status.pending()} status writes pending",
+                file=sys.stderr,
+                flush=True,
+            )
             await drained(engine, kube)
             written = time.perf_counter() - started - 1.0  # the quiet second drained waits
             print(

@@ -117,6 +117,11 @@ async def child(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             await reconciler.pass_once()
             passed = time.perf_counter() - started
+            print(  # to the child's log in the work directory, before the status writes end
+                f"pass {number}: {passed:.2f} s, {engine.status.pending()} status writes pending",
+                file=sys.stderr,
+                flush=True,
+            )
             await drained(engine, kube)
             written = time.perf_counter() - started - 1.0  # the quiet second drained waits
             print(
@@ -196,7 +201,9 @@ async def populate(env: BenchEnvironment, *, idle: int, with_jobs: int) -> None:
     lease = await acquire_lease(pool, holder="bench-setup", ttl=timedelta(hours=1))
     assert lease is not None
     fence = lease.fence
-    later = BackoffPolicy(first_delay_seconds=86_400.0, jitter=0.0)
+    # the cap too: the default caps a backoff at 5 minutes, after which every idle run's
+    # retry would be due and the pass would create 10,000 Jobs
+    later = BackoffPolicy(first_delay_seconds=86_400.0, cap_seconds=86_400.0, jitter=0.0)
     failed = AttemptOutcome(succeeded=False, reason=OutcomeReason.JOB_FAILED, message="bench")
     started = time.monotonic()
     objects = create_objects(env, idle, "idle") + create_objects(env, with_jobs, "busy")
@@ -238,7 +245,7 @@ async def populate(env: BenchEnvironment, *, idle: int, with_jobs: int) -> None:
 def run_child(
     env: BenchEnvironment, *, label: str, python_path: Path, passes: int
 ) -> list[dict[str, Any]]:
-    result = subprocess.run(
+    process = subprocess.Popen(
         [
             sys.executable,
             str(Path(__file__).resolve()),
@@ -253,24 +260,36 @@ def run_child(
             str(passes),
         ],
         env={**os.environ, "PYTHONPATH": str(python_path)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=(env.work / f"reconciler-{label.replace(' ', '-')}.log").open("ab"),
         text=True,
-        check=False,
     )
-    if result.returncode != 0:
-        raise SystemExit(f"{label} failed:\n{result.stderr[-4000:]}")
-    figures = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    for figure in figures:
-        calls = ", ".join(f"{name} {n}" for name, n in sorted(figure["api"].items()))
-        kind = "warm-up" if figure["pass"] == 0 else "steady"
-        print(
-            f"{label:>9} pass {figure['pass']} ({kind}): {figure['seconds']:7.2f} s, "
-            f"{figure['with_status_writes']:7.2f} s with its status writes, "
-            f"{figure['queries']:7d} SQL statements, "
-            f"{sum(figure['api'].values()):6d} API calls ({calls})",
-            flush=True,
-        )
+    figures: list[dict[str, Any]] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # each pass's figures as soon as it is done
+            if line.startswith("{"):
+                figures.append(json.loads(line))
+                print_pass(label, figures[-1])
+    except BaseException:  # SIGTERM, a bad line: the child goes too
+        process.kill()
+        process.wait()
+        raise
+    if process.wait() != 0:
+        raise SystemExit(f"{label} failed (exit {process.returncode}): see {env.work}")
     return figures
+
+
+def print_pass(label: str, figure: dict[str, Any]) -> None:
+    calls = ", ".join(f"{name} {n}" for name, n in sorted(figure["api"].items()))
+    kind = "warm-up" if figure["pass"] == 0 else "steady"
+    print(
+        f"{label:>9} pass {figure['pass']} ({kind}): {figure['seconds']:7.2f} s, "
+        f"{figure['with_status_writes']:7.2f} s with its status writes, "
+        f"{figure['queries']:7d} SQL statements, "
+        f"{sum(figure['api'].values()):6d} API calls ({calls})",
+        flush=True,
+    )
 
 
 async def main() -> int:

@@ -1,5 +1,5 @@
-"""What the benchmarks share: a local control plane (kwok), a local PostgreSQL, the
-WorkflowRun CRD, a fresh namespace, and the real operator as a child process.
+"""What the benchmarks share: a local control plane (kwok), a local PostgreSQL, FlowForge's
+CRDs, a fresh namespace, and the real operator as a child process.
 
 Everything binds 127.0.0.1; everything started here is stopped on the way out (SIGTERM to
 the bench runs the ``finally`` blocks too).
@@ -88,8 +88,9 @@ async def bench_environment(
     postgres_settings: Mapping[str, str] | None = None,
     pool_size: int = 32,
 ) -> AsyncIterator[BenchEnvironment]:
-    """A cluster (or the running one in ``cluster_dir``), a migrated PostgreSQL, the
-    WorkflowRun CRD and a fresh namespace; all torn down after (FLOWFORGE_BENCH_KEEP keeps
+    """A cluster (or the running one in ``cluster_dir``), a migrated PostgreSQL, FlowForge's
+    CRDs (the operator reads FlowForgePolicy objects before a namespace's first run) and a
+    fresh namespace; all torn down after (FLOWFORGE_BENCH_KEEP keeps
     the work directory)."""
     work = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
     work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
@@ -143,18 +144,18 @@ def start_operator(
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
     python_path: Path | None = None,
+    command: Sequence[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """The real operator (``python -m flowforge.operator``) on the bench's namespace, logging
-    to ``work/operator-<identity>.log``; ``python_path``: run another checkout's code."""
+    to ``work/operator-<identity>.log``; ``python_path``: run another checkout's code;
+    ``command``: what runs it instead of ``python -m flowforge.operator`` (e.g. a probe)."""
     log = (env.work / f"operator-{identity}.log").open("wb")
     environment = {**os.environ, **(extra_env or {})}
     if python_path is not None:
         environment["PYTHONPATH"] = str(python_path)
     return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "flowforge.operator",
+            *(command or (sys.executable, "-m", "flowforge.operator")),
             "--dsn",
             env.dsn,
             "--namespace",

@@ -68,3 +68,33 @@ def test_every_event_is_posted_or_counted_exactly_once(threshold: int, events: i
     folded = 0 if update is None else update.count
     assert posted == min(threshold, events)
     assert posted + folded == events
+
+
+def test_a_finished_run_keeps_no_window_once_its_series_are_written() -> None:
+    correlator = EventCorrelator(similar_before_series=1, window_seconds=600)
+    for reason in ("A", "B", "A"):
+        correlator.observe(run_uid="r", reason=reason, warning=False, message="m", now=0)
+    correlator.observe(run_uid="s", reason="A", warning=False, message="m", now=0)
+    assert len(correlator) == 3
+
+    correlator.forget_run("r")  # A has a folded Event not written yet: it stays for the flush
+    assert len(correlator) == 2
+    update = correlator.pending(run_uid="r", reason="A")
+    assert update is not None and update.count == 1
+    correlator.written(run_uid="r", update=update)
+    assert len(correlator) == 1  # only the run that goes on
+    assert correlator.pending(run_uid="r", reason="A") is None
+
+    correlator.forget_run("s")
+    assert len(correlator) == 0
+
+
+def test_the_oldest_runs_are_forgotten_beyond_the_bound() -> None:
+    correlator = EventCorrelator(similar_before_series=1, window_seconds=600, remembered_runs=3)
+    for n in range(10):
+        correlator.observe(run_uid=f"r{n}", reason="A", warning=False, message="", now=0)
+        correlator.observe(run_uid="busy", reason="A", warning=False, message="", now=0)
+    assert len(correlator) == 3
+    # the run that kept posting is kept; it folded every Event after its first
+    update = correlator.pending(run_uid="busy", reason="A")
+    assert update is not None and update.count == 9

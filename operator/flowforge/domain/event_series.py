@@ -8,6 +8,10 @@ as they are; the rest of the window fold into one series Event per reason, whose
 message ("(combined from similar events): " and the newest message) the notifier writes at
 most once per flush interval. Warnings are never folded: each says what went wrong.
 The store's history keeps every step; Events are for people (``kubectl describe``).
+
+What is counted is kept per run while the run goes on: a finished run's windows are dropped
+(``forget_run``) once their series Event says all they folded, and the oldest runs go first
+beyond ``_REMEMBERED_RUNS``.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from collections import OrderedDict
 SIMILAR_BEFORE_SERIES = 10
 WINDOW_SECONDS = 600.0
 COMBINED_PREFIX = "(combined from similar events): "
-_REMEMBERED_KEYS = 10_000
+_REMEMBERED_RUNS = 2_000
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Window:
     started: float
     alone: int = 0
@@ -43,17 +47,25 @@ class SeriesUpdate:
 
 
 class EventCorrelator:
-    """Counts similar Events per run and reason; bounded (the oldest keys are forgotten)."""
+    """Counts similar Events per run and reason; bounded (the oldest runs are forgotten)."""
 
     def __init__(
         self,
         *,
         similar_before_series: int = SIMILAR_BEFORE_SERIES,
         window_seconds: float = WINDOW_SECONDS,
+        remembered_runs: int = _REMEMBERED_RUNS,
     ) -> None:
         self._similar_before_series = similar_before_series
         self._window_seconds = window_seconds
-        self._windows: OrderedDict[tuple[str, str], _Window] = OrderedDict()
+        self._remembered_runs = remembered_runs
+        # run uid -> reason -> window; runs in the order they last posted
+        self._runs: OrderedDict[str, dict[str, _Window]] = OrderedDict()
+        self._finished: set[str] = set()  # forgotten runs whose series are not all written
+
+    def __len__(self) -> int:
+        """How many windows are kept (all runs, all reasons)."""
+        return sum(len(windows) for windows in self._runs.values())
 
     def observe(
         self, *, run_uid: str, reason: str, warning: bool, message: str, now: float
@@ -61,15 +73,17 @@ class EventCorrelator:
         """Whether the Event is posted on its own (True) or folded into the series (False)."""
         if warning:
             return True
-        key = (run_uid, reason)
-        window = self._windows.get(key)
+        windows = self._runs.get(run_uid)
+        if windows is None:
+            windows = self._runs[run_uid] = {}
+            if len(self._runs) > self._remembered_runs:
+                oldest, _ = self._runs.popitem(last=False)
+                self._finished.discard(oldest)
+        self._runs.move_to_end(run_uid)
+        window = windows.get(reason)
         if window is None or now - window.started > self._window_seconds:
             serial = 0 if window is None else window.serial + 1
-            window = _Window(started=now, serial=serial)
-            self._windows[key] = window
-            if len(self._windows) > _REMEMBERED_KEYS:
-                self._windows.popitem(last=False)
-        self._windows.move_to_end(key)
+            window = windows[reason] = _Window(started=now, serial=serial)
         if window.alone < self._similar_before_series:
             window.alone += 1
             return True
@@ -80,7 +94,7 @@ class EventCorrelator:
     def pending(self, *, run_uid: str, reason: str) -> SeriesUpdate | None:
         """The series Event's new count and message, when it has folded Events not yet
         written (None: nothing to write)."""
-        window = self._windows.get((run_uid, reason))
+        window = self._runs.get(run_uid, {}).get(reason)
         if window is None or window.folded == window.written:
             return None
         return SeriesUpdate(
@@ -93,6 +107,21 @@ class EventCorrelator:
 
     def written(self, *, run_uid: str, update: SeriesUpdate) -> None:
         """The series Event now says ``update``."""
-        window = self._windows.get((run_uid, update.reason))
+        window = self._runs.get(run_uid, {}).get(update.reason)
         if window is not None and update.name_suffix.endswith(f".{window.serial}"):
             window.written = max(window.written, update.count)
+        if run_uid in self._finished:
+            self._drop_written(run_uid)
+
+    def forget_run(self, run_uid: str) -> None:
+        """The run finished: its windows go, each once its series Event is written."""
+        self._finished.add(run_uid)
+        self._drop_written(run_uid)
+
+    def _drop_written(self, run_uid: str) -> None:
+        windows = self._runs.get(run_uid, {})
+        for reason in [r for r, window in windows.items() if window.folded == window.written]:
+            del windows[reason]
+        if not windows:
+            self._runs.pop(run_uid, None)
+            self._finished.discard(run_uid)

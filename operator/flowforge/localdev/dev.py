@@ -163,6 +163,7 @@ def _wait_for_port(port: int, *, what: str, log: Path, timeout: float = 60.0) ->
 def _child_environment(cluster: Cluster, dsn: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"KUBECONFIG": str(cluster.kubeconfig), "FLOWFORGE_DSN": dsn})
+    env.setdefault("MALLOC_ARENA_MAX", "2")  # as the image and the chart set it
     env["PATH"] = f"{cluster.bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env
 

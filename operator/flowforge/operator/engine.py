@@ -198,17 +198,19 @@ class Engine:
         self.launcher.forgeries.forget_run(context.run_id)
         self.launcher.uids.forget_run(context.run_id)
         self.launcher.files.forget(context)
+        self.notifier.forget_run(context)
 
     def cached_runs(self) -> int:
         """Entries this process keeps per run (contexts, sightings, delayed creations, last
-        patched projections, ConfigMaps made): bounded by the active runs, none for a
-        finished one."""
+        patched projections, ConfigMaps made, Event counts): bounded by the active runs, none
+        for a finished one (but its series Events not yet written)."""
         return (  # finished runs' phases are not counted: a bounded, constant memory
             len(self.runs)
             + len(self._started | self._cancelled)
             + self.delays.runs()
             + len(self.status)
             + len(self.launcher.files)
+            + len(self.notifier)
         )
 
     async def policy_changed(self, namespace: str) -> None:

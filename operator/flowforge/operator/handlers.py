@@ -27,7 +27,7 @@ from flowforge.domain.api import (
 )
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
-from flowforge.operator import health, metrics
+from flowforge.operator import health, memory, metrics
 from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
@@ -123,6 +123,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         asyncio.create_task(reconciler.run_forever(), name="flowforge-reconciler"),
         asyncio.create_task(health.heartbeat(probes), name="flowforge-heartbeat"),
         asyncio.create_task(health.check_database(probes, config.dsn), name="flowforge-ready"),
+        asyncio.create_task(memory.release_periodically(), name="flowforge-memory"),
     ]
 
 

@@ -72,3 +72,11 @@ class Notifier:
             exists=update.exists,
         )
         self._correlator.written(run_uid=context.uid, update=update)
+
+    def forget_run(self, context: RunContext) -> None:
+        """The run finished: its Event counts go once their series Events are written."""
+        self._correlator.forget_run(context.uid)
+
+    def __len__(self) -> int:
+        """How many (run, reason) Event counts are kept."""
+        return len(self._correlator)

@@ -348,6 +348,7 @@ class Turn:
     tasks: int = 0
     writes: Counter[tuple[str, str]] = field(default_factory=Counter)
     cpu: float = 0.0
+    cluster_cpu: float = 0.0
     dag_object_kib: float | None = None
     peak_rss_mib: float | None = None
 
@@ -375,6 +376,7 @@ def run_turn(
         assert set(warm.values()) == {"Succeeded"}, warm
         warm_pods = set(watcher.completed)
         writes_before, cpu_before = bench.apiserver_requests(), engine.cpu()
+        cluster_cpu_before = bench.cluster_cpu()
         if PROFILE_DIR and isinstance(engine, FlowForge):
             Profiler.begin(bench.dsn)
 
@@ -410,6 +412,7 @@ def run_turn(
             turn.failing_note = f"{phases[names[0]]}: {' '.join(tasks)}"
 
         turn.cpu = engine.cpu() - cpu_before
+        turn.cluster_cpu = bench.cluster_cpu() - cluster_cpu_before
         turn.peak_rss_mib = engine.peak_rss_mib()
         writes_after = bench.apiserver_requests()
         turn.writes = Counter(
@@ -477,7 +480,12 @@ def show(value: float | None, unit: str = "", digits: int = 0) -> str:
 
 
 def print_cluster(
-    label: str, turns: list[Turn], raw_jobs: list[float], raw_pods: list[float]
+    label: str,
+    turns: list[Turn],
+    raw_jobs: list[float],
+    raw_pods: list[float],
+    *,
+    raw_job_cpu: list[float],
 ) -> None:
     print(f"\n== {label}")
     print(
@@ -487,12 +495,14 @@ def print_cluster(
     )
     header = (
         f"{'engine':<11}{'round':>6}{'runs/min':>10}{'hand-off p50/p99/max ms':>25}"
-        f"{'DAG s':>8}{'fail->final s':>15}{'writes/task':>13}{'CPU s/task':>12}  failing run"
+        f"{'DAG s':>8}{'fail->final s':>15}{'writes/task':>13}{'CPU s/task':>12}"
+        f"{'cluster CPU':>13}  failing run"
     )
     print(
         "writes/task: apiserver_request_total writes (every client of the cluster) per task "
         "Pod finished in the turn; CPU s/task: the controller process (FlowForge: operator + "
-        "its PostgreSQL server) per task Pod"
+        "its PostgreSQL server) per task Pod; cluster CPU: the control plane's processes "
+        "(apiserver, etcd, controller manager, scheduler, kwok) per task Pod"
     )
     print(header)
     for turn in turns:
@@ -511,6 +521,7 @@ def print_cluster(
             f"{show(turn.makespan, digits=1):>8}{show(turn.failing, digits=1):>15}"
             f"{show(writes / turn.tasks if turn.tasks else None, digits=1):>13}"
             f"{show(turn.cpu / turn.tasks if turn.tasks else None, digits=4):>12}"
+            f"{show(turn.cluster_cpu / turn.tasks if turn.tasks else None, digits=4):>13}"
             f"  {turn.failing_note}"
         )
     for turn in turns:
@@ -547,6 +558,7 @@ def print_cluster(
             )
             + (f"; {', '.join(ratios)}" if ratios else "")
         )
+    print_cpu_bound(summary, raw_job_cpu=median(raw_job_cpu), raw_jobs=jobs)
     for engine in summary:
         counts: Counter[tuple[str, str]] = Counter()
         tasks = 0
@@ -560,6 +572,31 @@ def print_cluster(
                 for (verb, resource), count in counts.most_common(8)
             )
             print(f"  {engine} writes per task by verb and resource: {top}")
+
+
+def print_cpu_bound(
+    summary: dict[str, dict[str, float | None]],
+    *,
+    raw_job_cpu: float | None,
+    raw_jobs: float | None,
+) -> None:
+    """What this machine's cores allow at most, from the CPU every task costs: the control
+    plane's share plus the controller's (the bench's own client is left out of both)."""
+    cores = os.cpu_count() or 1
+    if raw_job_cpu and raw_jobs:
+        print(
+            f"  CPU bound on {cores} cores: a raw Job costs the cluster {raw_job_cpu:.4f} s, "
+            f"so at most {cores * 60 / raw_job_cpu:.0f} Jobs/min (measured {raw_jobs:.0f})"
+        )
+    for engine, figures in summary.items():
+        controller, cluster = figures["CPU s/task"], figures["cluster CPU s/task"]
+        if controller and cluster and figures["runs/min"]:
+            bound = cores * 60 / (controller + cluster)
+            print(
+                f"  CPU bound on {cores} cores: a {engine} task costs {cluster:.4f} s of the "
+                f"cluster + {controller:.4f} s of its controller, so at most {bound:.0f} "
+                f"tasks/min (measured {figures['runs/min']:.0f} single-task runs/min)"
+            )
 
 
 def summarise(turns: list[Turn]) -> dict[str, dict[str, float | None]]:
@@ -579,6 +616,7 @@ def summarise(turns: list[Turn]) -> dict[str, dict[str, float | None]]:
             "fail->final s": pick(lambda t: t.failing),
             "writes/task": pick(lambda t: sum(t.writes.values()) / t.tasks if t.tasks else None),
             "CPU s/task": pick(lambda t: t.cpu / t.tasks if t.tasks else None),
+            "cluster CPU s/task": pick(lambda t: t.cluster_cpu / t.tasks if t.tasks else None),
         }
     return summary
 
@@ -651,9 +689,12 @@ def main() -> int:
             turns: list[Turn] = []
             raw_jobs: list[float] = []
             raw_pods: list[float] = []
+            raw_job_cpu: list[float] = []
             for round_number in range(1, args.rounds + 1):
                 namespace = bench.new_namespace("raw")
+                cluster_cpu_before = bench.cluster_cpu()
                 raw_jobs.append(raw_ceiling(bench.batch, namespace, sizes.raw))
+                raw_job_cpu.append((bench.cluster_cpu() - cluster_cpu_before) / sizes.raw)
                 raw_pods.append(
                     raw_pod_ceiling(
                         bench.core, namespace, sizes.raw, owner=raw_owner(bench, namespace)
@@ -680,7 +721,7 @@ def main() -> int:
                 if qps is None
                 else f"kube-controller-manager client limit lifted: {qps} QPS, burst {2 * qps}"
             )
-            print_cluster(label, turns, raw_jobs, raw_pods)
+            print_cluster(label, turns, raw_jobs, raw_pods, raw_job_cpu=raw_job_cpu)
             print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
             stop_cluster(cluster_dir)
             cluster_dir = None

@@ -180,12 +180,16 @@ class Bench:
     """A local cluster with FlowForge's CRDs, a PostgreSQL server and API clients."""
 
     cluster: Cluster
+    cluster_dir: Path
     dsn: str
     postgres_dir: Path
     api: k8s.ApiClient
     core: k8s.CoreV1Api
     batch: k8s.BatchV1Api
     custom: k8s.CustomObjectsApi
+
+    def cluster_cpu(self) -> float:
+        return cluster_cpu_seconds(self.cluster_dir)
 
     def install_crds(self, paths: Iterable[Path]) -> None:
         extensions = k8s.ApiextensionsV1Api(self.api)
@@ -253,6 +257,7 @@ def start_bench(
     api = k8s.ApiClient(configuration)
     bench = Bench(
         cluster=cluster,
+        cluster_dir=cluster_dir,
         dsn=postgres.dsn,
         postgres_dir=postgres.directory,
         api=api,
@@ -372,6 +377,25 @@ def cpu_seconds(pid: int) -> float:
         if current in stats:
             ticks += sum(int(value) for value in stats[current][11:15])
         pending.extend(children.get(current, []))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_cpu_seconds(cluster_dir: Path) -> float:
+    """CPU time so far of the control plane's own processes (kube-apiserver, etcd,
+    kube-controller-manager, kube-scheduler, kwok): those whose command line names
+    ``cluster_dir``, where kwokctl keeps their state."""
+    marker = str(cluster_dir).encode()
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "cmdline").read_bytes():
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        ticks += sum(int(value) for value in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

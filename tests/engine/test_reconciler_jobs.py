@@ -2,8 +2,8 @@
 Jobs that have not succeeded are listed every pass (``status.successful=0``), so the
 succeeded Jobs kept (``--job-ttl -1``) cost nothing; a success whose event was missed is
 still found (one GET) and recorded; an orphan unfinished Job is still stopped; and the
-succeeded Jobs are listed only for the TTL backstop, at most once per TTL, which deletes a
-Job whose timer was lost within one TTL of its due time.
+succeeded Jobs are listed only for the TTL backstop, at most once per TTL (and after a change
+of leader), which deletes a Job whose timer was lost within one TTL of its due time.
 """
 
 from __future__ import annotations
@@ -135,3 +135,6 @@ async def test_the_backstop_lists_succeeded_jobs_once_per_ttl_and_deletes_them_w
     assert time.monotonic() - listed >= ttl  # by the next listing, one TTL after the first
     assert selectors(harness).count(SUCCEEDED) == 2
     assert harness.kube.jobs == {}
+    reconciler.kick()  # this operator became the leader again: the old leader's timers are gone
+    await reconciler.pass_once()
+    assert selectors(harness).count(SUCCEEDED) == 3

@@ -26,9 +26,10 @@ missed, or it is gone). Succeeded Jobs are listed only for the TTL backstop
 (``_succeeded_jobs_due``).
 
 The store is swept before Jobs are listed or read, so a Job created concurrently is never
-mistaken for a vanished one. A listed Job counts only if it is the run's own (``launcher.py``: same
-namespace, the recorded uid): a copy is never adopted, read for an outcome, or deleted. One
-run's repair failing is logged and counted and the pass goes on with the others.
+mistaken for a vanished one. A listed or read Job counts only if it is the run's own
+(``launcher.py``: same namespace, the recorded uid): a copy is never adopted, read for an
+outcome, or deleted. One run's repair failing is logged and counted and the pass goes on
+with the others.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class Reconciler:
         self._succeeded_listed_at: float | None = None  # time.monotonic() of the last LIST
 
     def kick(self) -> None:
-        """Run a pass now (e.g. right after this operator became the leader)."""
+        """Run a pass now (e.g. right after this operator became the leader), one that
+        lists the succeeded Jobs too: those that finished under another leader have no
+        deletion timer in this process."""
+        self._succeeded_listed_at = None
         self._kick.set()
 
     async def run_forever(self) -> None:
@@ -213,12 +217,13 @@ class Reconciler:
 
     async def _succeeded_jobs_due(self) -> dict[tuple[str, str], dict[str, Any]]:
         """The succeeded Jobs, for the TTL backstop alone: none with ``--job-ttl -1``, and a
-        LIST at most once per ``max(TTL, interval)`` (the first pass lists them: after a
-        restart no timer of the old process is left). The applier's timers delete each Job
-        on time; this catches those a restart or a missed event left, and may be up to one
-        TTL late, which is at most twice the TTL after the Job finished: a LIST at most
-        once per TTL is what keeps the cost per TTL bounded by the Jobs that finished in it,
-        not by every kept Job every pass."""
+        LIST at most once per ``max(TTL, interval)`` (and on the first pass, and the first
+        after a ``kick``: after a restart or a change of leader no timer is left for them).
+
+        The applier's timers delete each Job when its TTL is over; this catches only what
+        they missed, so it may be up to one TTL late (a Job due just after a listing waits
+        for the next one): it is deleted within twice the TTL of finishing. In exchange a
+        succeeded Job is parsed about once per TTL it exists, not once every pass."""
         ttl = self._engine.settings.job_ttl_seconds
         now = time.monotonic()
         if ttl < 0 or (

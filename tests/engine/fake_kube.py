@@ -32,6 +32,8 @@ class ListCall:
     kind: str  # jobs | runs
     limit: int
     continue_token: str | None
+    field_selector: str | None = None
+    returned: int = 0  # the objects on the page
 
 
 class FakeKube:
@@ -47,6 +49,7 @@ class FakeKube:
         self.deleted: list[str] = []
         self.pods: list[dict[str, Any]] = []
         self.lists: list[ListCall] = []  # every LIST, paged as the apiserver pages it
+        self.job_reads = 0  # GETs of one Job
         self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
         self.before_list_jobs: Callable[[], Awaitable[None]] | None = None  # before a LIST
@@ -94,11 +97,18 @@ class FakeKube:
         return True
 
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        self.job_reads += 1
         job = self.jobs.get((namespace, name))
         return None if job is None else copy.deepcopy(job)
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+        self,
+        *,
+        namespace: str | None,
+        label_selector: str,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
     ) -> ListPage:
         if self.before_list_jobs is not None:
             await self.before_list_jobs()
@@ -108,8 +118,19 @@ class FakeKube:
             for (job_namespace, _), job in sorted(self.jobs.items())
             if namespace in (None, job_namespace)
             and job["metadata"].get("labels", {}).get(label) == value
+            and _fields_match(job, field_selector)
         ]
-        return self._page("jobs", matching, limit=limit, continue_token=continue_token)
+        return self._page(
+            "jobs",
+            matching,
+            limit=limit,
+            continue_token=continue_token,
+            field_selector=field_selector,
+        )
+
+    def listed_jobs(self) -> int:
+        """How many Job objects the LISTs so far returned."""
+        return sum(call.returned for call in self.lists if call.kind == "jobs")
 
     async def job_termination(
         self, *, namespace: str, job_name: str, job_uid: str
@@ -153,16 +174,20 @@ class FakeKube:
         return self._page("runs", matching, limit=limit, continue_token=continue_token)
 
     def _page(
-        self, kind: str, items: list[dict[str, Any]], *, limit: int, continue_token: str | None
+        self,
+        kind: str,
+        items: list[dict[str, Any]],
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
     ) -> ListPage:
         """As the apiserver pages a LIST: at most ``limit`` items, and a token for the rest."""
-        self.lists.append(ListCall(kind, limit, continue_token))
         start = int(continue_token or 0)
         end = start + limit
-        return ListPage(
-            items=[copy.deepcopy(item) for item in items[start:end]],
-            continue_token=str(end) if end < len(items) else None,
-        )
+        page = [copy.deepcopy(item) for item in items[start:end]]
+        self.lists.append(ListCall(kind, limit, continue_token, field_selector, len(page)))
+        return ListPage(items=page, continue_token=str(end) if end < len(items) else None)
 
     async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(policy) for policy in self.policies.get(namespace, [])]
@@ -237,6 +262,7 @@ class FakeKube:
         )
         condition = "Complete" if succeeded else "Failed"
         job["status"] = {
+            "succeeded" if succeeded else "failed": 1,  # the Pod counts, as the controller's
             "startTime": "2026-12-01T10:00:00Z",
             "completionTime": "2026-12-01T10:00:03Z" if succeeded else None,
             "conditions": [
@@ -328,6 +354,22 @@ class FakeKube:
 
     def reasons(self) -> list[str]:
         return [event.reason for event in self.events]
+
+
+def _fields_match(job: Mapping[str, Any], field_selector: str | None) -> bool:
+    """As the apiserver selects Jobs on fields: ``status.successful`` is the Job's
+    ``status.succeeded`` count (0 when unset), compared with ``=``, ``==`` or ``!=``; the
+    requirements are joined by commas, and any other field is refused."""
+    for requirement in field_selector.split(",") if field_selector else []:
+        field, unequal, value = requirement.partition("!=")
+        if not unequal:
+            field, _, value = requirement.replace("==", "=").partition("=")
+        if field != "status.successful":
+            raise ValueError(f'field label not supported: "{field}"')
+        succeeded = str((job.get("status") or {}).get("succeeded") or 0)
+        if (succeeded == value) == bool(unequal):
+            return False
+    return True
 
 
 def _created(job: Mapping[str, Any], *, created: bool) -> CreatedJob:

@@ -51,14 +51,17 @@ async def test_a_pass_pages_its_lists_and_repairs_runs_on_every_page(harness: Ha
     await reconciler.pass_once()
     await harness.settle_background()
 
-    listed = [(call.kind, call.limit, call.continue_token) for call in harness.kube.lists]
+    listed = [
+        (call.kind, call.limit, call.continue_token, call.field_selector)
+        for call in harness.kube.lists
+    ]
+    unsucceeded = "status.successful=0"  # the four unfinished Jobs; the two succeeded are read
     assert listed == [
-        ("runs", 2, None),
-        ("runs", 2, "2"),
-        ("runs", 2, "4"),
-        ("jobs", 2, None),
-        ("jobs", 2, "2"),
-        ("jobs", 2, "4"),
+        ("runs", 2, None, None),
+        ("runs", 2, "2", None),
+        ("runs", 2, "4", None),
+        ("jobs", 2, None, unsucceeded),
+        ("jobs", 2, "2", unsucceeded),
     ]
     assert (await harness.run(runs[0])).phase is RunPhase.SUCCEEDED
     assert (await harness.run(runs[4])).phase is RunPhase.SUCCEEDED  # on the last sweep page

@@ -219,10 +219,19 @@ class KubeClient(ConfigMapCalls):
         return _json(response)
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+        self,
+        *,
+        namespace: str | None,
+        label_selector: str,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
     ) -> ListPage:
-        """One page of the Jobs with the label; the next page from ``continue_token``."""
+        """One page of the Jobs with the label (and the fields, when given); the next page
+        from ``continue_token``."""
         paging = _paging(limit, continue_token) | {"label_selector": label_selector}
+        if field_selector is not None:
+            paging["field_selector"] = field_selector
         if namespace is None:
             response = await self._call(self._batch.list_job_for_all_namespaces, **paging)
         else:

@@ -34,10 +34,17 @@ class KubePort(Protocol):
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def list_jobs(
-        self, *, namespace: str | None, label_selector: str, limit: int, continue_token: str | None
+        self,
+        *,
+        namespace: str | None,
+        label_selector: str,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
     ) -> ListPage:
-        """One page (at most ``limit``) of the Jobs with the label; the next one from the
-        page's ``continue_token``."""
+        """One page (at most ``limit``) of the Jobs with the label (and, with
+        ``field_selector``, the fields: the apiserver selects Jobs on ``status.successful``,
+        their ``status.succeeded`` count); the next one from the page's ``continue_token``."""
         ...
 
     async def job_termination(

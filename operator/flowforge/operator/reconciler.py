@@ -18,10 +18,18 @@ run whose object is gone is cancelled. Finished Jobs whose outcome is committed 
 after the TTL. A run with nothing to repair costs nothing but its row in the sweep, and a
 pass that changes nothing patches nothing.
 
-The store is swept before Jobs are listed, so a Job created concurrently is never mistaken
-for a vanished one. A listed Job counts only if it is the run's own (``launcher.py``: same
-namespace, the recorded uid): a copy is never adopted, read for an outcome, or deleted. One
-run's repair failing is logged and counted and the pass goes on with the others.
+A pass lists only the Jobs that have not succeeded (``status.successful=0``: running,
+pending, suspended by Kueue, failed; ours run one Pod to one completion), so its cost does
+not grow with the succeeded Jobs kept (``--job-ttl -1`` keeps them all). A running attempt
+whose Job is not among them is read by name (one GET; it has succeeded and its event was
+missed, or it is gone). Succeeded Jobs are listed only for the TTL backstop
+(``_succeeded_jobs_due``).
+
+The store is swept before Jobs are listed or read, so a Job created concurrently is never
+mistaken for a vanished one. A listed or read Job counts only if it is the run's own
+(``launcher.py``: same namespace, the recorded uid): a copy is never adopted, read for an
+outcome, or deleted. One run's repair failing is logged and counted and the pass goes on
+with the others.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -58,6 +67,9 @@ from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
 # objects per LIST page, and active runs per sweep query
 PAGE_SIZE = 500
 SWEEP_PAGE_SIZE = 2000
+# the apiserver selects Jobs on ``status.successful``, their count of succeeded Pods
+UNSUCCEEDED = "status.successful=0"
+SUCCEEDED = "status.successful!=0"
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +92,13 @@ class Reconciler:
         self._page_size = page_size
         self._sweep_page_size = sweep_page_size
         self._kick = asyncio.Event()
+        self._succeeded_listed_at: float | None = None  # time.monotonic() of the last LIST
 
     def kick(self) -> None:
-        """Run a pass now (e.g. right after this operator became the leader)."""
+        """Run a pass now (e.g. right after this operator became the leader), one that
+        lists the succeeded Jobs too: those that finished under another leader have no
+        deletion timer in this process."""
+        self._succeeded_listed_at = None
         self._kick.set()
 
     async def run_forever(self) -> None:
@@ -113,7 +129,7 @@ class Reconciler:
                 await self._observe_page(page)
         # the store first, then the Jobs: a Job created in between is listed, never "lost"
         sweep = await self._sweep()
-        jobs = await self._list_jobs()
+        jobs = await self._list_jobs(field_selector=UNSUCCEEDED)
         for run_id, uid in sweep.runs.items():
             if uid in seen_uids and run_id not in sweep.repairs:
                 continue
@@ -130,7 +146,7 @@ class Reconciler:
                 metrics.RECONCILE_ERRORS.inc()
                 logger.exception("repairing run #%d failed; the pass goes on", run_id)
         await self._serve_queues()
-        await self._clean_up_jobs(jobs, running=sweep.running)
+        await self._clean_up_jobs(jobs | await self._succeeded_jobs_due(), running=sweep.running)
         for phase, count in (await runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
         metrics.CACHED_RUNS.set(engine.cached_runs())
@@ -199,7 +215,26 @@ class Reconciler:
                 return sweep
             after = page.last_id
 
-    async def _list_jobs(self) -> dict[tuple[str, str], dict[str, Any]]:
+    async def _succeeded_jobs_due(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The succeeded Jobs, for the TTL backstop alone: none with ``--job-ttl -1``, and a
+        LIST at most once per ``max(TTL, interval)`` (and on the first pass, and the first
+        after a ``kick``: after a restart or a change of leader no timer is left for them).
+
+        The applier's timers delete each Job when its TTL is over; this catches only what
+        they missed, so it may be up to one TTL late (a Job due just after a listing waits
+        for the next one): it is deleted within twice the TTL of finishing. In exchange a
+        succeeded Job is parsed about once per TTL it exists, not once every pass."""
+        ttl = self._engine.settings.job_ttl_seconds
+        now = time.monotonic()
+        if ttl < 0 or (
+            self._succeeded_listed_at is not None
+            and now - self._succeeded_listed_at < max(ttl, self._interval)
+        ):
+            return {}
+        self._succeeded_listed_at = now
+        return await self._list_jobs(field_selector=SUCCEEDED)
+
+    async def _list_jobs(self, *, field_selector: str) -> dict[tuple[str, str], dict[str, Any]]:
         jobs: dict[tuple[str, str], dict[str, Any]] = {}
         for namespace in self._namespaces():
             async for page in _pages(
@@ -207,6 +242,7 @@ class Reconciler:
                     self._engine.kube.list_jobs,
                     namespace=namespace,
                     label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+                    field_selector=field_selector,
                     limit=self._page_size,
                 )
             ):
@@ -241,7 +277,7 @@ class Reconciler:
             identity = attempt_identity(context, JobRef(row.task_key, row.attempt, row.role))
             name = identity.name
             job = jobs.get((context.namespace, name))
-            if job is None and row.job_recorded:
+            if job is None:  # succeeded (only unsucceeded Jobs are listed), or really missing
                 job = await engine.kube.read_job(namespace=context.namespace, name=name)
             if job is not None and not engine.launcher.check(
                 context, found_job(identity, job), act="adopt", recorded_uid=row.job_uid
@@ -297,7 +333,8 @@ class Reconciler:
         self, jobs: dict[tuple[str, str], dict[str, Any]], *, running: set[tuple[str, str, int]]
     ) -> None:
         """Delete the runs' own Jobs whose attempt is no longer running: unfinished ones at
-        once (a cancel whose deletions a crash interrupted), finished ones after the TTL. A
+        once (a cancel whose deletions a crash interrupted), finished ones after the TTL
+        (failed ones are listed every pass, succeeded ones by ``_succeeded_jobs_due``). A
         Job that only carries a run's labels is never deleted.
 
         The sweep's ``running`` (read before the listing) only spares Jobs; a Job is judged

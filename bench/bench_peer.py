@@ -65,13 +65,13 @@ from peer_harness import (
     cpu_seconds,
     create_runs,
     in_groups,
-    list_phases,
     percentile,
     pod_watcher,
     postgres_pid,
     publish,
     raw_ceiling,
     raw_pod_ceiling,
+    run_watcher,
     start_bench,
     start_operator,
     stop_process,
@@ -141,9 +141,6 @@ class Engine:
         raise NotImplementedError
 
     def submit(self, workload: str, prefix: str, count: int) -> list[str]:
-        raise NotImplementedError
-
-    def phases(self) -> dict[str, str]:
         raise NotImplementedError
 
     def pod_task(self, labels: dict[str, str], annotations: dict[str, str]) -> tuple[str, str]:
@@ -223,11 +220,6 @@ class FlowForge(Engine):
 
     def submit(self, workload: str, prefix: str, count: int) -> list[str]:
         return create_runs(self.custom, self.namespace, prefix, workload, count)
-
-    def phases(self) -> dict[str, str]:
-        return list_phases(
-            self.custom, self.namespace, group=GROUP, version=VERSION, plural=RUN_PLURAL
-        )
 
     def pod_task(self, labels: dict[str, str], annotations: dict[str, str]) -> tuple[str, str]:
         return labels.get("flowforge.io/run", ""), labels.get("flowforge.io/task", "")
@@ -315,11 +307,6 @@ class Argo(Engine):
         )
         return names
 
-    def phases(self) -> dict[str, str]:
-        return list_phases(
-            self.custom, self.namespace, group=ARGO_GROUP, version=ARGO_VERSION, plural=ARGO_PLURAL
-        )
-
     def pod_task(self, labels: dict[str, str], annotations: dict[str, str]) -> tuple[str, str]:
         run = labels.get("workflows.argoproj.io/workflow", "")
         node = annotations.get("workflows.argoproj.io/node-name", "")
@@ -367,10 +354,13 @@ def run_turn(
     engine.start(bench, namespace, work, sizes)
     assert engine.process is not None
     watcher = pod_watcher(bench.core, namespace)
+    runs = run_watcher(bench.custom, namespace, engine.resource, final=engine.final)
     try:
 
-        def finish(names: list[str], timeout: float, poll: float = 0.25) -> dict[str, str]:
-            return wait_phases(engine.phases, names, timeout, poll=poll, final=engine.final)
+        def finish(names: list[str], timeout: float, poll: float = 0.05) -> dict[str, str]:
+            return wait_phases(
+                lambda: dict(runs.phases), names, timeout, poll=poll, final=engine.final
+            )
 
         warm = finish(engine.submit("chains", "warm", 1), 300)  # one run through every path
         assert set(warm.values()) == {"Succeeded"}, warm
@@ -387,13 +377,13 @@ def run_turn(
             assert set(phases.values()) == {"Succeeded"}, phases
         if "chains" in workloads:
             names = engine.submit("chains", "chain", sizes.chains)
-            finish(names, 1200, poll=2)
+            finish(names, 1200)
             time.sleep(1)
             turn.handoffs = handoffs(engine, watcher, names)
         if "dag" in workloads:
             started = time.monotonic()
             names = engine.submit("dag", "dag", 1)
-            phases = finish(names, 3600, poll=1)
+            phases = finish(names, 3600)
             turn.makespan = time.monotonic() - started
             assert set(phases.values()) == {"Succeeded"}, phases
             turn.dag_object_kib = engine.run_object_bytes(names[0]) / 1024
@@ -430,6 +420,7 @@ def run_turn(
             Profiler.report(bench.dsn, tasks=turn.tasks, output=output)
     finally:
         watcher.close()
+        runs.close()
         engine.stop()
     return turn
 

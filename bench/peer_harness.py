@@ -65,8 +65,8 @@ def pod_finished(pod: dict[str, Any]) -> bool:
 
 
 class Watcher:
-    """Times when each object (Jobs or Pods of one namespace) was first seen created and first
-    seen finished.
+    """Times when each object (Jobs, Pods or runs of one namespace) was first seen created and
+    first seen finished, and its latest ``status.phase``.
 
     Reads the watch stream as raw JSON lines (no model classes): the instrument must not
     compete for the CPU it measures.
@@ -83,6 +83,7 @@ class Watcher:
         self.completed: dict[str, float] = {}
         self.labels: dict[str, dict[str, str]] = {}
         self.annotations: dict[str, dict[str, str]] = {}
+        self.phases: dict[str, str] = {}
         self._lister = lister
         self._namespace = namespace
         self._finished = finished
@@ -113,6 +114,7 @@ class Watcher:
                 self.created.setdefault(name, now)
                 self.labels[name] = item["metadata"].get("labels") or {}
                 self.annotations[name] = item["metadata"].get("annotations") or {}
+                self.phases[name] = (item.get("status") or {}).get("phase", "")
                 if self._finished(item):
                     self.completed.setdefault(name, now)
             response.release_conn()
@@ -128,6 +130,27 @@ def job_watcher(batch: k8s.BatchV1Api, namespace: str) -> Watcher:
 
 def pod_watcher(core: k8s.CoreV1Api, namespace: str) -> Watcher:
     return Watcher(core.list_namespaced_pod, namespace, finished=pod_finished)
+
+
+def run_watcher(
+    custom: k8s.CustomObjectsApi,
+    namespace: str,
+    resource: tuple[str, str, str],
+    *,
+    final: Sequence[str],
+) -> Watcher:
+    """The phases of an engine's runs, from one watch: polling with a LIST of every run would
+    cost the apiserver more than some engines do (and more for bigger run objects)."""
+    group, version, plural = resource
+
+    def lister(namespace: str, **options: Any) -> Any:
+        return custom.list_namespaced_custom_object(group, version, namespace, plural, **options)
+
+    return Watcher(
+        lister,
+        namespace,
+        finished=lambda run: (run.get("status") or {}).get("phase") in final,
+    )
 
 
 def _plain_pod_spec() -> dict[str, Any]:
@@ -309,15 +332,16 @@ def start_operator(
 
 
 class Profiler:
-    """``FLOWFORGE_BENCH_PROFILE=DIR``: py-spy samples the operator (its own process, so the
-    CPU figures do not count it) into DIR, and PostgreSQL's pg_stat_statements counts the
-    statements of the measured part of a turn (``begin`` .. ``report``)."""
+    """``FLOWFORGE_BENCH_PROFILE=DIR``: py-spy samples the operator's Python while it holds the
+    GIL, that is its CPU time and not its waits (py-spy is its own process, so the CPU figures
+    do not count it), into DIR, and PostgreSQL's pg_stat_statements counts the statements of
+    the measured part of a turn (``begin`` .. ``report``)."""
 
     @staticmethod
     def sample(pid: int, output: Path) -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         py_spy = Path(sys.executable).parent / "py-spy"
-        command = [str(py_spy), "record", "--nonblocking", "-r", "50", "-f", "raw"]
+        command = [str(py_spy), "record", "--nonblocking", "--gil", "-r", "50", "-f", "raw"]
         subprocess.Popen(
             [*command, "-o", str(output), "-p", str(pid)],
             stdout=subprocess.DEVNULL,

@@ -41,7 +41,7 @@ def test_by_default_the_controller_manager_keeps_its_own_client_limits() -> None
     assert options["bindAddress"] == "127.0.0.1" and options["kubeApiserverPort"] == 1
 
 
-def test_a_controller_manager_qps_lifts_its_rate_and_burst() -> None:
+def test_a_controller_manager_qps_lifts_its_rate_burst_and_job_workers() -> None:
     configuration = kwokctl_configuration(
         bin_dir=Path("/bin"),
         ports=PORTS,

@@ -53,6 +53,7 @@ def test_a_controller_manager_qps_lifts_its_rate_burst_and_job_workers() -> None
     assert _patches(configuration)["kube-controller-manager"] == {
         "kube-api-qps": "200",
         "kube-api-burst": "400",
+        "concurrent-job-syncs": "50",
     }
 
 

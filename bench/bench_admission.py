@@ -15,6 +15,9 @@ configurations, then times for each size, over --rounds rounds after one warm-up
 
 Prints p50 and p99 (nearest rank) in milliseconds. No target is asserted.
 Run: ``.venv/bin/python bench/bench_admission.py [--rounds 20] [--cluster-dir DIR]``.
+With ``FLOWFORGE_BENCH_PROFILE=DIR`` py-spy samples the webhook server (100 Hz, raw collapsed
+stacks, one file per path and size: ``webhook-direct-1000.txt``, ``webhook-apiserver-1000.txt``)
+into DIR; the figures of such a run include py-spy's own cost.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import contextlib
 import http.client
 import json
 import math
+import os
 import random
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -60,6 +65,7 @@ from flowforge.store.migrate import migrate
 
 SIZES = (10, 1_000, 10_000)
 NAMESPACE = "default"
+PROFILE_DIR = os.environ.get("FLOWFORGE_BENCH_PROFILE", "")
 
 
 def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
@@ -99,6 +105,30 @@ def timed(rounds: int, action: Callable[[], None]) -> list[float]:
         action()
         samples.append((time.perf_counter() - started) * 1000)
     return samples
+
+
+@contextlib.contextmanager
+def profiled(pid: int, label: str) -> Iterator[None]:
+    """``FLOWFORGE_BENCH_PROFILE=DIR``: py-spy samples process ``pid`` while the block runs
+    and writes its collapsed stacks to DIR/webhook-LABEL.txt (see the module's doc)."""
+    if not PROFILE_DIR:
+        yield
+        return
+    output = Path(PROFILE_DIR) / f"webhook-{label}.txt"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).parent / "py-spy"
+    command = [str(py_spy), "record", "--nonblocking", "-r", "100", "-f", "raw"]
+    sampler = subprocess.Popen(
+        [*command, "-o", str(output), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # py-spy attaches before the first sample is wanted
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+        sampler.wait(timeout=30)
 
 
 def free_port() -> int:
@@ -234,7 +264,7 @@ def local_store() -> Iterator[str]:
 @contextlib.contextmanager
 def webhook_server(
     cluster: Cluster, dsn: str, scratch: Path
-) -> Iterator[tuple[WebhookCertificates, int]]:
+) -> Iterator[tuple[WebhookCertificates, int, int]]:
     certs = generate_webhook_certificates(scratch / "certs")
     port = free_port()
     log_path = scratch / "webhook-server.log"
@@ -264,7 +294,7 @@ def webhook_server(
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
-        yield certs, port
+        yield certs, port, process.pid
     finally:
         process.terminate()
         process.wait(timeout=15)
@@ -300,7 +330,7 @@ def main() -> None:
         with (
             local_cluster(args.cluster_dir, scratch) as cluster,
             local_store() as dsn,
-            webhook_server(cluster, dsn, scratch) as (certs, port),
+            webhook_server(cluster, dsn, scratch) as (certs, port, pid),
         ):
             hostile = time_hostile_bodies(
                 args.rounds, certs=certs, client=cluster.webhook_client, port=port
@@ -356,14 +386,12 @@ def main() -> None:
                             cluster, "apply", "--server-side", "--dry-run=server", "-f", str(path)
                         )
 
-                    results.append(("webhook alone (HTTPS POST)", size, timed(args.rounds, direct)))
-                    results.append(
-                        (
-                            "apiserver + webhook (client, dryRun=All)",
-                            size,
-                            timed(args.rounds, create_dry_run(size)),
-                        )
-                    )
+                    with profiled(pid, f"direct-{size}"):
+                        alone = timed(args.rounds, direct)
+                    results.append(("webhook alone (HTTPS POST)", size, alone))
+                    with profiled(pid, f"apiserver-{size}"):
+                        both = timed(args.rounds, create_dry_run(size))
+                    results.append(("apiserver + webhook (client, dryRun=All)", size, both))
                     results.append(
                         (
                             "kubectl apply --server-side --dry-run=server",

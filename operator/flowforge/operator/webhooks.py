@@ -117,7 +117,7 @@ async def _run_definition(request: AdmissionRequest, checks: AccessChecks) -> De
     )
 
 
-async def _decide_definition_checks(
+async def decide_definition_checks(
     request: AdmissionRequest,
     *,
     registry: DefinitionRegistry,
@@ -190,7 +190,7 @@ def register_admission_handlers(
     )
     async def validate_workflow_definition(**kwargs: Any) -> None:
         request = _request(kwargs)
-        verdict = await _decide_definition_checks(
+        verdict = await decide_definition_checks(
             request,
             registry=definitions(),
             user=_user(kwargs),

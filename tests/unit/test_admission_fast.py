@@ -155,7 +155,8 @@ async def test_a_refusal_of_the_shape_wins_then_access_then_the_dry_run() -> Non
     assert "spec.taskTypes[py].image: bad image (the apiserver refuses the task's Job)" in (
         verdict.message
     )
-    assert warnings == []  # nobody warned of a template whose dry-run was not the answer
+    assert warnings == []
+    # the dry-run warns, but the version's refusal is the answer: nobody is warned
     warned = await decide(create(definition_spec(version=3)), Apiserver(), warnings=(shown := []))
     assert not warned.allowed and shown == []
     assert (await decide(create(definition_spec()), Apiserver(), warnings=shown)).allowed

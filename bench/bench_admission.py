@@ -13,7 +13,9 @@ configurations, then times for each size, over --rounds rounds after one warm-up
 * hostile bodies POSTed straight to the server (megabytes of unterminated escapes, random
   bytes, deep nesting), each followed by a real review that must still be admitted.
 
-Prints p50 and p99 (nearest rank) in milliseconds. No target is asserted.
+Prints p50 and p99 (nearest rank) in milliseconds, and the webhook server's CPU time per
+review (from /proc: less swayed by a busy machine than the wall-clock figures). No target is
+asserted.
 Run: ``.venv/bin/python bench/bench_admission.py [--rounds 20] [--cluster-dir DIR]``.
 With ``FLOWFORGE_BENCH_PROFILE=DIR`` py-spy samples the webhook server (100 Hz, raw collapsed
 stacks, one file per path and size: ``webhook-direct-1000.txt``, ``webhook-apiserver-1000.txt``)
@@ -62,6 +64,7 @@ from flowforge.operator.certs import (
     generate_webhook_certificates,
 )
 from flowforge.store.migrate import migrate
+from peer_harness import cpu_seconds
 
 SIZES = (10, 1_000, 10_000)
 NAMESPACE = "default"
@@ -326,6 +329,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="flowforge-bench-admission-"))
     results: list[tuple[str, int, list[float]]] = []
     hostile: list[tuple[str, int, list[float]]] = []
+    cpu_per_review: dict[int, float] = {}
     try:
         with (
             local_cluster(args.cluster_dir, scratch) as cluster,
@@ -387,8 +391,11 @@ def main() -> None:
                         )
 
                     with profiled(pid, f"direct-{size}"):
+                        cpu = cpu_seconds(pid)
                         alone = timed(args.rounds, direct)
+                        cpu = cpu_seconds(pid) - cpu
                     results.append(("webhook alone (HTTPS POST)", size, alone))
+                    cpu_per_review[size] = cpu * 1000 / (args.rounds + 1)
                     with profiled(pid, f"apiserver-{size}"):
                         both = timed(args.rounds, create_dry_run(size))
                     results.append(("apiserver + webhook (client, dryRun=All)", size, both))
@@ -403,7 +410,7 @@ def main() -> None:
                 delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        report(args.rounds, results=results, hostile=hostile)
+        report(args.rounds, results=results, hostile=hostile, cpu_per_review=cpu_per_review)
 
 
 def report(
@@ -411,6 +418,7 @@ def report(
     *,
     results: list[tuple[str, int, list[float]]],
     hostile: list[tuple[str, int, list[float]]],
+    cpu_per_review: dict[int, float],
 ) -> None:
     if hostile:
         print(f"hostile bodies posted to the webhook, {rounds} rounds after one warm-up (ms)")
@@ -429,6 +437,9 @@ def report(
             f"{label:<50} {size:>6} {percentile(samples, 0.50):>9.1f} "
             f"{percentile(samples, 0.99):>9.1f}"
         )
+    for size, milliseconds in cpu_per_review.items():
+        print(f"webhook server CPU per review (posted straight to it), {size} tasks: ", end="")
+        print(f"{milliseconds:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ configurations, then times for each size, over --rounds rounds after one warm-up
   client-side apply's last-applied annotation, limited to 256 KiB);
 * the same create with `dryRun=All` from the Python client: apiserver plus webhook;
 * the same create with the webhook configurations removed: the apiserver alone;
-* the AdmissionReview POSTed straight to the webhook server: the webhook alone;
+* the AdmissionReview POSTed straight to the webhook server: the webhook alone; and again with
+  a template it has not seen before each time (so the dry-runs' answers are not cached);
 * hostile bodies POSTed straight to the server (megabytes of unterminated escapes, random
   bytes, deep nesting), each followed by a real review that must still be admitted.
 
@@ -71,7 +72,7 @@ NAMESPACE = "default"
 PROFILE_DIR = os.environ.get("FLOWFORGE_BENCH_PROFILE", "")
 
 
-def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
+def definition(tasks: int, *, seed: int = 11, image: str = "busybox:1.36") -> dict[str, Any]:
     """A valid DAG: each task depends on up to three of the 20 declared before it."""
     rng = random.Random(seed)
     keys = [f"task-{index:05d}" for index in range(tasks)]
@@ -89,7 +90,7 @@ def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
         "spec": {
             "workflow": f"bench-{tasks}",
             "version": 1,
-            "taskTypes": {"step": {"image": "busybox:1.36"}},
+            "taskTypes": {"step": {"image": image}},
             "tasks": documents,
         },
     }
@@ -396,6 +397,24 @@ def main() -> None:
                         cpu = cpu_seconds(pid) - cpu
                     results.append(("webhook alone (HTTPS POST)", size, alone))
                     cpu_per_review[size] = cpu * 1000 / (args.rounds + 1)
+                    # a template never seen before, each time: its dry-runs are not cached
+                    fresh = iter(
+                        [
+                            admission_review(definition(size, image=f"busybox:1.36.{index}"))
+                            for index in range(args.rounds + 1)
+                        ]
+                    )
+
+                    def direct_fresh(fresh: Iterator[bytes] = fresh) -> None:
+                        direct(next(fresh))
+
+                    results.append(
+                        (
+                            "webhook alone, a new template each time",
+                            size,
+                            timed(args.rounds, direct_fresh),
+                        )
+                    )
                     with profiled(pid, f"apiserver-{size}"):
                         both = timed(args.rounds, create_dry_run(size))
                     results.append(("apiserver + webhook (client, dryRun=All)", size, both))

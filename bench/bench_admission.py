@@ -9,12 +9,18 @@ configurations, then times for each size, over --rounds rounds after one warm-up
   client-side apply's last-applied annotation, limited to 256 KiB);
 * the same create with `dryRun=All` from the Python client: apiserver plus webhook;
 * the same create with the webhook configurations removed: the apiserver alone;
-* the AdmissionReview POSTed straight to the webhook server: the webhook alone;
+* the AdmissionReview POSTed straight to the webhook server: the webhook alone; and again with
+  a template it has not seen before each time (so the dry-runs' answers are not cached);
 * hostile bodies POSTed straight to the server (megabytes of unterminated escapes, random
   bytes, deep nesting), each followed by a real review that must still be admitted.
 
-Prints p50 and p99 (nearest rank) in milliseconds. No target is asserted.
+Prints p50 and p99 (nearest rank) in milliseconds, and the webhook server's CPU time per
+review (from /proc: less swayed by a busy machine than the wall-clock figures). No target is
+asserted.
 Run: ``.venv/bin/python bench/bench_admission.py [--rounds 20] [--cluster-dir DIR]``.
+With ``FLOWFORGE_BENCH_PROFILE=DIR`` py-spy samples the webhook server (100 Hz, raw collapsed
+stacks, one file per path and size: ``webhook-direct-1000.txt``, ``webhook-apiserver-1000.txt``)
+into DIR; the figures of such a run include py-spy's own cost.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ import contextlib
 import http.client
 import json
 import math
+import os
 import random
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -57,12 +65,14 @@ from flowforge.operator.certs import (
     generate_webhook_certificates,
 )
 from flowforge.store.migrate import migrate
+from peer_harness import cpu_seconds
 
 SIZES = (10, 1_000, 10_000)
 NAMESPACE = "default"
+PROFILE_DIR = os.environ.get("FLOWFORGE_BENCH_PROFILE", "")
 
 
-def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
+def definition(tasks: int, *, seed: int = 11, image: str = "busybox:1.36") -> dict[str, Any]:
     """A valid DAG: each task depends on up to three of the 20 declared before it."""
     rng = random.Random(seed)
     keys = [f"task-{index:05d}" for index in range(tasks)]
@@ -80,7 +90,7 @@ def definition(tasks: int, *, seed: int = 11) -> dict[str, Any]:
         "spec": {
             "workflow": f"bench-{tasks}",
             "version": 1,
-            "taskTypes": {"step": {"image": "busybox:1.36"}},
+            "taskTypes": {"step": {"image": image}},
             "tasks": documents,
         },
     }
@@ -99,6 +109,30 @@ def timed(rounds: int, action: Callable[[], None]) -> list[float]:
         action()
         samples.append((time.perf_counter() - started) * 1000)
     return samples
+
+
+@contextlib.contextmanager
+def profiled(pid: int, label: str) -> Iterator[None]:
+    """``FLOWFORGE_BENCH_PROFILE=DIR``: py-spy samples process ``pid`` while the block runs
+    and writes its collapsed stacks to DIR/webhook-LABEL.txt (see the module's doc)."""
+    if not PROFILE_DIR:
+        yield
+        return
+    output = Path(PROFILE_DIR) / f"webhook-{label}.txt"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).parent / "py-spy"
+    command = [str(py_spy), "record", "--nonblocking", "-r", "100", "-f", "raw"]
+    sampler = subprocess.Popen(
+        [*command, "-o", str(output), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # py-spy attaches before the first sample is wanted
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+        sampler.wait(timeout=30)
 
 
 def free_port() -> int:
@@ -234,7 +268,7 @@ def local_store() -> Iterator[str]:
 @contextlib.contextmanager
 def webhook_server(
     cluster: Cluster, dsn: str, scratch: Path
-) -> Iterator[tuple[WebhookCertificates, int]]:
+) -> Iterator[tuple[WebhookCertificates, int, int]]:
     certs = generate_webhook_certificates(scratch / "certs")
     port = free_port()
     log_path = scratch / "webhook-server.log"
@@ -264,7 +298,7 @@ def webhook_server(
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
-        yield certs, port
+        yield certs, port, process.pid
     finally:
         process.terminate()
         process.wait(timeout=15)
@@ -296,11 +330,12 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="flowforge-bench-admission-"))
     results: list[tuple[str, int, list[float]]] = []
     hostile: list[tuple[str, int, list[float]]] = []
+    cpu_per_review: dict[int, float] = {}
     try:
         with (
             local_cluster(args.cluster_dir, scratch) as cluster,
             local_store() as dsn,
-            webhook_server(cluster, dsn, scratch) as (certs, port),
+            webhook_server(cluster, dsn, scratch) as (certs, port, pid),
         ):
             hostile = time_hostile_bodies(
                 args.rounds, certs=certs, client=cluster.webhook_client, port=port
@@ -356,14 +391,33 @@ def main() -> None:
                             cluster, "apply", "--server-side", "--dry-run=server", "-f", str(path)
                         )
 
-                    results.append(("webhook alone (HTTPS POST)", size, timed(args.rounds, direct)))
+                    with profiled(pid, f"direct-{size}"):
+                        cpu = cpu_seconds(pid)
+                        alone = timed(args.rounds, direct)
+                        cpu = cpu_seconds(pid) - cpu
+                    results.append(("webhook alone (HTTPS POST)", size, alone))
+                    cpu_per_review[size] = cpu * 1000 / (args.rounds + 1)
+                    # a template never seen before, each time: its dry-runs are not cached
+                    fresh = iter(
+                        [
+                            admission_review(definition(size, image=f"busybox:1.36.{index}"))
+                            for index in range(args.rounds + 1)
+                        ]
+                    )
+
+                    def direct_fresh(fresh: Iterator[bytes] = fresh) -> None:
+                        direct(next(fresh))
+
                     results.append(
                         (
-                            "apiserver + webhook (client, dryRun=All)",
+                            "webhook alone, a new template each time",
                             size,
-                            timed(args.rounds, create_dry_run(size)),
+                            timed(args.rounds, direct_fresh),
                         )
                     )
+                    with profiled(pid, f"apiserver-{size}"):
+                        both = timed(args.rounds, create_dry_run(size))
+                    results.append(("apiserver + webhook (client, dryRun=All)", size, both))
                     results.append(
                         (
                             "kubectl apply --server-side --dry-run=server",
@@ -375,7 +429,7 @@ def main() -> None:
                 delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        report(args.rounds, results=results, hostile=hostile)
+        report(args.rounds, results=results, hostile=hostile, cpu_per_review=cpu_per_review)
 
 
 def report(
@@ -383,6 +437,7 @@ def report(
     *,
     results: list[tuple[str, int, list[float]]],
     hostile: list[tuple[str, int, list[float]]],
+    cpu_per_review: dict[int, float],
 ) -> None:
     if hostile:
         print(f"hostile bodies posted to the webhook, {rounds} rounds after one warm-up (ms)")
@@ -401,6 +456,9 @@ def report(
             f"{label:<50} {size:>6} {percentile(samples, 0.50):>9.1f} "
             f"{percentile(samples, 0.99):>9.1f}"
         )
+    for size, milliseconds in cpu_per_review.items():
+        print(f"webhook server CPU per review (posted straight to it), {size} tasks: ", end="")
+        print(f"{milliseconds:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -6,22 +6,28 @@ apiserver does not know an error instead of a silent drop. The answer keeps what
 apiserver said in full: the status, the message, each cause with its field path, and the
 warnings (the ``Warning`` headers), for admission to map back onto a definition's fields.
 Every call has a connect and read timeout, so an apiserver that does not answer is an answer.
+
+`CachedDryRuns` remembers the acceptances for a few seconds (see its docstring and
+docs/security.md for what that lets through).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 DEFAULT_REQUEST_TIMEOUT: Final = 4.0
+ACCEPT_TTL_SECONDS: Final = 10.0
+MAX_CACHED: Final = 1024
 _PATHS: Final = {
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
     "Pod": "/api/v1/namespaces/{namespace}/pods",
@@ -134,3 +140,54 @@ class DryRunner:
             detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
             return DryRunAnswer(status=None, message=f"no answer from the apiserver: {detail}")
         return _answer(int(response.status), body or b"", response.headers)
+
+
+class DryRunCreator(Protocol):
+    async def create(self, manifest: Mapping[str, Any]) -> DryRunAnswer: ...
+
+
+class CachedDryRuns:
+    """The apiserver's acceptance of a manifest, remembered for ``ttl`` seconds.
+
+    Only acceptances: a refusal, a transient answer or no answer is asked again every time,
+    so a cached entry can only ever let through what the apiserver let through a moment
+    ago. The key is the manifest's whole canonical JSON, namespace included (it is the
+    manifest's ``metadata.namespace``, the review's, and is part of the key on its own too):
+    another namespace, a changed template or type name, or a change of anything the Job
+    carries is a new question. What a stale entry can let through for up to ``ttl``: a
+    template the namespace has just stopped accepting (a stricter Pod Security label, a
+    deleted ServiceAccount, a new LimitRange or admission policy); the Job itself is still
+    created through the apiserver at run time, and a refusal then fails the attempt
+    (``JobRefused``). At most ``MAX_CACHED`` entries (then expired ones go, then all).
+    """
+
+    def __init__(
+        self,
+        creator: DryRunCreator,
+        *,
+        ttl: float = ACCEPT_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._creator = creator
+        self._ttl = ttl
+        self._clock = clock
+        self._accepted: dict[tuple[str, str], tuple[DryRunAnswer, float]] = {}
+
+    async def create(self, manifest: Mapping[str, Any]) -> DryRunAnswer:
+        namespace = str(manifest["metadata"]["namespace"])
+        key = (namespace, json.dumps(manifest, sort_keys=True, separators=(",", ":")))
+        cached = self._accepted.get(key)
+        if cached is not None and cached[1] > self._clock():
+            return cached[0]
+        answer = await self._creator.create(manifest)
+        if answer.accepted:
+            self._remember(key, answer)
+        return answer
+
+    def _remember(self, key: tuple[str, str], answer: DryRunAnswer) -> None:
+        if len(self._accepted) >= MAX_CACHED:
+            now = self._clock()
+            self._accepted = {k: v for k, v in self._accepted.items() if v[1] > now}
+            if len(self._accepted) >= MAX_CACHED:
+                self._accepted.clear()
+        self._accepted[key] = (answer, self._clock() + self._ttl)

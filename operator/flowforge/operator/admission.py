@@ -14,9 +14,11 @@ two different contents for one version must not both be admitted).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -103,6 +105,24 @@ class AdmissionRequest:
     dry_run: bool
     user: str = ""  # request.userInfo.username: who asks
 
+    def new_definition(self) -> DefinitionSpec:
+        """The new object's spec as a definition; InvalidDefinitionError when it is not one.
+
+        Parsed once per review: every check of a WorkflowDefinition reads the same one.
+        """
+        parsed = self._new_definition
+        if isinstance(parsed, InvalidDefinitionError):
+            raise parsed
+        return parsed
+
+    @cached_property
+    def _new_definition(self) -> DefinitionSpec | InvalidDefinitionError:
+        # cached_property writes the instance's __dict__ directly, so a frozen one takes it
+        try:
+            return parse_definition(_spec_of(self.new_object))
+        except InvalidDefinitionError as error:
+            return error
+
 
 @dataclass(frozen=True)
 class JsonPatchOperation:
@@ -162,18 +182,22 @@ async def _decide_definition_create(
     request: AdmissionRequest, registry: DefinitionRegistry
 ) -> Verdict:
     try:
-        definition = parse_definition(_spec_of(request.new_object))
+        definition = request.new_definition()
     except InvalidDefinitionError as error:
         return Verdict.deny(describe_errors(error.errors), code=CODE_INVALID)
     namespace, workflow = request.namespace, definition.workflow
-    published = await registry.published_fingerprint(
-        namespace=namespace, workflow=workflow, version=definition.version
+    # three independent reads (store, apiserver, store): asked at once, judged in this order
+    published, persisted, versions = await asyncio.gather(
+        registry.published_fingerprint(
+            namespace=namespace, workflow=workflow, version=definition.version
+        ),
+        registry.persisted(namespace=namespace, workflow=workflow),
+        registry.published_versions(namespace=namespace, workflow=workflow),
     )
     if published is not None:
         if published == definition.fingerprint:
             return Verdict.allow()  # re-created with the published content: a no-op
         return _conflict(definition, held_by="is already published", fingerprint=published)
-    persisted = await registry.persisted(namespace=namespace, workflow=workflow)
     for other in persisted:
         if other.version != definition.version:
             continue
@@ -185,7 +209,6 @@ async def _decide_definition_create(
                 fingerprint=fingerprint or "(invalid)",
             )
         return Verdict.allow()
-    versions = await registry.published_versions(namespace=namespace, workflow=workflow)
     newest = max([*versions, *(other.version for other in persisted)], default=0)
     if definition.version == newest + 1:
         return Verdict.allow()
@@ -234,7 +257,7 @@ def _decide_definition_update(request: AdmissionRequest) -> Verdict:
     if old_spec == new_spec:
         return Verdict.allow()
     try:
-        new_definition = parse_definition(new_spec)
+        new_definition = request.new_definition()
     except InvalidDefinitionError as error:
         return Verdict.deny(describe_errors(error.errors), code=CODE_INVALID)
     old_definition = _parsed_or_none(old_spec)
@@ -282,8 +305,10 @@ async def runnable_versions(
 ) -> list[int]:
     """Published versions and those whose object is persisted but maybe not yet published:
     the operator publishes such a definition before it starts the run."""
-    published = await registry.published_versions(namespace=namespace, workflow=workflow)
-    persisted = await registry.persisted(namespace=namespace, workflow=workflow)
+    published, persisted = await asyncio.gather(
+        registry.published_versions(namespace=namespace, workflow=workflow),
+        registry.persisted(namespace=namespace, workflow=workflow),
+    )
     return sorted({*published, *(other.version for other in persisted)})
 
 

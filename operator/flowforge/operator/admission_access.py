@@ -14,6 +14,7 @@ missing permission and every field the policy refuses.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,7 +31,6 @@ from flowforge.domain.policy import (
     parameter_violations,
     policies_or_default,
 )
-from flowforge.domain.validation import parse_definition
 from flowforge.kube.access_review import (
     CREATE_JOBS,
     AccessReviewUnavailable,
@@ -120,19 +120,25 @@ async def _decide_access(
     needed: dict[Permission, str] = {CREATE_JOBS: ": the operator creates its Jobs for you"}
     for path, account in accounts:
         needed.setdefault(use_service_account(account), f" (named by {path})")
-    try:
-        objects = await checks.list_policies(namespace)
-    except Exception as error:
+    # two independent round trips, asked at once; their failures are judged in this order
+    objects, missing = await asyncio.gather(
+        checks.list_policies(namespace),
+        checks.reviewer.missing(user, namespace=namespace, permissions=list(needed)),
+        return_exceptions=True,
+    )
+    if isinstance(objects, BaseException):
+        if not isinstance(objects, Exception):
+            raise objects
         return Verdict.deny(
             f"cannot {action} now: the FlowForgePolicy objects of namespace {namespace} cannot "
-            f"be read ({type(error).__name__}: {error}); try again",
+            f"be read ({type(objects).__name__}: {objects}); try again",
             code=CODE_UNAVAILABLE,
         )
+    if isinstance(missing, BaseException):
+        if not isinstance(missing, AccessReviewUnavailable):
+            raise missing
+        return Verdict.deny(f"cannot {action} now: {missing}; try again", code=CODE_UNAVAILABLE)
     policies, problems = read_policies(objects, namespace=namespace)
-    try:
-        missing = await checks.reviewer.missing(user, namespace=namespace, permissions=list(needed))
-    except AccessReviewUnavailable as error:
-        return Verdict.deny(f"cannot {action} now: {error}; try again", code=CODE_UNAVAILABLE)
     lines = [_missing_line(user, p, namespace=namespace, why=needed[p]) for p in missing]
     lines += problems
     in_force = policies_or_default(policies, namespace=namespace)
@@ -163,7 +169,7 @@ async def decide_definition_access(
     if request.operation != "CREATE":
         return Verdict.allow()
     try:
-        definition = parse_definition(_spec(request.new_object))
+        definition = request.new_definition()
     except InvalidDefinitionError:
         return Verdict.allow()  # admission.decide_definition has denied it, naming why
     return await _decide_access(

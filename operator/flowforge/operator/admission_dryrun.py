@@ -23,13 +23,13 @@ import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from flowforge.domain.models import ContainerTemplate
 from flowforge.domain.states import TaskRole
-from flowforge.kube.dryrun import DryRunAnswer
+from flowforge.kube.dryrun import DryRunAnswer, DryRunCreator
 from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
 from flowforge.operator.admission import CODE_INVALID, MAX_LISTED_ERRORS, AdmissionRequest, Verdict
@@ -47,10 +47,6 @@ _NAMED_OBJECTS: Final = (
     ("PriorityClass", "priorityClassName"),
     ("RuntimeClass", "runtimeClassName"),
 )
-
-
-class DryRunCreator(Protocol):
-    async def create(self, manifest: Mapping[str, Any]) -> DryRunAnswer: ...
 
 
 @dataclass(frozen=True)

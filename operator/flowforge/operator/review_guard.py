@@ -131,17 +131,27 @@ def _walk_for_depth(document: Any) -> Path | None:
     The common case (nothing too deep) keeps no paths; only a document over the limit is
     walked again to name where.
     """
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        value, depth = pop()
+    # two stacks, not one of (value, depth) tuples: a tuple per container of a large review
+    # is an allocation burst that sets off full collections of the cyclic garbage collector
+    # over everything json.loads just made (small ints are never allocated)
+    values: list[Any] = [document]
+    depths: list[int] = [1]
+    pop_value, pop_depth, push_value, push_depth = (
+        values.pop,
+        depths.pop,
+        values.append,
+        depths.append,
+    )
+    while values:
+        value, depth = pop_value(), pop_depth()
         if depth > MAX_REVIEW_DEPTH:
             return _path_too_deep(document)
         depth += 1
         for child in value.values() if type(value) is dict else value:
             kind = type(child)
             if kind is dict or kind is list:  # exact types: json.loads makes no subclasses
-                push((child, depth))
+                push_value(child)
+                push_depth(depth)
     return None
 
 

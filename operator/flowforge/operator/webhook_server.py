@@ -30,7 +30,7 @@ import kopf
 from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.access_review import CachedAccessReviewer
 from flowforge.kube.client import KubeClient
-from flowforge.kube.dryrun import DryRunner
+from flowforge.kube.dryrun import CachedDryRuns, DryRunner
 from flowforge.operator.admission_access import AccessChecks
 from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
 from flowforge.operator.definition_registry import StoreDefinitionRegistry
@@ -100,6 +100,7 @@ async def serve_webhooks(
     )
     kube = KubeClient.connect(kubeconfig=os.environ.get("KUBECONFIG") or None, threads=8)
     dry_runner = DryRunner(kube.api_client)
+    dry_runs = CachedDryRuns(dry_runner)
     try:
         definitions = StoreDefinitionRegistry(
             pool, list_definitions=lambda namespace: kube.list_definitions(namespace=namespace)
@@ -117,7 +118,7 @@ async def serve_webhooks(
             definitions=lambda: definitions,
             runs=lambda: runs,
             access=lambda: access,
-            dry_run=lambda: dry_runner,
+            dry_run=lambda: dry_runs,
         )
         settings = kopf.OperatorSettings()
         configure_admission_settings(

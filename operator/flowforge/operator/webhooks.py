@@ -7,14 +7,17 @@ all its errors reach the user together.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
 
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.kube.access_review import UserInfo
+from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
@@ -36,7 +39,7 @@ from flowforge.operator.admission_access import (
     decide_definition_access,
     decide_run_access,
 )
-from flowforge.operator.admission_dryrun import DryRunCreator, decide_definition_dry_run
+from flowforge.operator.admission_dryrun import decide_definition_dry_run
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
@@ -114,6 +117,52 @@ async def _run_definition(request: AdmissionRequest, checks: AccessChecks) -> De
     )
 
 
+async def decide_definition_checks(
+    request: AdmissionRequest,
+    *,
+    registry: DefinitionRegistry,
+    user: UserInfo | None,
+    checks: AccessChecks,
+    creator: DryRunCreator | None,
+    warnings: list[str] | None,
+) -> Verdict:
+    """Every check of a WorkflowDefinition, judged in one order: its shape and versions, then
+    who asks and the policy, then the apiserver's dry-run; the first refusal is the answer.
+
+    The spec is parsed once (`AdmissionRequest.new_definition`); a spec that does not parse
+    is refused before anything is asked. The checks' round trips (store, apiserver lists,
+    SubjectAccessReviews, dry-runs: all read-only) run at once, so a refused definition may
+    have been dry-run too; its warnings are shown only when the dry-run's verdict is the one
+    given, as when the checks ran one after another.
+    """
+    if request.operation == "CREATE":
+        try:
+            request.new_definition()
+        except InvalidDefinitionError:
+            return await decide_definition(request, registry)  # the denial names every error
+    dry_run_warnings: list[str] = []
+    shape, access, templates = await asyncio.gather(
+        decide_definition(request, registry),
+        decide_definition_access(request, user=user, checks=checks),
+        _allowed()
+        if creator is None
+        else decide_definition_dry_run(request, creator=creator, warnings=dry_run_warnings),
+        return_exceptions=True,
+    )
+    for verdict in (shape, access, templates):
+        if isinstance(verdict, BaseException):
+            raise verdict
+        if verdict is templates and warnings is not None:
+            warnings.extend(dry_run_warnings)
+        if not verdict.allowed:
+            return verdict
+    return Verdict.allow()
+
+
+async def _allowed() -> Verdict:
+    return Verdict.allow()
+
+
 def register_admission_handlers(
     registry: kopf.OperatorRegistry,
     *,
@@ -141,13 +190,15 @@ def register_admission_handlers(
     )
     async def validate_workflow_definition(**kwargs: Any) -> None:
         request = _request(kwargs)
-        _enforce(await decide_definition(request, definitions()))
-        _enforce(await decide_definition_access(request, user=_user(kwargs), checks=access()))
-        if dry_run is not None:
-            verdict = await decide_definition_dry_run(
-                request, creator=dry_run(), warnings=kwargs.get("warnings")
-            )
-            _enforce(verdict)
+        verdict = await decide_definition_checks(
+            request,
+            registry=definitions(),
+            user=_user(kwargs),
+            checks=access(),
+            creator=None if dry_run is None else dry_run(),
+            warnings=kwargs.get("warnings"),
+        )
+        _enforce(verdict)
 
     @kopf.on.validate(
         GROUP,

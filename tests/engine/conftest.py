@@ -7,6 +7,7 @@ and helpers to start runs and finish their Jobs as the Job controller would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import uuid
@@ -23,6 +24,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.jobs import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
+from flowforge.operator.background import Clock
 from flowforge.operator.engine import Engine
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.reconciler import Reconciler
@@ -175,22 +177,32 @@ class Harness:
         return await get_run(self.pool, context.run_id)
 
 
-@pytest.fixture
-async def harness(store: Pool) -> AsyncIterator[Harness]:
-    settings = OperatorSettings(
-        dsn="",
-        job_ttl_seconds=-1,
-        backoff=BackoffPolicy(first_delay_seconds=0.05, jitter=0.0),
-        job_creation_retry=BackoffPolicy(first_delay_seconds=0.05, cap_seconds=0.2),
-        identity="engine-test",
-    )
+def engine_settings(**overrides: Any) -> OperatorSettings:
+    """The engine tests' settings: fast backoffs, and Jobs kept (no TTL) unless a test
+    sets ``job_ttl_seconds``."""
+    defaults: dict[str, Any] = {
+        "dsn": "",
+        "job_ttl_seconds": -1,
+        "backoff": BackoffPolicy(first_delay_seconds=0.05, jitter=0.0),
+        "job_creation_retry": BackoffPolicy(first_delay_seconds=0.05, cap_seconds=0.2),
+        "identity": "engine-test",
+    }
+    return OperatorSettings(**{**defaults, **overrides})
+
+
+@contextlib.asynccontextmanager
+async def open_harness(
+    store: Pool, *, settings: OperatorSettings, clock: Clock | None = None
+) -> AsyncIterator[Harness]:
+    """A leading Engine (its lease really acquired in the store) on the Kubernetes fake;
+    ``clock``: a fake clock for its deferred work (the event loop's by default)."""
     leadership = Leadership(
         store, identity=settings.identity, ttl=timedelta(minutes=5), renew_every=60
     )
     leading = asyncio.create_task(leadership.run())
     await asyncio.wait_for(leadership.wait_until_leader(), timeout=10)
     kube = FakeKube()
-    engine = Engine(pool=store, kube=kube, settings=settings, leadership=leadership)
+    engine = Engine(pool=store, kube=kube, settings=settings, leadership=leadership, clock=clock)
     try:
         yield Harness(
             pool=store, kube=kube, engine=engine, reconciler=Reconciler(engine, interval=3600)
@@ -198,3 +210,9 @@ async def harness(store: Pool) -> AsyncIterator[Harness]:
     finally:
         await engine.shutdown()
         leading.cancel()
+
+
+@pytest.fixture
+async def harness(store: Pool) -> AsyncIterator[Harness]:
+    async with open_harness(store, settings=engine_settings()) as opened:
+        yield opened

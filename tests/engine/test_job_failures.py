@@ -207,7 +207,7 @@ async def test_an_image_that_cannot_be_pulled_fails_with_its_reason(harness: Har
     job = harness.job_of("a")
     harness.kube.add_waiting_pod(job, status=IMAGE_PULL)
     await harness.age_job(run, job, seconds=harness.engine.settings.pending_timeout_seconds + 1)
-    await harness.engine.check_pod_start(run, harness.ref("a"))
+    await harness.engine.watchdog.check(run, harness.ref("a"))
     assert (await harness.states(run))["a"] == TaskState.READY  # a retry, after its backoff
     outcome = (await latest_outcomes(harness.pool, run.run_id, ["a"]))["a"]
     assert (outcome["reason"], outcome["message"].endswith('pull "nope" failed')) == (

@@ -108,15 +108,15 @@ async def test_the_backstop_lists_succeeded_jobs_once_per_ttl_and_deletes_them_w
     harness: Harness,
 ) -> None:
     ttl = 5.0  # wide enough that the first two passes fall inside it on a loaded machine
-    # the reconciler's TTL; the applier's stays -1, so no timer deletes a Job (as after a
-    # restart, when the old process's timers are gone)
-    harness.engine.settings = dataclasses.replace(harness.engine.settings, job_ttl_seconds=ttl)
     reconciler = Reconciler(harness.engine, interval=0.05)
     now = datetime.now(UTC)
     old = await finish_at(
         harness, await harness.start("old", ONE_TASK), finished=now - timedelta(hours=1)
     )
     fresh = await finish_at(harness, await harness.start("fresh", ONE_TASK), finished=now)
+    # the TTL is set once the Jobs finished, so no timer of this process deletes them (as
+    # after a restart, when the old process's timers are gone): the backstop must
+    harness.engine.settings = dataclasses.replace(harness.engine.settings, job_ttl_seconds=ttl)
     harness.kube.lists.clear()
 
     await reconciler.pass_once()  # the first pass lists them: the old one is long due

@@ -12,8 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Protocol
 
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
+
+
+class AttemptRow(Protocol):
+    """A task row read from the store, as far as its running attempt goes."""
+
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def task_key(self) -> str: ...
+    @property
+    def role(self) -> TaskRole: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def timeout_seconds(self) -> int | None: ...
+    @property
+    def not_before(self) -> datetime: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +44,18 @@ class Dispatch:
     attempt: int
     timeout_seconds: int | None
     released_at: datetime
+
+    @classmethod
+    def of(cls, row: AttemptRow) -> Dispatch:
+        """The running attempt of a task row."""
+        return cls(
+            run_id=row.run_id,
+            task_key=row.task_key,
+            role=row.role,
+            attempt=row.attempt,
+            timeout_seconds=row.timeout_seconds,
+            released_at=row.not_before,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

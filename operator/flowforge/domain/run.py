@@ -123,6 +123,17 @@ def deletion_waits_for_rollback(metadata: Mapping[str, Any]) -> bool:
     return FINALIZER in (metadata.get("finalizers") or []) and not deletion_forced(metadata)
 
 
+def run_gone(body: Mapping[str, Any] | None, *, uid: str) -> bool:
+    """Whether the run's WorkflowRun object is gone for the engine: deleted, replaced by
+    another object of the same name, or being deleted without waiting for its rollback. The
+    garbage collector then removes the run's Jobs, compensators' included, so a Job of the
+    run that vanishes is not a lost attempt: the run is cancelled, with no rollback."""
+    if body is None or body["metadata"].get("uid") != uid:
+        return True
+    metadata = body["metadata"]
+    return bool(metadata.get("deletionTimestamp")) and not deletion_waits_for_rollback(metadata)
+
+
 def shown_phase(body: Mapping[str, Any]) -> str | None:
     """The phase a WorkflowRun object's status shows (None: no status written yet)."""
     phase = (body.get("status") or {}).get("phase")

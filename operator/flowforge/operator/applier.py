@@ -14,8 +14,14 @@ performs its effects:
 5. re-project the run's status (coalesced with other changes of the run; a queued run whose
    place alone moved, with the queue's other moves);
 6. wake the run up when a retry's backoff (or a compensator's) is over: no polling;
-7. apply what the same transaction decided for other runs (``Decision.elsewhere``): a queued
-   run that the freed slot started, another run's tasks, a run a ``Replace`` cancelled.
+7. forget what the process kept of a run that finished (the engine's ``finished`` hook);
+8. apply what the same transaction decided for other runs (``Decision.elsewhere``): a queued
+   run that the freed slot started, another run's tasks, a run a ``Replace`` cancelled,
+   each with its own context (``apply_elsewhere``, also what a queue pass or a policy
+   change decided).
+
+Deferred effects (the TTL delete, the wake-up) are keys (``background.Deferred``): the
+run's context is looked up again when they are due, never captured here.
 
 Every effect is idempotent, so a crash between the commit and any step is repaired by the
 reconciler doing the same again.
@@ -23,21 +29,21 @@ reconciler doing the same again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from flowforge.domain.decision import Decision
+from flowforge.domain.decision import Decision, RunDecision
+from flowforge.domain.states import RunPhase
 from flowforge.operator import metrics
-from flowforge.operator.background import Background
+from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunContext
 from flowforge.operator.status import StatusWriter
 
-Wake = Callable[[RunContext], Coroutine[Any, Any, None]]
 ContextOf = Callable[[int], Awaitable[RunContext]]
+Finished = Callable[[RunContext, RunPhase], None]
 
 
 class Applier:
@@ -49,9 +55,9 @@ class Applier:
         notifier: Notifier,
         status: StatusWriter,
         background: Background,
-        job_ttl_seconds: float,
-        wake: Wake,
+        job_ttl_seconds: Callable[[], float],
         context_of: ContextOf,
+        finished: Finished,
     ) -> None:
         self._kube = kube
         self._launcher = launcher
@@ -59,8 +65,8 @@ class Applier:
         self._status = status
         self._background = background
         self._job_ttl_seconds = job_ttl_seconds
-        self._wake = wake
         self._context_of = context_of
+        self._finished = finished
 
     async def apply(
         self, context: RunContext, decision: Decision, *, received: float | None = None
@@ -76,29 +82,30 @@ class Applier:
         outcome = decision.outcome
         if outcome is not None:
             metrics.TASK_OUTCOMES.labels(outcome.job.role.value, outcome.reason).inc()
-            if not outcome.job_gone and self._job_ttl_seconds >= 0:
-                name = context.job_name(
-                    task_key=outcome.job.task_key,
-                    attempt=outcome.job.attempt,
-                    role=outcome.job.role,
-                )
-                job = outcome.job
+            ttl = self._job_ttl_seconds()
+            if not outcome.job_gone and ttl >= 0:
                 self._background.later(
-                    self._job_ttl_seconds,
-                    key=(context.run_id, name),
-                    coroutine_factory=lambda: self._launcher.delete(context, job),
+                    ttl,
+                    Deferred(context.run_id, Purpose.DELETE_JOB, job=outcome.job),
                 )
         if decision.phase is not None and decision.finished:
             metrics.RUNS_FINISHED.labels(decision.phase.value).inc()
         self._status.mark(context.run_id, context=context, queue_moved=decision.queue_moved)
         if decision.wake_at is not None:
-            delay = max(0.0, (decision.wake_at - datetime.now(UTC)).total_seconds())
+            delay = (decision.wake_at - datetime.now(UTC)).total_seconds()
             self._background.later(
-                delay + 0.01,
-                key=(context.run_id, "wake"),
-                earliest=True,
-                coroutine_factory=lambda: self._wake(context),
+                delay + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
             )
-        for other in decision.elsewhere:  # a queued run a freed slot started is a hand-off too
-            context = await self._context_of(other.run_id)
-            await self.apply(context, other.decision, received=received)
+        if decision.phase is not None and decision.finished:
+            self._finished(context, decision.phase)
+        # a queued run a freed slot started is a hand-off too
+        await self.apply_elsewhere(decision.elsewhere, received=received)
+
+    async def apply_elsewhere(
+        self, decisions: Sequence[RunDecision], *, received: float | None = None
+    ) -> None:
+        """Apply what one transaction decided for other runs, each with its own context."""
+        for other in decisions:
+            await self.apply(
+                await self._context_of(other.run_id), other.decision, received=received
+            )

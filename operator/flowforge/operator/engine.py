@@ -25,20 +25,19 @@ from flowforge.domain.execution import (
     OutcomeReason,
     job_outcome,
     lost_outcome,
-    not_started_outcome,
-    parse_timestamp,
 )
-from flowforge.domain.kueue import job_admission
+from flowforge.domain.observed_job import JobMeaning, job_meaning
 from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.queue import namespace_limits
-from flowforge.domain.run import deletion_waits_for_rollback, shown_phase
+from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import metrics
 from flowforge.operator.applier import Applier
-from flowforge.operator.background import Background, NotLeaderError
+from flowforge.operator.background import Background, Clock, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays
+from flowforge.operator.failures import Failures, NotLeaderError
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.kueue import Admissions
 from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity
@@ -47,12 +46,12 @@ from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
 from flowforge.operator.settings import OperatorSettings
 from flowforge.operator.status import StatusWriter
+from flowforge.operator.watchdog import Watchdog
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
-from flowforge.store.queries import recorded_job_age
 from flowforge.store.queue import set_namespace_limits
 from flowforge.store.settle import settle_run
 
@@ -67,14 +66,23 @@ REMEMBERED_FINISHED_RUNS = 10_000
 
 class Engine:
     def __init__(
-        self, *, pool: Pool, kube: KubePort, settings: OperatorSettings, leadership: Leadership
+        self,
+        *,
+        pool: Pool,
+        kube: KubePort,
+        settings: OperatorSettings,
+        leadership: Leadership,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: when deferred work is due (the event loop's, unless a test moves
+        time itself)."""
         self.pool = pool
         self.kube = kube
         self.settings = settings
         self.leadership = leadership
         self.runs = RunCache(pool)
-        self.background = Background(on_deposed=leadership.lose)
+        self.failures = Failures(on_deposed=leadership.lose)
+        self.background = Background(failures=self.failures, fire=self.on_deferred, clock=clock)
         self.delays = CreationDelays(policy=settings.job_creation_retry)
         self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs, delays=self.delays)
         self.notifier = Notifier(kube=kube, background=self.background)
@@ -86,7 +94,6 @@ class Engine:
             background=self.background,
             hooks=AttemptHooks(
                 fail=self.fail_attempt,
-                check_start=self.check_pod_start,
                 delays=self.delays,
                 default_pending_timeout=settings.pending_timeout_seconds,
                 mark=self.status.mark,
@@ -101,18 +108,23 @@ class Engine:
             notifier=self.notifier,
             status=self.status,
             background=self.background,
-            job_ttl_seconds=settings.job_ttl_seconds,
-            wake=self.wake,
+            job_ttl_seconds=lambda: self.settings.job_ttl_seconds,
             context_of=self.runs.by_id,
+            finished=self._finished_run,
         )
         self.admissions = Admissions(
             pool=pool,
-            kube=kube,
             fence=self.fence,
             runs=self.runs,
             launcher=self.launcher,
             background=self.background,
             apply=self.applier.apply,
+        )
+        self.watchdog = Watchdog(
+            pool=pool,
+            kube=kube,
+            launcher=self.launcher,
+            admissions=self.admissions,
             record=self.record,
         )
         self._started: set[str] = set()
@@ -188,6 +200,26 @@ class Engine:
         if shown_phase(body) != phase.value:
             self.status.mark(run_id, force=True)
 
+    def _finished_run(self, context: RunContext, phase: RunPhase) -> None:
+        self.forget(context)
+        self._finished[context.uid] = (context.run_id, phase)
+
+    async def on_deferred(self, key: Deferred) -> None:
+        """Deferred work is due: act on the run's context as it is now."""
+        context = await self.runs.by_id(key.run_id)
+        job = key.job
+        match key.purpose:
+            case Purpose.WAKE:
+                await self.wake(context)
+            case Purpose.WRITE_EVENTS:
+                await self.notifier.flush_series(context, key.reason)
+            case Purpose.DELETE_JOB if job is not None:
+                await self.launcher.delete(context, job)
+            case Purpose.WATCH_JOB if job is not None:
+                await self.watchdog.check(context, job)
+            case Purpose.CREATE_JOB if job is not None:
+                await self.launcher.create_again(context, job)
+
     def forget(self, context: RunContext) -> None:
         """The run finished: drop everything this process kept about it (its final status
         patch, already marked, still goes out)."""
@@ -227,8 +259,7 @@ class Engine:
             self.pool, fence=self.fence(), namespace=namespace, limits=namespace_limits(specs)
         )
         self._limits_read.add(namespace)
-        for other in others:
-            await self.applier.apply(await self.runs.by_id(other.run_id), other.decision)
+        await self.applier.apply_elsewhere(others)
 
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
         metadata = body["metadata"]
@@ -307,54 +338,55 @@ class Engine:
     async def _move(self, context: RunContext, name: str, move: Any) -> None:
         with metrics.store_timer(name):
             decision: Decision = await move
-        await self._apply(context, decision)
-
-    async def _apply(
-        self, context: RunContext, decision: Decision, *, received: float | None = None
-    ) -> None:
-        await self.applier.apply(context, decision, received=received)
-        if decision.phase is not None and decision.finished:
-            self.forget(context)
-            self._finished[context.uid] = (context.run_id, decision.phase)
+        await self.applier.apply(context, decision)
 
     async def on_job_event(self, job: Mapping[str, Any], event_type: str | None) -> None:
-        """A Job finished or was deleted: record its attempt's outcome (or that it was lost)
-        if it is the run's own Job; a copy with the run's labels changes nothing."""
+        """A Job changed or was deleted: record its attempt's outcome (or that it was lost,
+        or its Kueue admission) if it is the run's own Job; a copy with the run's labels
+        changes nothing."""
         identity = JobIdentity.of(job)
         if identity is None:
             return
         received = time.perf_counter()
-        finished = job_outcome(job.get("status") or {}) is not None
-        if not finished and event_type != "DELETED":
-            await self.admissions.on_job_event(job, identity)  # Kueue admitted or evicted it
+        meaning = job_meaning(job, deleted=event_type == "DELETED")
+        if meaning is JobMeaning.ADMISSION:
+            await self.admissions.on_job_event(job, identity)
+            return
+        if meaning is JobMeaning.RUNNING:
             return
         context = await self.runs.by_uid(namespace=identity.namespace, uid=identity.run_uid)
         if context is None:
             return
-        if not await self.launcher.owns(
-            context, identity, act="outcome" if finished else "vanished"
-        ):
+        act = "vanished" if meaning is JobMeaning.VANISHED else "outcome"
+        if not await self.launcher.owns(context, identity, act=act):
             return
-        outcome = await self._observed_outcome(job, identity)
-        if outcome is None:
-            if await self._run_gone(context):
-                # the garbage collector removes a deleted run's Jobs: not a lost attempt
-                await self.run_gone(context)
-                return
-            outcome = lost_outcome(job=identity.name, now=datetime.now(UTC))
-        await self.record(context, identity=identity, outcome=outcome, received=received)
+        if meaning is JobMeaning.VANISHED:
+            await self.vanished(context, identity)
+            return
+        await self.finished(context, identity, job, received=received)
 
-    async def _run_gone(self, context: RunContext) -> bool:
+    async def finished(
+        self,
+        context: RunContext,
+        identity: JobIdentity,
+        job: Mapping[str, Any],
+        *,
+        received: float | None = None,
+    ) -> None:
+        """The run's own Job of an attempt finished: record its outcome."""
+        outcome = await self._observed_outcome(job, identity)
+        if outcome is not None:
+            await self.record(context, identity=identity, outcome=outcome, received=received)
+
+    async def vanished(self, context: RunContext, identity: JobIdentity) -> None:
+        """The run's own Job of a running attempt is gone: the attempt is lost, unless the
+        run is gone too (its Jobs go with it)."""
         body = await self.kube.read_run(namespace=context.namespace, name=context.name)
-        return (
-            body is None
-            or body["metadata"].get("uid") != context.uid
-            # being deleted, unless its finalizer holds it for the rollback (finalizer.py)
-            or (
-                bool(body["metadata"].get("deletionTimestamp"))
-                and not deletion_waits_for_rollback(body["metadata"])
-            )
-        )
+        if run_gone(body, uid=context.uid):
+            await self.run_gone(context)
+            return
+        outcome = lost_outcome(job=identity.name, now=datetime.now(UTC))
+        await self.record(context, identity=identity, outcome=outcome)
 
     async def _observed_outcome(
         self, job: Mapping[str, Any], identity: JobIdentity
@@ -394,11 +426,17 @@ class Engine:
             )
         decided_at = time.perf_counter()
         if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
-            self.background.cancel((context.run_id, f"start:{identity.name}"))
+            self.background.cancel(
+                Deferred(
+                    context.run_id,
+                    Purpose.WATCH_JOB,
+                    job=JobRef(identity.task_key, identity.attempt, identity.role),
+                )
+            )
             self.launcher.uids.forget(
                 run_id=context.run_id, task_key=identity.task_key, attempt=identity.attempt
             )
-        await self._apply(context, decision, received=received)
+        await self.applier.apply(context, decision, received=received)
         if received is not None and decision.create_jobs:
             done = time.perf_counter()
             if done - received > SLOW_HANDOFF_SECONDS:
@@ -415,53 +453,3 @@ class Engine:
     async def fail_attempt(self, context: RunContext, job: JobRef, outcome: AttemptOutcome) -> None:
         """An attempt failed before its Job ran (refused, or its Pod never started)."""
         await self.record(context, identity=attempt_identity(context, job), outcome=outcome)
-
-    async def check_pod_start(
-        self, context: RunContext, job: JobRef, *, body: Mapping[str, Any] | None = None
-    ) -> None:
-        """Fail the attempt, and delete its Job, when the Job's Pod has not started within
-        the pending timeout of its task type (``body``: the Job, when already read)."""
-        claim = attempt_identity(context, job)
-        if body is None:
-            body = await self.kube.read_job(namespace=context.namespace, name=claim.name)
-        status = (body or {}).get("status") or {}
-        if body is None or job_outcome(status) is not None:
-            return  # gone or finished: the Job watch (or the reconciler) records it
-        if status.get("ready") or status.get("succeeded") or status.get("failed"):
-            return  # a Pod is running, or has run
-        timeout = self.launcher.pending_timeout(context, job.task_key)
-        created = parse_timestamp(body["metadata"].get("creationTimestamp"))
-        admission = job_admission(body)
-        if admission is not None:  # a Kueue Job: waiting for admission is not pending
-            if admission.suspended:
-                return
-            created = admission.since or created
-        now = datetime.now(UTC)
-        if created is None or (now - created).total_seconds() < timeout:
-            return
-        identity = await self.launcher.own_job(context, job, body, act="outcome")
-        if identity is None or identity.uid is None:
-            return
-        if admission is None:
-            # a creationTimestamp has whole seconds (the Job may be up to 1 s younger than
-            # it says); the store recorded the creation exactly, after it happened
-            age = await recorded_job_age(
-                self.pool,
-                run_id=context.run_id,
-                task_key=job.task_key,
-                attempt=job.attempt,
-                uid=identity.uid,
-            )
-            if age is not None and age < timeout:
-                return  # the timer, or the reconciler's next pass, looks again
-        pods = await self.kube.job_pods(
-            namespace=context.namespace, job_name=identity.name, job_uid=identity.uid
-        )
-        outcome = not_started_outcome(pods, job=identity.name, timeout_seconds=timeout, now=now)
-        if outcome is None:
-            return
-        metrics.RECONCILE_FIXES.labels("pod_not_started").inc()
-        await self.record(context, identity=identity, outcome=outcome)
-        await self.kube.delete_job(
-            namespace=context.namespace, name=identity.name, uid=identity.uid
-        )

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flowforge.domain.api import FINALIZER
-from flowforge.domain.run import deletion_forced
+from flowforge.domain.run import run_gone
 from flowforge.domain.states import TERMINAL_RUN_PHASES
 from flowforge.kube.errors import KubernetesError
 from flowforge.operator.engine import Engine
@@ -73,7 +73,7 @@ async def _deleting(engine: Engine, body: Mapping[str, Any]) -> None:
     metadata = body["metadata"]
     held = FINALIZER in (metadata.get("finalizers") or [])
     context = await engine.runs.by_uid(namespace=metadata["namespace"], uid=metadata["uid"])
-    if context is not None and (deletion_forced(metadata) or not held):
+    if context is not None and run_gone(body, uid=context.uid):
         await engine.run_gone(context)  # no rollback: the Jobs go with the object
     elif context is not None:
         await engine.cancel(context, reason=DELETING_REASON)

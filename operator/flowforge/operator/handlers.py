@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import kopf
@@ -28,15 +29,12 @@ from flowforge.domain.api import (
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import health, memory, metrics
-from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.publishing import PendingPublisher, publish_object
 from flowforge.operator.reconciler import Reconciler
-from flowforge.operator.runs import RunRefusedError
 from flowforge.operator.settings import OperatorSettings
-from flowforge.store.errors import StaleEpochError
 from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool, pool_size_for
 from flowforge.store.session import LEASE_LIMITS
@@ -152,18 +150,9 @@ def _engine(memo: kopf.Memo) -> Engine | None:
     return engine
 
 
-async def _guarded(engine: Engine, what: str, action: Any) -> None:
-    try:
-        await action
-    except (NotLeaderError, RunRefusedError):
-        pass
-    except StaleEpochError as error:
-        logger.error("%s refused, this operator was deposed: %s", what, error)
-        await engine.leadership.lose()
-    except Exception as error:
-        # no kopf retries for events: the reconciler is the retry
-        metrics.RECONCILE_ERRORS.inc()
-        logger.warning("%s failed, left to the reconciler: %s", what, error)
+async def _guarded(engine: Engine, what: str, action: Awaitable[object]) -> None:
+    # no kopf retries for events: the reconciler is the retry (``failures.py``)
+    await engine.failures.guard(action, what=what)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
@@ -199,15 +188,16 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
         return
     body = event["object"]
     metadata = body["metadata"]
+    await _guarded(engine, f"WorkflowDefinition {metadata.get('name')}", _publish(engine, body))
+
+
+async def _publish(engine: Engine, body: Mapping[str, Any]) -> None:
+    metadata = body["metadata"]
     status = (await publish_object(engine.pool, body)).status(metadata.get("generation"))
     current = body.get("status") or {}
     if any(current.get(field) != value for field, value in status.items()):
-        await _guarded(
-            engine,
-            f"WorkflowDefinition {metadata.get('name')}",
-            engine.kube.patch_definition_status(
-                namespace=metadata["namespace"], name=metadata["name"], status=status
-            ),
+        await engine.kube.patch_definition_status(
+            namespace=metadata["namespace"], name=metadata["name"], status=status
         )
 
 

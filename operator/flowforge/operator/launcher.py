@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +32,7 @@ from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
 from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics
-from flowforge.operator.background import Background
+from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
@@ -55,8 +55,6 @@ _REMEMBERED_UIDS = 100_000
 
 # the engine records an attempt that failed before its Job ran (refused, never started)
 FailAttempt = Callable[[RunContext, JobRef, AttemptOutcome], Awaitable[None]]
-# the engine checks, once the pending timeout is over, that the attempt's Pod started
-CheckStart = Callable[[RunContext, JobRef], Coroutine[Any, Any, None]]
 
 
 def forgery_cause(
@@ -175,10 +173,9 @@ class RecordedUids:
 @dataclasses.dataclass(frozen=True)
 class AttemptHooks:
     """What the launcher hands back to the engine: attempts that failed before their Job
-    ran, and the pending-timeout check of the Jobs it created."""
+    ran, and the admission timeout of the Kueue Jobs it created."""
 
     fail: FailAttempt
-    check_start: CheckStart
     delays: CreationDelays
     default_pending_timeout: float
     mark: Callable[[int], None]  # the run's status is to be re-projected
@@ -214,12 +211,11 @@ class JobLauncher:
         return float(own) if own is not None else self._hooks.default_pending_timeout
 
     def schedule_start_check(self, context: RunContext, job: JobRef) -> None:
-        """Check, once the pending timeout is over, that the attempt's Pod started."""
-        name = context.job_name(task_key=job.task_key, attempt=job.attempt, role=job.role)
+        """Have the watchdog look, once the pending timeout is over, whether the attempt's
+        Pod started."""
         self._background.later(
             self.pending_timeout(context, job.task_key) + 1.0,
-            key=(context.run_id, f"start:{name}"),
-            coroutine_factory=lambda: self._hooks.check_start(context, job),
+            Deferred(context.run_id, Purpose.WATCH_JOB, job=job),
         )
 
     async def create_all(
@@ -350,25 +346,26 @@ class JobLauncher:
             )
             self._notifier.post(context, notice)
         self._hooks.mark(context.run_id)
-        self._background.later(
-            delay,
-            key=(context.run_id, f"create:{name}"),
-            coroutine_factory=lambda: self._create_again(context, item),
-        )
+        self._background.later(delay, Deferred(context.run_id, Purpose.CREATE_JOB, job=ref))
 
-    async def _create_again(self, context: RunContext, item: Dispatch) -> None:
+    async def create_again(self, context: RunContext, job: JobRef) -> None:
+        """Try again to create the Job of an attempt whose creation the apiserver delayed,
+        if the attempt is still running."""
         self._fence()  # a deposed operator leaves it to the leader's reconciler
         rows = await active_tasks(self._pool, context.run_id)
-        if not any(
-            row.task_key == item.task_key
-            and row.attempt == item.attempt
-            and row.role == item.role
-            and row.state == TaskState.RUNNING
-            for row in rows
-        ):
-            self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
+        row = next(
+            (
+                row
+                for row in rows
+                if (row.task_key, row.attempt, row.role) == (job.task_key, job.attempt, job.role)
+                and row.state == TaskState.RUNNING
+            ),
+            None,
+        )
+        if row is None:
+            self._hooks.delays.cleared((context.run_id, job.task_key, job.attempt))
             return  # cancelled or resolved meanwhile
-        await self.create(context, item)
+        await self.create(context, Dispatch.of(row))
 
     async def owns(self, context: RunContext, identity: JobIdentity, *, act: str) -> bool:
         """Whether the Job is the run's own for the attempt it claims (the recorded uid is

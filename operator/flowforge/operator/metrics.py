@@ -91,6 +91,14 @@ STATUS_UNCHANGED = Counter(
     registry=REGISTRY,
 )
 LEADER = Gauge("flowforge_leader", "1 while this operator holds the lease", registry=REGISTRY)
+FAILURES = Counter(
+    "flowforge_failures_total",
+    "Handlers, deferred work and reconciler repairs that did not complete, by what went "
+    "wrong: refused (the input is wrong), deposed (another operator leads), infrastructure "
+    "(the database or the apiserver did not answer), bug (anything else)",
+    ["kind"],
+    registry=REGISTRY,
+)
 
 
 @contextmanager

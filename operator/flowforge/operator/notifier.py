@@ -14,7 +14,7 @@ from collections.abc import Callable
 from flowforge.domain.decision import Notice
 from flowforge.domain.event_series import EventCorrelator
 from flowforge.kube.events import RunEvent, series_name
-from flowforge.operator.background import Background
+from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
 
@@ -45,9 +45,8 @@ class Notifier:
         if not alone:
             self._background.later(
                 SERIES_FLUSH_SECONDS,
-                key=(context.run_id, f"event-series:{notice.reason}"),
+                Deferred(context.run_id, Purpose.WRITE_EVENTS, reason=notice.reason),
                 earliest=True,
-                coroutine_factory=lambda: self.flush_series(context, notice.reason),
             )
             return
         self._background.spawn(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flowforge.domain.errors import FlowForgeError
+from flowforge.domain.errors import UserError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.client import KubeClient
@@ -46,7 +46,7 @@ async def publish_object(pool: Pool, body: Mapping[str, Any]) -> PublishOutcome:
     try:
         definition = parse_definition(body.get("spec") or {})
         await publish_definition(pool, namespace=metadata["namespace"], definition=definition)
-    except FlowForgeError as error:
+    except UserError as error:  # the database not answering is not a refusal: it propagates
         logger.warning("WorkflowDefinition %s not published: %s", metadata.get("name"), error)
         return PublishOutcome(definition=None, message=f"{NOT_PUBLISHED}: {error}"[:4000])
     return PublishOutcome(definition=definition, message="published")

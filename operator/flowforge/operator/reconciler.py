@@ -46,20 +46,18 @@ from typing import Any
 
 from flowforge.domain.api import FINALIZER
 from flowforge.domain.decision import Dispatch, JobRef
-from flowforge.domain.execution import job_outcome, lost_outcome
-from flowforge.domain.kueue import job_admission
-from flowforge.domain.run import shown_phase
+from flowforge.domain.execution import job_outcome
+from flowforge.domain.observed_job import JobMeaning, job_meaning
+from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import TERMINAL_RUN_PHASES, TaskState
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
 from flowforge.kube.pages import ListPage
 from flowforge.operator import metrics
-from flowforge.operator.background import NotLeaderError
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.launcher import attempt_identity, found_job
-from flowforge.operator.runs import RunContext, RunRefusedError
+from flowforge.operator.runs import RunContext
 from flowforge.store.dispatch import record_job_created, serve_queue
-from flowforge.store.errors import StaleEpochError
 from flowforge.store.queries import active_tasks, recorded_jobs, runs_by_phase
 from flowforge.store.queue import queued_namespaces
 from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
@@ -104,13 +102,7 @@ class Reconciler:
     async def run_forever(self) -> None:
         while True:
             await self._engine.leadership.wait_until_leader()
-            try:
-                await self.pass_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.RECONCILE_ERRORS.inc()
-                logger.exception("reconcile pass failed; next pass in %.1f s", self._interval)
+            await self._engine.failures.guard(self.pass_once(), what="a reconciler pass")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self._interval)
             self._kick.clear()
@@ -126,26 +118,24 @@ class Reconciler:
                 functools.partial(engine.kube.list_runs, namespace=namespace, limit=self._page_size)
             ):
                 seen_uids.update(str(body["metadata"]["uid"]) for body in page)
-                await self._observe_page(page)
+                if await self._observe_page(page):
+                    return
         # the store first, then the Jobs: a Job created in between is listed, never "lost"
         sweep = await self._sweep()
         jobs = await self._list_jobs(field_selector=UNSUCCEEDED)
         for run_id, uid in sweep.runs.items():
             if uid in seen_uids and run_id not in sweep.repairs:
                 continue
-            try:
-                context = await engine.runs.by_id(run_id)
-                if uid not in seen_uids and await self._run_deleted(context):
-                    continue
-                rows = sweep.repairs.get(run_id)
-                if rows is not None:
-                    await self._fix_run(context, rows=rows, jobs=jobs)
-            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
-                raise
-            except Exception:
-                metrics.RECONCILE_ERRORS.inc()
-                logger.exception("repairing run #%d failed; the pass goes on", run_id)
-        await self._serve_queues()
+            verdict = await engine.failures.guard(
+                self._repair(
+                    run_id, listed=uid in seen_uids, rows=sweep.repairs.get(run_id), jobs=jobs
+                ),
+                what=f"repairing run #{run_id}",
+            )
+            if verdict.stops:
+                return
+        if await self._serve_queues():
+            return
         await self._clean_up_jobs(jobs | await self._succeeded_jobs_due(), running=sweep.running)
         for phase, count in (await runs_by_phase(engine.pool)).items():
             metrics.RUNS_BY_PHASE.labels(phase).set(count)
@@ -153,8 +143,9 @@ class Reconciler:
         metrics.CACHED_DEFINITION_TASKS.set(engine.runs.definitions.currsize)
         metrics.STATUS_PENDING.set(engine.status.pending())
 
-    async def _observe_page(self, page: list[dict[str, Any]]) -> None:
-        """Take further only the listed objects that need something (one store query)."""
+    async def _observe_page(self, page: list[dict[str, Any]]) -> bool:
+        """Take further only the listed objects that need something (one store query).
+        True: the pass must stop (this operator does not lead any more)."""
         engine = self._engine
         known = await listed_runs(
             engine.pool,
@@ -170,39 +161,32 @@ class Reconciler:
                 if shown_phase(body) != stored.phase.value:
                     engine.status.mark(stored.run_id, force=True)
                 continue
-            try:
-                await observe_run(engine, body)  # also finishes a deletion left stuck
-            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
-                raise
-            except RunRefusedError:
-                pass
-            except Exception:
-                metrics.RECONCILE_ERRORS.inc()
-                logger.exception(
-                    "observing run %s/%s failed; the pass goes on",
-                    metadata.get("namespace"),
-                    metadata.get("name"),
-                )
+            verdict = await engine.failures.guard(
+                observe_run(engine, body),  # also finishes a deletion left stuck
+                what=f"observing run {metadata.get('namespace')}/{metadata.get('name')}",
+            )
+            if verdict.stops:
+                return True
+        return False
 
-    async def _serve_queues(self) -> None:
+    async def _serve_queues(self) -> bool:
         """One locked pass over each namespace's queue (a missed hand-off, a Replace run's
         victim, limits raised): never one per queued run, which would hold the namespace's
-        lock once per waiting run and stall the hand-offs behind it."""
+        lock once per waiting run and stall the hand-offs behind it. True: the pass must
+        stop."""
         engine = self._engine
         for namespace in await queued_namespaces(engine.pool):
-            try:
-                decisions = await serve_queue(
-                    engine.pool, fence=engine.fence(), namespace=namespace
-                )
-                for other in decisions:
-                    await engine.applier.apply(
-                        await engine.runs.by_id(other.run_id), other.decision
-                    )
-            except (asyncio.CancelledError, NotLeaderError, StaleEpochError):
-                raise
-            except Exception:
-                metrics.RECONCILE_ERRORS.inc()
-                logger.exception("serving the queue of %s failed; the pass goes on", namespace)
+            verdict = await engine.failures.guard(
+                self._serve_queue(namespace), what=f"serving the queue of {namespace}"
+            )
+            if verdict.stops:
+                return True
+        return False
+
+    async def _serve_queue(self, namespace: str) -> None:
+        engine = self._engine
+        decisions = await serve_queue(engine.pool, fence=engine.fence(), namespace=namespace)
+        await engine.applier.apply_elsewhere(decisions)
 
     async def _sweep(self) -> _Sweep:
         sweep = _Sweep()
@@ -251,24 +235,35 @@ class Reconciler:
                     jobs[(metadata["namespace"], metadata["name"])] = job
         return jobs
 
-    async def _run_deleted(self, context: RunContext) -> bool:
-        if (
-            self._engine.settings.namespaces
-            and context.namespace not in self._engine.settings.namespaces
-        ):
-            return False
-        body = await self._engine.kube.read_run(namespace=context.namespace, name=context.name)
-        if body is not None and body["metadata"]["uid"] == context.uid:
-            return False
-        metrics.RECONCILE_FIXES.labels("run_deleted").inc()
-        await self._engine.run_gone(context)
-        return True
+    async def _repair(
+        self,
+        run_id: int,
+        *,
+        listed: bool,
+        rows: _Repairs | None,
+        jobs: dict[tuple[str, str], dict[str, Any]],
+    ) -> None:
+        """Cancel an active run whose object the listing did not show and that is gone, or
+        repair what its swept rows need."""
+        engine = self._engine
+        context = await engine.runs.by_id(run_id)
+        if not listed and self._watched(context.namespace):
+            body = await engine.kube.read_run(namespace=context.namespace, name=context.name)
+            if run_gone(body, uid=context.uid):
+                metrics.RECONCILE_FIXES.labels("run_deleted").inc()
+                await engine.run_gone(context)
+                return
+        if rows is not None:
+            await self._fix_run(context, rows=rows, jobs=jobs)
+
+    def _watched(self, namespace: str) -> bool:
+        namespaces = self._engine.settings.namespaces
+        return not namespaces or namespace in namespaces
 
     async def _fix_run(
         self, context: RunContext, *, rows: _Repairs, jobs: dict[tuple[str, str], dict[str, Any]]
     ) -> None:
         engine = self._engine
-        now = datetime.now(UTC)
         released = False
         for row in rows.tasks:
             released = released or row.state == TaskState.READY
@@ -287,23 +282,11 @@ class Reconciler:
                 job = None  # the run's Job is gone, a copy has its name
             if job is None and row.job_recorded:
                 metrics.RECONCILE_FIXES.labels("job_vanished").inc()
-                await engine.record(
-                    context, identity=identity, outcome=lost_outcome(job=name, now=now)
-                )
+                await engine.vanished(context, identity)
                 continue
             if job is None:
                 metrics.RECONCILE_FIXES.labels("job_missing").inc()
-                await engine.launcher.create(
-                    context,
-                    Dispatch(
-                        run_id=context.run_id,
-                        task_key=row.task_key,
-                        role=row.role,
-                        attempt=row.attempt,
-                        timeout_seconds=row.timeout_seconds,
-                        released_at=row.not_before,
-                    ),
-                )
+                await engine.launcher.create(context, Dispatch.of(row))
                 continue
             if not row.job_recorded:
                 await record_job_created(
@@ -316,14 +299,11 @@ class Reconciler:
                     uid=str(job["metadata"]["uid"]),
                     created=False,
                 )
-            if job_outcome(job.get("status") or {}) is not None:
+            if job_meaning(job) is JobMeaning.FINISHED:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()
-                await engine.on_job_event(job, "RECONCILE")
-            elif job_admission(job) is not None:  # Kueue: admitted, evicted, waited too long
-                await engine.admissions.check(context, identity_ref(identity), body=job)
-                await engine.check_pod_start(context, identity_ref(identity), body=job)
-            else:  # a Pod that has not started within the pending timeout fails it
-                await engine.check_pod_start(context, identity_ref(identity), body=job)
+                await engine.finished(context, found_job(identity, job), job)
+            else:  # admitted, evicted, waited too long; a Pod that never started
+                await engine.watchdog.check(context, identity_ref(identity), body=job)
         if released:
             await engine.dispatch(context)  # also sets the wake-up for backoffs not over
         if rows.settle:

@@ -21,6 +21,7 @@ resolved and returns ``Decision.lost()``.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -240,13 +241,7 @@ async def record_outcome(
                 outcome=outcome,
                 delay=delay,
             )
-        moved = Decision(
-            recorded=True,
-            create_jobs=moved.create_jobs,
-            notices=moved.notices,
-            outcome=recorded,
-            wake_at=moved.wake_at,
-        )
+        moved = dataclasses.replace(moved, recorded=True, outcome=recorded)
         moved = moved.then(await settle_locked(connection, fence=fence, run_id=run_id))
         return moved.also(
             await fill_locked(connection, fence=fence, namespace=str(namespace), skip=run_id)

@@ -98,11 +98,15 @@ class Harness:
         await publish_definition(
             self.pool, namespace=NAMESPACE, definition=parse_definition(document)
         )
+        return self.stored_run(name, workflow=name)
+
+    def stored_run(self, name: str, *, workflow: str) -> dict[str, Any]:
+        """A WorkflowRun object of version 1 of ``workflow``, as the apiserver stores it."""
         body: dict[str, Any] = {
             "apiVersion": "flowforge.io/v1alpha1",
             "kind": "WorkflowRun",
             "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
-            "spec": {"workflow": name, "version": 1},
+            "spec": {"workflow": workflow, "version": 1},
         }
         self.kube.runs[(NAMESPACE, name)] = body
         return body

@@ -9,7 +9,6 @@ variable the loop over B rebound, and A's TTL deleted B's running Job).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,13 +39,7 @@ async def harness(store: Pool, clock: FakeClock) -> AsyncIterator[Harness]:
 
 
 async def start(harness: Harness, workflow: str, name: str) -> RunContext:
-    body: dict[str, Any] = {
-        "apiVersion": "flowforge.io/v1alpha1",
-        "kind": "WorkflowRun",
-        "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
-        "spec": {"workflow": workflow, "version": 1},
-    }
-    harness.kube.runs[(NAMESPACE, name)] = body
+    body = harness.stored_run(name, workflow=workflow)
     await harness.engine.start_run(body)
     context = await harness.engine.runs.by_uid(namespace=NAMESPACE, uid=body["metadata"]["uid"])
     assert context is not None

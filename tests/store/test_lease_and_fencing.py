@@ -26,9 +26,9 @@ from flowforge.store.lease import (
     release_lease,
     renew_lease,
 )
+from flowforge.store.moves import settle_run
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, create_run, get_run
-from flowforge.store.settle import settle_run
 from tests.store.conftest import (
     NAMESPACE,
     failure,

@@ -19,10 +19,10 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
+from flowforge.store.moves import settle_run
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import forward_counts, latest_outcomes, list_tasks
 from flowforge.store.runs import RunRecord, get_run
-from flowforge.store.settle import settle_run
 from tests.store.conftest import (
     AN_HOUR,
     DIAMOND,

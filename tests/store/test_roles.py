@@ -21,11 +21,11 @@ from flowforge.store.definitions import load_definition
 from flowforge.store.dispatch import dispatch_due, record_job_created
 from flowforge.store.errors import StoreError
 from flowforge.store.lease import Fence, acquire_lease
+from flowforge.store.moves import settle_run
 from flowforge.store.pool import open_pool
 from flowforge.store.queries import list_tasks
 from flowforge.store.retention import prune
 from flowforge.store.runs import RunRecord, get_run
-from flowforge.store.settle import settle_run
 from tests.store.conftest import DIAMOND, failure, finish, roll_back, start_run
 
 pytestmark = pytest.mark.store

@@ -19,9 +19,9 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
+from flowforge.store.moves import settle_run
 from flowforge.store.queries import list_tasks, rollback_started_at, rollback_steps
 from flowforge.store.runs import RunRecord, get_run
-from flowforge.store.settle import settle_run
 from tests.store.conftest import (
     AN_HOUR,
     failure,

@@ -51,9 +51,9 @@ from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.lease import Fence
+from flowforge.store.moves import settle_run
 from flowforge.store.outcomes import record_outcome
 from flowforge.store.queue import set_namespace_limits
-from flowforge.store.settle import settle_run
 
 logger = logging.getLogger(__name__)
 # a hand-off slower than this (the target: event received -> dependent Job created) is

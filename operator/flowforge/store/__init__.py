@@ -51,9 +51,11 @@ The moves, one module each
 --------------------------
 ``runs.create_run`` (the whole graph at once; reuse for a retry, ``reuse.py``),
 ``dispatch.dispatch_due``, ``outcomes.record_outcome`` (success, failure with retry, skip
-downstream, a compensator's outcome), ``cancel.cancel_run``, ``settle.settle_run`` (finish,
+downstream, a compensator's outcome), ``cancel.cancel_run``, ``moves.settle_run`` (finish,
 start the rollback or its next compensator). Every one returns a ``Decision``; the
-operator's applier acts on it after the commit. Reads are in ``queries.py``.
+operator's applier acts on it after the commit. Every move but the success hot path runs in
+the one lock order through ``moves.locked_move`` (fence, namespace lock, the move's run and
+task rows, then settle and fill). Reads are in ``queries.py``.
 
 Queries and the index that serves each
 --------------------------------------

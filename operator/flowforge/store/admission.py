@@ -18,14 +18,11 @@ from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import TaskState
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.errors import StaleEpochError
-from flowforge.store.lease import Fence
+from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
 from flowforge.store.transaction import in_transaction
 
 ADMISSION_QUERY = f"""
-WITH fence AS (
-    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
-), moved AS (
+WITH {FENCE_CTE}, moved AS (
     UPDATE flowforge_task
     SET admitted_attempt = CASE WHEN %(admitted)s THEN attempt END,
         admitted_at = CASE WHEN %(admitted)s THEN %(at)s::timestamptz END,
@@ -73,9 +70,7 @@ async def record_admission(
             },
         )
         row = await cursor.fetchone()
-        current = None if row is None or row[0] is None else int(row[0])
-        if current != fence.epoch:
-            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current)
+        refuse_stale(fence, None if row is None else row[0])
         if not row or not row[1]:
             return Decision.lost()
         notice = (notices.task_admitted if admitted else notices.task_evicted)(

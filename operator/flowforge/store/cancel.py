@@ -21,11 +21,9 @@ from flowforge.domain.states import (
 )
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_task_events
-from flowforge.store.lease import Fence, check_fence
-from flowforge.store.queue import fill_locked, lock_namespace_of_run
-from flowforge.store.settle import settle_locked
+from flowforge.store.lease import Fence
+from flowforge.store.moves import locked_move
 from flowforge.store.stopping import request_cancel
-from flowforge.store.transaction import in_transaction
 
 ABANDON_QUERY = f"""
 UPDATE flowforge_task SET state = '{CompensationState.SKIPPED}', finished_at = now(),
@@ -42,9 +40,7 @@ async def cancel_run(
     """Stop the run (see the module); ``Decision.lost()`` when it is over already or was
     cancelled before (and, with ``rollback=False``, has nothing left to skip)."""
 
-    async def decide(connection: Connection) -> Decision:
-        await check_fence(connection, fence)
-        namespace = await lock_namespace_of_run(connection, run_id)
+    async def move(connection: Connection, namespace: str) -> Decision:
         cursor = await connection.execute(
             "SELECT phase, cancel_requested FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
             (run_id,),
@@ -59,15 +55,10 @@ async def cancel_run(
             decision = decision.then(
                 await _abandon(connection, fence=fence, run_id=run_id, reason=reason)
             )
-        if not decision.recorded or namespace is None:
-            return decision
-        decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
-        # the cancelled tasks' slots are free for the namespace's other runs
-        return decision.also(
-            await fill_locked(connection, fence=fence, namespace=namespace, skip=run_id)
-        )
+        return decision
 
-    return await in_transaction(pool, decide)
+    # the cancelled tasks' slots are free for the namespace's other runs
+    return await locked_move(pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True)
 
 
 async def _abandon(connection: Connection, *, fence: Fence, run_id: int, reason: str) -> Decision:

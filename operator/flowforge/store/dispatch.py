@@ -22,12 +22,11 @@ from flowforge.domain.decision import Decision, RunDecision
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.errors import StaleEpochError
-from flowforge.store.lease import Fence, check_fence
+from flowforge.store.lease import FENCE_CTE, Fence, check_fence, refuse_stale
+from flowforge.store.moves import locked_move
 from flowforge.store.queue import (
     dispatch_locked,
     lock_namespace,
-    lock_namespace_of_run,
     serve_locked,
 )
 from flowforge.store.settle import settle_locked
@@ -49,11 +48,7 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     re-projected), and a ``Replace`` run whose key is full cancels the oldest running run
     of it."""
 
-    async def decide(connection: Connection) -> Decision:
-        await check_fence(connection, fence)
-        namespace = await lock_namespace_of_run(connection, run_id)
-        if namespace is None:
-            return Decision.lost()
+    async def move(connection: Connection, namespace: str) -> Decision:
         cursor = await connection.execute(
             "SELECT phase = %s FROM flowforge_run WHERE id = %s", (RunPhase.QUEUED, run_id)
         )
@@ -76,7 +71,7 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
             )
         return own.also(others)
 
-    return await in_transaction(pool, decide)
+    return await locked_move(pool, fence=fence, run_id=run_id, move=move)
 
 
 async def serve_queue(pool: Pool, *, fence: Fence, namespace: str) -> tuple[RunDecision, ...]:
@@ -95,9 +90,7 @@ async def serve_queue(pool: Pool, *, fence: Fence, namespace: str) -> tuple[RunD
 
 
 JOB_CREATED_QUERY = f"""
-WITH fence AS (
-    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
-), recorded AS (
+WITH {FENCE_CTE}, recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
            %(key)s, %(attempt)s, '{EventKind.TASK_JOB_CREATED}', epoch, %(detail)s
@@ -139,9 +132,7 @@ async def record_job_created(
             },
         )
         row = await cursor.fetchone()
-        current = None if row is None or row[0] is None else int(row[0])
-        if current != fence.epoch:
-            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current)
+        refuse_stale(fence, None if row is None else row[0])
         return bool(row is not None and row[1])
 
     return await in_transaction(pool, decide, single_statement=True)

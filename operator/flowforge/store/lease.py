@@ -130,12 +130,23 @@ async def current_lease(pool: Pool, name: str = DEFAULT_LEASE) -> Lease | None:
     return None if row is None else Lease(*row)
 
 
+# The fence of a single-statement move, as its first common table expression: the statement
+# locks the lease row like ``check_fence`` and writes only ``WHERE (SELECT epoch FROM fence)
+# = %(epoch)s``; it returns the epoch it found for ``refuse_stale``. Parameters: ``lease``.
+FENCE_CTE = "fence AS (SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE)"
+
+
+def refuse_stale(fence: Fence, current: object) -> None:
+    """Refuse the move when the lease's epoch (as found by the fence) is not the writer's."""
+    epoch = None if current is None else int(str(current))
+    if epoch != fence.epoch:
+        raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=epoch)
+
+
 async def check_fence(connection: Connection, fence: Fence) -> None:
     """Inside the writer's transaction: refuse the write unless its epoch is current."""
     cursor = await connection.execute(
         "SELECT epoch FROM flowforge_lease WHERE name = %s FOR SHARE", (fence.lease,)
     )
     row = await cursor.fetchone()
-    current = None if row is None else int(row[0])
-    if current != fence.epoch:
-        raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current)
+    refuse_stale(fence, None if row is None else row[0])

@@ -47,17 +47,15 @@ from flowforge.domain.states import (
     sql_list,
 )
 from flowforge.store.connection import Connection, Pool
-from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import append_event, append_task_events
-from flowforge.store.lease import Fence, check_fence
-from flowforge.store.queue import dispatch_locked, fill_locked, lock_namespace_of_run
-from flowforge.store.settle import settle_locked, settle_run
+from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
+from flowforge.store.moves import locked_move, settle_run
+from flowforge.store.queue import dispatch_locked
+from flowforge.store.settle import settle_locked
 from flowforge.store.transaction import in_transaction
 
 RECORD_SUCCESS_QUERY = f"""
-WITH fence AS (
-    SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE
-), run AS (
+WITH {FENCE_CTE}, run AS (
     -- a run under a task limit dispatches nothing here: the locked dispatch that follows
     -- the commit does, within its limits (queue.py)
     SELECT phase = '{RunPhase.RUNNING}' AND NOT cancel_requested AS active,
@@ -193,9 +191,7 @@ async def record_outcome(
             return success
         return success.then(await settle_run(pool, fence=fence, run_id=run_id))
 
-    async def decide(connection: Connection) -> Decision:
-        await check_fence(connection, fence)
-        namespace = await lock_namespace_of_run(connection, run_id)
+    async def move(connection: Connection, namespace: str) -> Decision:
         run = await connection.execute(
             "SELECT cancel_requested FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
             (run_id,),
@@ -241,13 +237,9 @@ async def record_outcome(
                 outcome=outcome,
                 delay=delay,
             )
-        moved = dataclasses.replace(moved, recorded=True, outcome=recorded)
-        moved = moved.then(await settle_locked(connection, fence=fence, run_id=run_id))
-        return moved.also(
-            await fill_locked(connection, fence=fence, namespace=str(namespace), skip=run_id)
-        )
+        return dataclasses.replace(moved, recorded=True, outcome=recorded)
 
-    return await in_transaction(pool, decide)
+    return await locked_move(pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True)
 
 
 async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
@@ -255,19 +247,13 @@ async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     limits leave (the one it freed among them), other runs of the namespace those left
     over, and the run settles when nothing is left to run."""
 
-    async def decide(connection: Connection) -> Decision:
-        await check_fence(connection, fence)
-        namespace = await lock_namespace_of_run(connection, run_id)
-        if namespace is None:
-            return Decision.lost()
+    async def move(connection: Connection, namespace: str) -> Decision:
         decision = await dispatch_locked(connection, fence=fence, run_id=run_id)
         if not decision.create_jobs:
             decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
-        return decision.also(
-            await fill_locked(connection, fence=fence, namespace=namespace, skip=run_id)
-        )
+        return decision
 
-    return await in_transaction(pool, decide)
+    return await locked_move(pool, fence=fence, run_id=run_id, move=move, fill=True)
 
 
 async def _record_success(
@@ -291,8 +277,7 @@ async def _record_success(
         row = await cursor.fetchone()
         assert row is not None
         current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row
-        if current_epoch != fence.epoch:
-            raise StaleEpochError(lease=fence.lease, epoch=fence.epoch, current_epoch=current_epoch)
+        refuse_stale(fence, current_epoch)
         if moved != 1:
             return None, False, False
         dispatched = tuple(

@@ -46,12 +46,11 @@ from flowforge.domain.states import (
     TaskState,
     sql_list,
 )
-from flowforge.store.connection import Connection, Pool
+from flowforge.store.connection import Connection
 from flowforge.store.events import append_event, append_task_events
-from flowforge.store.lease import Fence, check_fence
+from flowforge.store.lease import Fence
 from flowforge.store.queries import forward_counts_locked
-from flowforge.store.queue import lock_namespace_of_run, rebalance_locked
-from flowforge.store.transaction import in_transaction
+from flowforge.store.queue import rebalance_locked
 
 UNRESOLVED_QUERY = f"""
 SELECT EXISTS (
@@ -255,26 +254,3 @@ async def _finish(
             changed=bool(row[1]),  # a queued run left the queue: the places behind it moved
         )
     )
-
-
-async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
-    """Finish the run, start its rollback or its next compensator if its tasks allow.
-
-    Cheap when the run still has forward work: one read-only probe of the progress index.
-    """
-    async with pool.connection() as connection:
-        probe = await connection.execute(
-            f"SELECT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s "
-            f"AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)})",
-            {"run": run_id},
-        )
-        probe_row = await probe.fetchone()
-    if probe_row is not None and probe_row[0]:
-        return Decision.lost()
-
-    async def decide(connection: Connection) -> Decision:
-        await check_fence(connection, fence)
-        await lock_namespace_of_run(connection, run_id)
-        return await settle_locked(connection, fence=fence, run_id=run_id)
-
-    return await in_transaction(pool, decide)

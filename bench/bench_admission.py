@@ -1,7 +1,7 @@
 """Benchmark: admission latency of WorkflowDefinitions of 10, 1,000 and 10,000 tasks.
 
 Starts (or reuses, with --cluster-dir) the local control plane, a PostgreSQL server, the
-webhook server (`python -m flowforge.operator.webhook_server`) and its webhook
+webhook server (`python -m flowforge.admission.server`) and its webhook
 configurations, then times for each size, over --rounds rounds after one warm-up:
 
 * `kubectl apply --server-side --dry-run=server -f FILE`: what a user waits for, including
@@ -49,6 +49,11 @@ from typing import Any
 import psycopg
 from kubernetes import client, config
 
+from flowforge.admission.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_webhook_certificates,
+)
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.kube.webhook_config import (
     VALIDATE_DEFINITION_HANDLER_ID,
@@ -59,11 +64,6 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
-from flowforge.operator.certs import (
-    ClientCertificates,
-    WebhookCertificates,
-    generate_webhook_certificates,
-)
 from flowforge.store.migrate import migrate
 from peer_harness import cpu_seconds
 
@@ -277,7 +277,7 @@ def webhook_server(
             [
                 sys.executable,
                 "-m",
-                "flowforge.operator.webhook_server",
+                "flowforge.admission.server",
                 *("--port", str(port), "--certs", str(scratch / "certs")),
                 *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
                 *("--dsn", dsn, "--kubeconfig", str(cluster.kubeconfig)),

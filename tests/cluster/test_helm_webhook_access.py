@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowforge.operator.certs import generate_client_certificates
+from flowforge.admission.certs import generate_client_certificates
 from tests.cluster.test_helm_chart import Helm, Manifest, _one, helm
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with the chart's other tests

@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 
+from flowforge.admission.dryrun import decide_definition_dry_run
+from flowforge.admission.review import AdmissionRequest
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import validate_spec
 from flowforge.kube.dryrun import DryRunner
 from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
 from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
-from flowforge.operator.admission import AdmissionRequest
-from flowforge.operator.admission_dryrun import decide_definition_dry_run
 from flowforge.store.connection import Pool
 from tests.cluster.test_admission_publishing import start_operator
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from flowforge.operator.certs import (
+from flowforge.admission.certs import (
     ClientCertificates,
     WebhookCertificates,
     generate_client_certificates,
     generate_webhook_certificates,
 )
-from flowforge.operator.webhook_http import GuardedWebhookServer, ServerLimits
+from flowforge.admission.transport import GuardedWebhookServer, ServerLimits
 
 LIMITS = ServerLimits(
     max_body_bytes=64 * 1024,

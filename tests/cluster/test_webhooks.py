@@ -1,6 +1,6 @@
 """Admission webhooks through the real apiserver, with kubectl as users run it.
 
-The webhook server is `python -m flowforge.operator.webhook_server` (kopf) on 127.0.0.1 with
+The webhook server is `python -m flowforge.admission.server` (kopf) on 127.0.0.1 with
 its own CA, backed by a real PostgreSQL store; the apiserver calls it because the
 Validating/MutatingWebhookConfigurations built by `flowforge.kube.webhook_config` say so.
 """

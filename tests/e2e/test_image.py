@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client as k8s
 from psycopg import sql
 
+from flowforge.admission.certs import WebhookCertificates
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.kube.webhook_config import (
     apply_webhook_configurations,
@@ -31,7 +32,6 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
-from flowforge.operator.certs import WebhookCertificates
 from flowforge.store.pool import open_pool
 from tests.cluster.test_helm_chart import Helm
 from tests.cluster.test_saga import (

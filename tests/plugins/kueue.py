@@ -47,10 +47,10 @@ from typing import Any
 import pytest
 import yaml
 
+from flowforge.admission.certs import generate_webhook_certificates
 from flowforge.localdev.binaries import BinariesMissingError, find_kueue, read_versions
 from flowforge.localdev.cluster import KubectlError, wait_established
 from flowforge.localdev.controlplane import Cluster, kubectl
-from flowforge.operator.certs import generate_webhook_certificates
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")

@@ -1,6 +1,6 @@
 """pytest fixtures for FlowForge's admission webhooks, served for real.
 
-- ``webhook_server`` (session): `python -m flowforge.operator.webhook_server` in a subprocess
+- ``webhook_server`` (session): `python -m flowforge.admission.server` in a subprocess
   on 127.0.0.1 with freshly generated certificates and a migrated database of its own. It
   needs the cluster (kopf discovers the resources there) and the CRDs.
 - ``admission_webhooks`` (module): the Validating/MutatingWebhookConfigurations pointing the
@@ -31,17 +31,17 @@ from typing import Any
 
 import pytest
 
+from flowforge.admission.certs import (
+    ClientCertificates,
+    WebhookCertificates,
+    generate_webhook_certificates,
+)
 from flowforge.kube.webhook_config import (
     apply_webhook_configurations,
     delete_webhook_configurations,
     local_endpoint,
 )
 from flowforge.localdev.controlplane import Cluster, kubectl
-from flowforge.operator.certs import (
-    ClientCertificates,
-    WebhookCertificates,
-    generate_webhook_certificates,
-)
 from flowforge.store.connection import Pool
 from flowforge.store.pool import open_pool
 from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
@@ -187,7 +187,7 @@ def spawn_webhook_server(
     kubeconfig: Path | None = None,
     command: Callable[[int, WebhookCertificates], list[str]] | None = None,
 ) -> WebhookServer:
-    """`python -m flowforge.operator.webhook_server` (or ``command(port, certs)``) on a free
+    """`python -m flowforge.admission.server` (or ``command(port, certs)``) on a free
     port with new serving certificates in ``directory``, trusting the cluster's webhook client
     CA, until it serves."""
     certs = generate_webhook_certificates(directory / "certs")
@@ -199,7 +199,7 @@ def spawn_webhook_server(
         else [
             sys.executable,
             "-m",
-            "flowforge.operator.webhook_server",
+            "flowforge.admission.server",
             *("--port", str(port), "--certs", str(directory / "certs")),
             *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
             *("--dsn", dsn, "--kubeconfig", str(kubeconfig or cluster.kubeconfig)),

@@ -11,10 +11,10 @@ import pytest
 from flowforge.cli.run_report import load_report, report_text
 from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.validation import parse_definition
-from flowforge.store.admission import record_admission
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.dispatch import dispatch_due
+from flowforge.store.kueue_admission import record_admission
 from flowforge.store.lease import Fence
 from flowforge.store.queries import forward_counts, list_tasks, run_progress
 from flowforge.store.reuse import find_run_by_name

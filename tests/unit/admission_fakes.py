@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flowforge.admission.review import AdmissionRequest, PersistedDefinition
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.admission import AdmissionRequest, PersistedDefinition
 
 NAMESPACE = "team-a"
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.domain.errors import DefinitionSchemaError
-from flowforge.operator.admission import (
+from flowforge.admission.review import (
     CODE_CONFLICT,
     CODE_FORBIDDEN,
     CODE_INVALID,
@@ -27,6 +26,7 @@ from flowforge.operator.admission import (
     decide_run_mutation,
     describe_errors,
 )
+from flowforge.domain.errors import DefinitionSchemaError
 from tests.unit.admission_fakes import (
     NAMESPACE,
     InMemoryRegistry,

@@ -9,6 +9,12 @@ from typing import Any
 
 import pytest
 
+from flowforge.admission.access import (
+    AccessChecks,
+    decide_definition_access,
+    decide_run_access,
+)
+from flowforge.admission.review import AdmissionRequest
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.access_review import (
@@ -16,12 +22,6 @@ from flowforge.kube.access_review import (
     AccessReviewUnavailable,
     CachedAccessReviewer,
     UserInfo,
-)
-from flowforge.operator.admission import AdmissionRequest
-from flowforge.operator.admission_access import (
-    AccessChecks,
-    decide_definition_access,
-    decide_run_access,
 )
 from tests.unit.admission_fakes import NAMESPACE, definition_spec, wrap
 

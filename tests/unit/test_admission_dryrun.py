@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from flowforge.admission.dryrun import decide_definition_dry_run
+from flowforge.admission.review import AdmissionRequest
 from flowforge.kube.dryrun import Cause, DryRunAnswer
-from flowforge.operator.admission import AdmissionRequest
-from flowforge.operator.admission_dryrun import decide_definition_dry_run
 
 
 class Scripted:

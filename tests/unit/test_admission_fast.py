@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from flowforge.admission.access import AccessChecks
+from flowforge.admission.dryrun import template_checks
+from flowforge.admission.handlers import decide_definition_checks
+from flowforge.admission.review import AdmissionRequest, PersistedDefinition, Verdict
 from flowforge.domain import validation
 from flowforge.kube.access_review import CachedAccessReviewer, UserInfo
 from flowforge.kube.dryrun import CachedDryRuns, Cause, DryRunAnswer
-from flowforge.operator.admission import AdmissionRequest, PersistedDefinition, Verdict
-from flowforge.operator.admission_access import AccessChecks
-from flowforge.operator.admission_dryrun import template_checks
-from flowforge.operator.webhooks import decide_definition_checks
 from tests.unit.admission_fakes import NAMESPACE, InMemoryRegistry, definition_spec, wrap
 
 ALICE = UserInfo(username="alice")

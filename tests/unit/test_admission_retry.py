@@ -6,14 +6,14 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
-from flowforge.operator.admission import (
+from flowforge.admission.review import (
     AdmissionRequest,
     JsonPatchOperation,
     RetrySource,
     decide_run,
     decide_run_mutation,
 )
+from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
 from tests.unit.admission_fakes import NAMESPACE, InMemoryRegistry, definition_spec, update, wrap
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowforge.domain.caps import MAX_PARAMETER_VALUE_LENGTH, MAX_PARAMETERS
-from flowforge.operator.admission import (
+from flowforge.admission.review import (
     CODE_CONFLICT,
     CODE_INVALID,
     JsonPatchOperation,
@@ -15,6 +14,7 @@ from flowforge.operator.admission import (
     decide_run,
     decide_run_mutation,
 )
+from flowforge.domain.caps import MAX_PARAMETER_VALUE_LENGTH, MAX_PARAMETERS
 from tests.unit.admission_fakes import InMemoryRegistry, create, definition_spec, wrap
 
 

@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from flowforge.kube.crdgen import (
-    SchemaTranslationError,
-    default_out_dir,
-    main,
-    rendered_crds,
-    to_structural,
-)
+from flowforge.kube.crdgen import default_out_dir, main, rendered_crds
+from flowforge.kube.structural import SchemaTranslationError, to_structural
 
 SchemaNode = tuple[str, dict[str, Any]]
 

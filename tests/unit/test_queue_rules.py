@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.admission.review import RetrySource, decide_run_limits
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.queue import (
@@ -17,7 +18,6 @@ from flowforge.domain.queue import (
     run_parallelism,
 )
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.admission import RetrySource, decide_run_limits
 from tests.unit.admission_fakes import create, definition_spec, wrap
 
 

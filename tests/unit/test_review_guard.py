@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.operator.review_guard import MAX_REVIEW_DEPTH, BadReviewError, read_review
+from flowforge.admission.guard import MAX_REVIEW_DEPTH, BadReviewError, read_review
 
 
 def review(obj: Any, *, namespace: str = "team-a") -> bytes:

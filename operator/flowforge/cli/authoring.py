@@ -111,17 +111,6 @@ def graph_text(source: GraphSource, *, output_format: GraphFormat, direction: Di
         raise CommandError(str(exc), exit_code=EXIT_UNAVAILABLE) from exc
 
 
-def load_graph_source(args: argparse.Namespace) -> GraphSource:
-    """``graph``'s loader: a file, else a run (whose module, and the store's, is imported only
-    then)."""
-    text, path = args.source, Path(args.source)
-    if text == "-" or "/" in text or path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        return load_definition_file(args)
-    from flowforge.cli.runs import load_run_graph
-
-    return load_run_graph(args)
-
-
 def load_definition_file(args: argparse.Namespace) -> GraphSource:
     """The one WorkflowDefinition of ``args.source`` (or the one called ``args.name``)."""
     path: str = args.source

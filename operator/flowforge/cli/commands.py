@@ -193,7 +193,7 @@ def _register_definition_files(subparsers: Subcommands) -> None:
     graph.add_argument("--name", help="metadata.name or spec.workflow of the definition to draw")
     _add_reader_options(graph)
     graph.set_defaults(
-        graph_source_loader=LazyFunction("flowforge.cli.authoring:load_graph_source")
+        graph_source_loader=LazyFunction("flowforge.cli.graph_sources:load_graph_source")
     )
 
     render = _command(

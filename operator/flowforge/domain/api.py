@@ -42,3 +42,7 @@ POLICY_KIND: Final = "FlowForgePolicy"
 POLICY_PLURAL: Final = "flowforgepolicies"
 POLICY_SHORT_NAME: Final = "ffpolicy"
 POLICY_CRD: Final = f"{POLICY_PLURAL}.{GROUP}"
+
+# The start of a definition's status message when the operator could not publish it; the
+# webhook reads it to leave such a definition out of the versions it compares against.
+NOT_PUBLISHED: Final = "not published"

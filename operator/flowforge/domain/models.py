@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from flowforge.domain.fingerprint import fingerprint
 from flowforge.domain.graph import DependencyGraph
 
 _MODEL_CONFIG = ConfigDict(
@@ -151,8 +152,6 @@ class DefinitionSpec(BaseModel):
     @cached_property
     def fingerprint(self) -> str:
         """``sha256:<hex>`` over everything that decides what a run does."""
-        from flowforge.domain.fingerprint import fingerprint
-
         return fingerprint(self)
 
     def to_document(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ label and annotation keys, the 256 KiB of annotations an object may carry, toler
 ``NoExecute``), an env entry with both ``value`` and ``valueFrom``, volume and container names
 that clash, mounts of volumes that do not exist, and FlowForge's own volume and mount path
 (`flowforge.domain.run_files`). Whatever is left, the apiserver's dry-run in
-admission answers (`flowforge.operator.admission_dryrun`).
+admission answers (`flowforge.admission.dryrun`).
 
 Runs on a spec whose shape is valid; paths are rendered by `schema.format_path`.
 """

@@ -10,13 +10,13 @@ from typing import Any
 
 from flowforge.domain.api import POLICY_KIND, POLICY_PLURAL, POLICY_SHORT_NAME
 from flowforge.domain.policy_spec import POLICY_SPEC_SCHEMA
-from flowforge.kube.crdgen import _column, _crd, _resource_schema, to_structural
+from flowforge.kube.structural import column, crd, resource_schema, to_structural
 
 Schema = dict[str, Any]
 
 
 def flowforge_policy_crd() -> Schema:
-    schema = _resource_schema(
+    schema = resource_schema(
         kind=POLICY_KIND,
         description="What the Jobs of this namespace's workflows may use (ServiceAccounts, "
         "registries, tolerations, node selectors) and lower caps. Written by cluster admins "
@@ -27,18 +27,18 @@ def flowforge_policy_crd() -> Schema:
     del schema["properties"]["status"]  # nothing reports on a policy
     del schema["required"]  # an empty spec is the default policy, spelt out
     columns = [
-        _column(
+        column(
             "ServiceAccounts", "string", ".spec.serviceAccounts", "ServiceAccounts tasks may use."
         ),
-        _column("Registries", "string", ".spec.registries", "Image globs tasks may use."),
-        _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
+        column("Registries", "string", ".spec.registries", "Image globs tasks may use."),
+        column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
     ]
-    crd = _crd(
+    policy = crd(
         kind=POLICY_KIND,
         plural=POLICY_PLURAL,
         short_name=POLICY_SHORT_NAME,
         schema=schema,
         columns=columns,
     )
-    del crd["spec"]["versions"][0]["subresources"]  # no status subresource either
-    return crd
+    del policy["spec"]["versions"][0]["subresources"]  # no status subresource either
+    return policy

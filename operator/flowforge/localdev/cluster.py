@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowforge.admission.certs import ClientCertificates
 from flowforge.localdev.apiclient import JsonObject
 from flowforge.localdev.kwokconfig import ADMISSION_DIR, ClusterPorts
-from flowforge.operator.certs import ClientCertificates
 
 CLUSTER_NAME = "flowforge"
 

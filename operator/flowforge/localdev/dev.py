@@ -213,7 +213,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             [
                 sys.executable,
                 "-m",
-                "flowforge.operator.webhook_server",
+                "flowforge.admission.server",
                 "--port",
                 str(port),
                 "--certs",
@@ -229,8 +229,8 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
             env=env,
         )
         _wait_for_port(port, what="the webhook server", log=state_dir / "webhooks.log")
+        from flowforge.admission.certs import WebhookCertificates
         from flowforge.kube.webhook_config import apply_webhook_configurations, local_endpoint
-        from flowforge.operator.certs import WebhookCertificates
 
         certs = WebhookCertificates.in_directory(state_dir / "certs")
         endpoint = local_endpoint(port=port, ca_pem=certs.ca_cert_path.read_bytes())

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from flowforge.admission.certs import ClientCertificates, generate_client_certificates
 from flowforge.localdev.binaries import deploy_local_dir
-from flowforge.operator.certs import ClientCertificates, generate_client_certificates
 
 LOOPBACK = "127.0.0.1"
 # kube-controller-manager's Job controller workers on a cluster whose client limit is lifted.

@@ -29,21 +29,17 @@ reconciler doing the same again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from flowforge.domain.decision import Decision, RunDecision
-from flowforge.domain.states import RunPhase
 from flowforge.operator import metrics
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.notifier import Notifier
-from flowforge.operator.runs import RunContext
+from flowforge.operator.runs import RunCache, RunContext
 from flowforge.operator.status import StatusWriter
-
-ContextOf = Callable[[int], Awaitable[RunContext]]
-Finished = Callable[[RunContext, RunPhase], None]
 
 
 class Applier:
@@ -56,8 +52,7 @@ class Applier:
         status: StatusWriter,
         background: Background,
         job_ttl_seconds: Callable[[], float],
-        context_of: ContextOf,
-        finished: Finished,
+        runs: RunCache,
     ) -> None:
         self._kube = kube
         self._launcher = launcher
@@ -65,8 +60,7 @@ class Applier:
         self._status = status
         self._background = background
         self._job_ttl_seconds = job_ttl_seconds
-        self._context_of = context_of
-        self._finished = finished
+        self._runs = runs
 
     async def apply(
         self, context: RunContext, decision: Decision, *, received: float | None = None
@@ -97,9 +91,17 @@ class Applier:
                 delay + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
             )
         if decision.phase is not None and decision.finished:
-            self._finished(context, decision.phase)
+            self.forget(context)
+            self._runs.finished(run_id=context.run_id, uid=context.uid, phase=decision.phase)
         # a queued run a freed slot started is a hand-off too
         await self.apply_elsewhere(decision.elsewhere, received=received)
+
+    def forget(self, context: RunContext) -> None:
+        """The run finished (or is gone): drop everything this process kept about it (its
+        final status patch, already marked, still goes out)."""
+        self._runs.forget(context)
+        self._launcher.forget(context)
+        self._notifier.forget_run(context)
 
     async def apply_elsewhere(
         self, decisions: Sequence[RunDecision], *, received: float | None = None
@@ -107,5 +109,5 @@ class Applier:
         """Apply what one transaction decided for other runs, each with its own context."""
         for other in decisions:
             await self.apply(
-                await self._context_of(other.run_id), other.decision, received=received
+                await self._runs.by_id(other.run_id), other.decision, received=received
             )

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cachetools import LRUCache
 from pydantic import ValidationError
 
 from flowforge.domain import notices
@@ -37,7 +36,7 @@ from flowforge.operator import metrics
 from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, Clock, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays
-from flowforge.operator.failures import Failures, NotLeaderError
+from flowforge.operator.failures import Failures
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.kueue import Admissions
 from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity
@@ -59,9 +58,6 @@ logger = logging.getLogger(__name__)
 # a hand-off slower than this (the target: event received -> dependent Job created) is
 # logged with where its time went
 SLOW_HANDOFF_SECONDS = 0.25
-# runs seen finished, uid -> (run id, final phase): the watch events that follow a run's end
-# (its final status patch, its finalizer's removal) need no store read (~100 bytes each)
-REMEMBERED_FINISHED_RUNS = 10_000
 
 
 class Engine:
@@ -89,7 +85,7 @@ class Engine:
         self.launcher = JobLauncher(
             kube=kube,
             pool=pool,
-            fence=self.fence,
+            fence=self.leadership.require_fence,
             notifier=self.notifier,
             background=self.background,
             hooks=AttemptHooks(
@@ -109,12 +105,11 @@ class Engine:
             status=self.status,
             background=self.background,
             job_ttl_seconds=lambda: self.settings.job_ttl_seconds,
-            context_of=self.runs.by_id,
-            finished=self._finished_run,
+            runs=self.runs,
         )
         self.admissions = Admissions(
             pool=pool,
-            fence=self.fence,
+            fence=self.leadership.require_fence,
             runs=self.runs,
             launcher=self.launcher,
             background=self.background,
@@ -127,19 +122,11 @@ class Engine:
             admissions=self.admissions,
             record=self.record,
         )
-        self._started: set[str] = set()
-        self._cancelled: set[str] = set()
         self._refused: set[str] = set()
         self._limits_read: set[str] = set()  # namespaces whose limits this process copied
-        self._finished: LRUCache[str, tuple[int, RunPhase]] = LRUCache(
-            maxsize=REMEMBERED_FINISHED_RUNS
-        )
 
     def fence(self) -> Fence:
-        fence = self.leadership.fence
-        if fence is None:
-            raise NotLeaderError("this operator does not hold the lease")
-        return fence
+        return self.leadership.require_fence()
 
     async def shutdown(self) -> None:
         self.background.shutdown()
@@ -152,7 +139,7 @@ class Engine:
         as a watch event): only the first sighting dispatches, and a cancel acts once.
         """
         uid = str(body["metadata"]["uid"])
-        finished = self._finished.get(uid)
+        finished = self.runs.final(uid)
         if finished is not None:  # a final phase never changes: nothing to read
             self._show_final(body, run_id=finished[0], phase=finished[1])
             return
@@ -169,7 +156,7 @@ class Engine:
         context = sighting.context
         if sighting.phase is not None and sighting.finished:
             # nothing to start or cancel, and only its final phase is kept
-            self._finished[uid] = (context.run_id, sighting.phase)
+            self.runs.finished(run_id=context.run_id, uid=uid, phase=sighting.phase)
             self._show_final(body, run_id=context.run_id, phase=sighting.phase)
             return
         if sighting.created:
@@ -180,29 +167,25 @@ class Engine:
                     workflow=spec.workflow, version=spec.version, tasks=spec.forward_count
                 ),
             )
-        if (body.get("spec") or {}).get("cancel") and uid not in self._cancelled:
+        if (body.get("spec") or {}).get("cancel") and uid not in self.runs.cancelled:
             await self.cancel(context, reason="spec.cancel is true")
             if context.run_id in self.runs:  # still going (its rollback): remember the cancel
-                self._cancelled.add(uid)
+                self.runs.cancelled.add(uid)
             return
-        if uid not in self._started:
+        if uid not in self.runs.started:
             await self.dispatch(context)
             # the first sighting in this process (e.g. after a restart) re-projects the
             # status even when nothing was dispatched: a run that finished while no
             # operator was there to patch its object would otherwise show Running
             self.status.mark(context.run_id, shown=body.get("status"))
             if context.run_id in self.runs:
-                self._started.add(uid)
+                self.runs.started.add(uid)
 
     def _show_final(self, body: Mapping[str, Any], *, run_id: int, phase: RunPhase) -> None:
         """Re-project a finished run whose object does not show its final phase yet (e.g. a
         crash before its last status patch)."""
         if shown_phase(body) != phase.value:
             self.status.mark(run_id, force=True)
-
-    def _finished_run(self, context: RunContext, phase: RunPhase) -> None:
-        self.forget(context)
-        self._finished[context.uid] = (context.run_id, phase)
 
     async def on_deferred(self, key: Deferred) -> None:
         """Deferred work is due: act on the run's context as it is now."""
@@ -220,28 +203,16 @@ class Engine:
             case Purpose.CREATE_JOB if job is not None:
                 await self.launcher.create_again(context, job)
 
-    def forget(self, context: RunContext) -> None:
-        """The run finished: drop everything this process kept about it (its final status
-        patch, already marked, still goes out)."""
-        self.runs.forget(context)
-        self._started.discard(context.uid)
-        self._cancelled.discard(context.uid)
-        self.delays.forget_run(context.run_id)
-        self.launcher.forgeries.forget_run(context.run_id)
-        self.launcher.uids.forget_run(context.run_id)
-        self.launcher.files.forget(context)
-        self.notifier.forget_run(context)
-
     def cached_runs(self) -> int:
         """Entries this process keeps per run (contexts, sightings, delayed creations, last
         patched projections, ConfigMaps made, Event counts): bounded by the active runs, none
         for a finished one (but its series Events not yet written)."""
         return (  # finished runs' phases are not counted: a bounded, constant memory
             len(self.runs)
-            + len(self._started | self._cancelled)
+            + len(self.runs.started | self.runs.cancelled)
             + self.delays.runs()
             + len(self.status)
-            + len(self.launcher.files)
+            + self.launcher.cached_runs()
             + len(self.notifier)
         )
 
@@ -425,16 +396,9 @@ class Engine:
                 backoff=self.settings.backoff,
             )
         decided_at = time.perf_counter()
-        if decision.recorded:  # the attempt is over: no pending-timeout check of its Pod
-            self.background.cancel(
-                Deferred(
-                    context.run_id,
-                    Purpose.WATCH_JOB,
-                    job=JobRef(identity.task_key, identity.attempt, identity.role),
-                )
-            )
-            self.launcher.uids.forget(
-                run_id=context.run_id, task_key=identity.task_key, attempt=identity.attempt
+        if decision.recorded:
+            self.launcher.attempt_over(
+                context, JobRef(identity.task_key, identity.attempt, identity.role)
             )
         await self.applier.apply(context, decision, received=received)
         if received is not None and decision.create_jobs:

@@ -21,8 +21,8 @@ from flowforge.operator import metrics
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.runs import RunCache, RunContext
-from flowforge.store.admission import record_admission
 from flowforge.store.connection import Pool
+from flowforge.store.kueue_admission import record_admission
 from flowforge.store.lease import Fence
 
 logger = logging.getLogger(__name__)

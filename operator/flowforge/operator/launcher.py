@@ -204,6 +204,24 @@ class JobLauncher:
         self.uids = RecordedUids()
         self.files = RunFiles(kube)
 
+    def forget(self, context: RunContext) -> None:
+        """The run finished: drop its delayed creations, forgery notices, recorded uids and
+        ConfigMap mark."""
+        self._hooks.delays.forget_run(context.run_id)
+        self.forgeries.forget_run(context.run_id)
+        self.uids.forget_run(context.run_id)
+        self.files.forget(context)
+
+    def attempt_over(self, context: RunContext, job: JobRef) -> None:
+        """The attempt's outcome is recorded: no pending-timeout check of its Pod, and its
+        Job's uid is no longer needed."""
+        self._background.cancel(Deferred(context.run_id, Purpose.WATCH_JOB, job=job))
+        self.uids.forget(run_id=context.run_id, task_key=job.task_key, attempt=job.attempt)
+
+    def cached_runs(self) -> int:
+        """Runs whose ConfigMap this process remembers making (the rest is per attempt)."""
+        return len(self.files)
+
     def pending_timeout(self, context: RunContext, task_key: str) -> float:
         """Seconds the attempt's Pod may take to start: its task type's, else the default."""
         task = context.definition.spec.task(task_key)

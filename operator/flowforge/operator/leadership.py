@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from flowforge.operator import metrics
+from flowforge.operator.failures import NotLeaderError
 from flowforge.store.errors import LeaseNotHeldError
 from flowforge.store.lease import (
     DEFAULT_LEASE,
@@ -74,6 +75,13 @@ class Leadership:
     @property
     def fence(self) -> Fence | None:
         return self._lease.fence if self.is_leader and self._lease is not None else None
+
+    def require_fence(self) -> Fence:
+        """The fence every write carries; NotLeaderError when this operator may not write."""
+        fence = self.fence
+        if fence is None:
+            raise NotLeaderError("this operator does not hold the lease")
+        return fence
 
     @property
     def is_leader(self) -> bool:

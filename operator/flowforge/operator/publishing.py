@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flowforge.domain.api import NOT_PUBLISHED
 from flowforge.domain.errors import UserError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.client import KubeClient
-from flowforge.operator.definition_registry import NOT_PUBLISHED
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
 

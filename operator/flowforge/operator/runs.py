@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 # the definitions cache holds at most this many tasks (a 10,000-task definition is ~1 MiB)
 DEFINITION_CACHE_TASKS = 200_000
+# finished runs whose final phase is remembered (~100 bytes each): the watch events that
+# follow a run's end are answered without a store read
+REMEMBERED_FINISHED_RUNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ class RunCache:
         self.definitions: LRUCache[str, RunDefinition] = LRUCache(
             maxsize=definition_tasks, getsizeof=lambda definition: definition.spec.task_count + 1
         )
+        # uids of active runs this process dispatched / whose cancel it applied
+        self.started: set[str] = set()
+        self.cancelled: set[str] = set()
+        self._final: LRUCache[str, tuple[int, RunPhase]] = LRUCache(
+            maxsize=REMEMBERED_FINISHED_RUNS
+        )
 
     def __len__(self) -> int:
         """How many contexts are cached (the active runs this process works on)."""
@@ -106,6 +115,16 @@ class RunCache:
         """The run finished: nothing of it stays cached (its definition may, by content)."""
         self._by_uid.pop(context.uid, None)
         self._by_id.pop(context.run_id, None)
+        self.started.discard(context.uid)
+        self.cancelled.discard(context.uid)
+
+    def finished(self, *, run_id: int, uid: str, phase: RunPhase) -> None:
+        """Remember only the final phase of a finished run."""
+        self._final[uid] = (run_id, phase)
+
+    def final(self, uid: str) -> tuple[int, RunPhase] | None:
+        """The run id and final phase of a run this process saw finish, if remembered."""
+        return self._final.get(uid)
 
     def _compact(self, stored: StoredDefinition) -> RunDefinition:
         cached = self.definitions.get(stored.fingerprint)

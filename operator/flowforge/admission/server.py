@@ -1,6 +1,6 @@
 """Run only FlowForge's admission webhooks under kopf, on an explicit address and port.
 
-    python -m flowforge.operator.webhook_server --port 9443 --certs DIR --dsn DSN \\
+    python -m flowforge.admission.server --port 9443 --certs DIR --dsn DSN \\
         --client-ca FILE [--kubeconfig FILE] [--addr 127.0.0.1]
 
 kopf serves admission only from inside `kopf.operator()`, so this runs an operator whose
@@ -27,16 +27,16 @@ from typing import Any
 
 import kopf
 
+from flowforge.admission.access import AccessChecks
+from flowforge.admission.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.admission.handlers import register_admission_handlers
+from flowforge.admission.registry import StoreDefinitionRegistry
+from flowforge.admission.run_sources import StoreRetrySources
+from flowforge.admission.transport import GuardedWebhookServer
 from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.access_review import CachedAccessReviewer
 from flowforge.kube.client import KubeClient
 from flowforge.kube.dryrun import CachedDryRuns, DryRunner
-from flowforge.operator.admission_access import AccessChecks
-from flowforge.operator.certs import WebhookCertificates, generate_webhook_certificates
-from flowforge.operator.definition_registry import StoreDefinitionRegistry
-from flowforge.operator.run_sources import StoreRetrySources
-from flowforge.operator.webhook_http import GuardedWebhookServer
-from flowforge.operator.webhooks import register_admission_handlers
 from flowforge.store.pool import open_pool
 from flowforge.store.session import WEBHOOK_LIMITS
 

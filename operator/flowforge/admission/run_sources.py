@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from flowforge.operator.admission import RetrySource
+from flowforge.admission.review import RetrySource
 from flowforge.store.connection import Pool
 from flowforge.store.queue import running_count
 from flowforge.store.reuse import find_run_by_name
 
 
 class StoreRetrySources:
-    """Implements `flowforge.operator.admission.RetrySources` on a store pool."""
+    """Implements `flowforge.admission.review.RetrySources` on a store pool."""
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool

@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from flowforge.operator.certs import WebhookCertificates
-from flowforge.operator.review_guard import BadReviewError, read_review
+from flowforge.admission.certs import WebhookCertificates
+from flowforge.admission.guard import BadReviewError, read_review
 
 logger = logging.getLogger("flowforge.webhooks")
 

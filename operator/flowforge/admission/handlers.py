@@ -13,17 +13,13 @@ from typing import Any
 
 import kopf
 
-from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
-from flowforge.domain.errors import InvalidDefinitionError
-from flowforge.domain.models import DefinitionSpec
-from flowforge.kube.access_review import UserInfo
-from flowforge.kube.dryrun import DryRunCreator
-from flowforge.kube.webhook_config import (
-    MUTATE_RUN_HANDLER_ID,
-    VALIDATE_DEFINITION_HANDLER_ID,
-    VALIDATE_RUN_HANDLER_ID,
+from flowforge.admission.access import (
+    AccessChecks,
+    decide_definition_access,
+    decide_run_access,
 )
-from flowforge.operator.admission import (
+from flowforge.admission.dryrun import decide_definition_dry_run
+from flowforge.admission.review import (
     AdmissionRequest,
     DefinitionRegistry,
     JsonPatchOperation,
@@ -34,12 +30,16 @@ from flowforge.operator.admission import (
     decide_run_limits,
     decide_run_mutation,
 )
-from flowforge.operator.admission_access import (
-    AccessChecks,
-    decide_definition_access,
-    decide_run_access,
+from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.errors import InvalidDefinitionError
+from flowforge.domain.models import DefinitionSpec
+from flowforge.kube.access_review import UserInfo
+from flowforge.kube.dryrun import DryRunCreator
+from flowforge.kube.webhook_config import (
+    MUTATE_RUN_HANDLER_ID,
+    VALIDATE_DEFINITION_HANDLER_ID,
+    VALIDATE_RUN_HANDLER_ID,
 )
-from flowforge.operator.admission_dryrun import decide_definition_dry_run
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]

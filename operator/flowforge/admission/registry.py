@@ -9,17 +9,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from flowforge.admission.review import PersistedDefinition
+from flowforge.domain.api import NOT_PUBLISHED
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.admission import PersistedDefinition
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions, load_definition
 from flowforge.store.errors import DefinitionNotFoundError
 
 ListDefinitions = Callable[[str], Awaitable[list[dict[str, Any]]]]
-# the operator's status message for a definition it could not publish (handlers.py)
-NOT_PUBLISHED = "not published"
 
 
 def persisted_definitions(
@@ -43,7 +42,7 @@ def persisted_definitions(
 
 
 class StoreDefinitionRegistry:
-    """Implements `flowforge.operator.admission.DefinitionRegistry` on a store pool and a way
+    """Implements `flowforge.admission.review.DefinitionRegistry` on a store pool and a way
     to list the namespace's WorkflowDefinition objects."""
 
     def __init__(self, pool: Pool, *, list_definitions: ListDefinitions) -> None:

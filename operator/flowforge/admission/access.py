@@ -21,6 +21,12 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from flowforge.admission.review import (
+    CODE_FORBIDDEN,
+    MAX_LISTED_ERRORS,
+    AdmissionRequest,
+    Verdict,
+)
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
@@ -37,12 +43,6 @@ from flowforge.kube.access_review import (
     Permission,
     UserInfo,
     use_service_account,
-)
-from flowforge.operator.admission import (
-    CODE_FORBIDDEN,
-    MAX_LISTED_ERRORS,
-    AdmissionRequest,
-    Verdict,
 )
 
 CODE_UNAVAILABLE = 503

@@ -27,12 +27,12 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from flowforge.admission.review import CODE_INVALID, MAX_LISTED_ERRORS, AdmissionRequest, Verdict
 from flowforge.domain.models import ContainerTemplate
 from flowforge.domain.states import TaskRole
 from flowforge.kube.dryrun import DryRunAnswer, DryRunCreator
 from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
-from flowforge.operator.admission import CODE_INVALID, MAX_LISTED_ERRORS, AdmissionRequest, Verdict
 
 CODE_UNAVAILABLE: Final = 503
 DEFAULT_TIMEOUT_SECONDS: Final = 5.0

@@ -62,3 +62,34 @@ def test_the_build_loads_nothing_from_outside() -> None:
         urls = re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}[^\s\"'`)]*", content.decode())
         outside = [url for url in urls if not url.startswith(allowed)]
         assert not outside, f"{name} refers to outside addresses: {outside[:5]}"
+
+
+def test_the_api_types_are_generated_from_the_openapi_document(tmp_path: Path) -> None:
+    """`ui/src/api-schema.ts` is what openapi-typescript makes of `docs/openapi.json` (itself
+    checked against the server's models by tests/unit/test_server_api_document.py), so the UI's
+    types cannot drift from what the API serves."""
+    node = shutil.which("node")
+    assert node, "node is not on PATH: install Node.js 20 (the UI builds with it)"
+    assert (UI / "node_modules" / ".installed").exists(), (
+        "ui/node_modules is missing: run `make ui` (npm ci from ui/package-lock.json)"
+    )
+    out = tmp_path / "api-schema.ts"
+    generated = subprocess.run(
+        [
+            node,
+            "node_modules/openapi-typescript/bin/cli.js",
+            "../docs/openapi.json",
+            "-o",
+            str(out),
+        ],
+        cwd=UI,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert generated.returncode == 0, f"openapi-typescript failed:\n{generated.stderr}"
+    assert out.read_text() == (UI / "src" / "api-schema.ts").read_text(), (
+        "ui/src/api-schema.ts is not what docs/openapi.json generates: run "
+        "`npm run --prefix ui api-types` and commit the result"
+    )

@@ -1,141 +1,31 @@
-// The shapes of /api/v1 (docs/api.md) and the one client every page uses. Every request
+// The shapes of /api/v1 (docs/api.md; generated from docs/openapi.json into api-schema.ts by
+// `npm run api-types`, checked current by tests/ui/test_build.py) and the one client every
+// page uses. Every request
 // carries the signed-in user's bearer token, the live stream included (fetch, not
 // EventSource, which cannot send headers).
+import type { components } from "./api-schema";
 import { authHeaders } from "./auth";
 
-export type Progress = {
-  total: number;
-  succeeded: number;
-  failed: number;
-  running: number;
-  waiting: number;
-  skipped: number;
-  cancelled: number;
-};
+type Schemas = components["schemas"];
 
-export type Condition = {
-  type: string;
-  status: string;
-  reason: string | null;
-  message: string | null;
-  lastTransitionTime: string | null;
-};
-
-export type RunSummary = {
-  namespace: string;
-  name: string;
-  uid: string;
-  workflow: string;
-  version: number;
-  phase: string;
-  compensating: boolean;
-  queue: { reason: string; message: string; position: number | null } | null;
-  progress: Progress;
-  createdAt: string | null;
-  startedAt: string | null;
-  finishedAt: string | null;
-  durationSeconds: number | null;
-};
-
-export type TaskBrief = {
-  name: string;
-  type: string;
-  state: string;
-  dependsOn: string[];
-  level: number;
-  attempts: number;
-  exitCode: number | null;
-  reason: string | null;
-  startedAt: string | null;
-  finishedAt: string | null;
-  durationSeconds: number | null;
-  compensator: { state: string; type: string } | null;
-};
-
-export type Attempt = {
-  number: number;
-  jobName: string | null;
-  state: string;
-  exitCode: number | null;
-  reason: string | null;
-  message: string | null;
-  startedAt: string | null;
-  finishedAt: string | null;
-  durationSeconds: number | null;
-};
-
-export type TaskDetail = TaskBrief & {
-  attemptHistory: Attempt[];
-  compensatorAttempts: Attempt[];
-};
-
-export type CompensationStep = {
-  order: number;
-  task: string;
-  compensator: string;
-  state: string;
-  startedAt: string | null;
-  finishedAt: string | null;
-};
-
-export type Compensation = {
-  state: string;
-  haltedBy: string | null;
-  triggeredBy: string | null;
-  steps: CompensationStep[];
-};
-
-export type RunEvent = { at: string; kind: string; task: string | null; message: string };
-
-export type RunDetail = RunSummary & {
-  parameters: Record<string, unknown>;
-  retryOf: string | null;
-  conditions: Condition[];
-  tasks: TaskBrief[];
-  tasksOmitted?: boolean;
-  compensation: Compensation;
-  events: RunEvent[];
-};
-
-export type GraphNode = { id: string; type: string; state: string | null; level: number };
-
-export type Graph = {
-  nodes: GraphNode[];
-  edges: [string, string][];
-  rollback: string[];
-  levels: number;
-};
-
-export type RunChange = {
-  run: RunSummary & { conditions: Condition[] };
-  states: Record<string, string>;
-  compensation: Compensation;
-};
-
-export type DefinitionVersionSummary = {
-  version: number;
-  fingerprint: string;
-  publishedAt: string | null;
-  tasks: number;
-};
-
-export type DefinitionSummary = {
-  namespace: string;
-  name: string;
-  versions: DefinitionVersionSummary[];
-};
-
-export type TaskType = { image: string; command: string[] | null; args: string[] | null };
-
-export type DefinitionVersion = {
-  version: number;
-  fingerprint: string;
-  publishedAt: string | null;
-  taskTypes: Record<string, TaskType>;
-  graph: Graph;
-};
-
-export type DefinitionDetail = { namespace: string; name: string; versions: DefinitionVersion[] };
+export type Progress = Schemas["Progress"];
+export type Condition = Schemas["Condition"];
+export type RunSummary = Schemas["RunSummary"];
+export type TaskBrief = Schemas["TaskBrief"];
+export type Attempt = Schemas["Attempt"];
+export type TaskDetail = Schemas["TaskDetail"];
+export type CompensationStep = Schemas["CompensationStep"];
+export type Compensation = Schemas["Compensation"];
+export type RunEvent = Schemas["HistoryEntry"];
+export type RunDetail = Schemas["RunDetail"];
+export type GraphNode = Schemas["GraphNode"];
+export type Graph = Schemas["Graph"];
+export type RunChange = Schemas["RunChange"];
+export type DefinitionVersionSummary = Schemas["DefinitionVersionBrief"];
+export type DefinitionSummary = Schemas["DefinitionSummary"];
+export type TaskType = Schemas["TaskTypeBrief"];
+export type DefinitionVersion = Schemas["DefinitionVersion"];
+export type DefinitionDetail = Schemas["DefinitionDetail"];
 
 export type Page<T> = { items: T[]; continue?: string | null };
 

@@ -62,6 +62,7 @@ helm --kube-context "$context" upgrade --install flowforge "$repo/charts/flowfor
   --set image.repository=flowforge/operator --set image.tag=e2e --set image.pullPolicy=Never \
   --set database.bundled.enabled=true \
   --set operator.replicas=1 --set webhook.replicas=1 \
+  --set webhook.clientAuth.acceptAnyClient=true \
   --wait --timeout 10m
 
 echo "==> running examples/etl-diamond.yaml"

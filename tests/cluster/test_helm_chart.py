@@ -153,13 +153,19 @@ def test_lint_and_template_pass_for_each_option(helm: Helm, option: str) -> None
         "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, "-f", str(values_file)
     )
     assert "0 chart(s) failed" in lint.stdout
-    kinds = _kinds(helm.template(OPTIONS[option]))
+    manifests = helm.template(OPTIONS[option])
+    kinds = _kinds(manifests)
     assert {"Deployment", "ServiceAccount", "Service"} <= kinds
     webhook = option != "no-webhook"
     assert ("ValidatingWebhookConfiguration" in kinds) is webhook
     assert ("MutatingWebhookConfiguration" in kinds) is webhook
     assert ("Certificate" in kinds) is option.startswith("cert-manager")
-    assert ("Issuer" in kinds) is (option == "cert-manager")
+    issuers = {m["metadata"]["name"] for m in manifests if m["kind"] == "Issuer"}
+    # the serving certificate's own self-signed Issuer, unless one is named
+    assert ("ff-flowforge-selfsigned" in issuers) is (option == "cert-manager")
+    # the apiserver's client certificate: its CA chain with cert-manager, else generated
+    client_issuers = {"ff-flowforge-webhook-client-root", "ff-flowforge-webhook-client-ca"}
+    assert (client_issuers <= issuers) is option.startswith("cert-manager")
     assert ("StatefulSet" in kinds) is (option == "bundled-postgresql")
     assert ("ServiceMonitor" in kinds) is (option == "service-monitor")
     assert ("Role" in kinds) is (option == "namespaced")
@@ -206,9 +212,18 @@ def test_schema_refuses_bad_values_naming_the_value(
     assert complaint in completed.stderr, completed.stderr
 
 
+def _serving_secret(manifests: list[Manifest]) -> Manifest:
+    (secret,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Secret" and m["metadata"]["name"] == "ff-flowforge-webhook-tls"
+    ]
+    return secret
+
+
 def test_rendered_webhooks_are_the_operators_own_configuration(helm: Helm) -> None:
     manifests = helm.template({})
-    secret = _one(manifests, "Secret")
+    secret = _serving_secret(manifests)
     ca_pem = base64.b64decode(secret["data"]["ca.crt"])
     endpoint = in_cluster_endpoint(
         namespace=RELEASE_NAMESPACE, service_name="ff-flowforge-webhook", ca_pem=ca_pem
@@ -226,7 +241,7 @@ def test_rendered_webhooks_are_the_operators_own_configuration(helm: Helm) -> No
 
 
 def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(helm: Helm) -> None:
-    secret = _one(helm.template({}), "Secret")
+    secret = _serving_secret(helm.template({}))
     assert secret["type"] == "kubernetes.io/tls"
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
@@ -238,7 +253,11 @@ def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(helm: 
 def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -> None:
     manifests = helm.template(OPTIONS["cert-manager"])
     assert "Secret" not in _kinds(manifests)
-    certificate = _one(manifests, "Certificate")
+    (certificate,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Certificate" and m["metadata"]["name"] == "ff-flowforge-webhook"
+    ]
     assert certificate["spec"]["secretName"] == "ff-flowforge-webhook-tls"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         configuration = _one(manifests, kind)
@@ -488,6 +507,12 @@ def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
                 cluster, "get", "secret", secret_name, "-n", release_namespace, "-o", "json"
             ).stdout
         )["data"]
+        client_secret = f"{release}-flowforge-webhook-client"
+        client_before = json.loads(
+            kubectl(
+                cluster, "get", "secret", client_secret, "-n", release_namespace, "-o", "json"
+            ).stdout
+        )["data"]
         database_before = json.loads(
             kubectl(
                 cluster,
@@ -519,6 +544,12 @@ def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
             ).stdout
         )["data"]
         assert after == before, "helm upgrade replaced the generated webhook certificate"
+        client_after = json.loads(
+            kubectl(
+                cluster, "get", "secret", client_secret, "-n", release_namespace, "-o", "json"
+            ).stdout
+        )["data"]
+        assert client_after == client_before, "helm upgrade replaced the client certificate"
         database_after = json.loads(
             kubectl(
                 cluster,

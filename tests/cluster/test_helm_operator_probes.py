@@ -51,3 +51,22 @@ def test_database_limits_reach_the_operator_settings(helm: Helm) -> None:  # noq
     assert (settings.store_wait_seconds, settings.loop_stall_seconds) == (3.0, 4.0)
     assert settings.health_port == 8081
     assert settings.store_pool_size == 0  # sized to the workers
+
+
+def test_the_read_api_is_probed_on_a_port_of_its_own(helm: Helm) -> None:  # noqa: F811
+    deployment = next(
+        m
+        for m in helm.template({})
+        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-server")
+    )
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"http": 8080, "probes": 8081}
+    assert "--probe-port=8081" in container["command"]
+    # probes answered while idle clients hold every connection of the API's port
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "probes"}, probe

@@ -60,8 +60,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+@contextlib.asynccontextmanager
+async def _serving(
+    tmp_path: Path, limits: ServerLimits, *, check_clients: bool = True
+) -> AsyncIterator[Served]:
     certs = generate_webhook_certificates(tmp_path / "serving")
     client = generate_client_certificates(tmp_path / "client")
     reviews: list[dict[str, Any]] = []
@@ -72,7 +74,11 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
 
     port = _free_port()
     server = GuardedWebhookServer(
-        addr="127.0.0.1", port=port, certs=certs, client_ca=client.ca_cert_path, limits=LIMITS
+        addr="127.0.0.1",
+        port=port,
+        certs=certs,
+        client_ca=client.ca_cert_path if check_clients else None,
+        limits=limits,
     )
     configs = server(answer)  # type: ignore[arg-type]
     await anext(configs)
@@ -86,11 +92,20 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
         await configs.aclose()
 
 
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    async with _serving(tmp_path, LIMITS) as serving:
+        yield serving
+
+
 async def _connect(
-    served: Served, *, with_certificate: bool = True
+    served: Served, *, with_certificate: bool = True, source: str = "127.0.0.1"
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(
-        "127.0.0.1", served.port, ssl=served.context(with_certificate=with_certificate)
+        "127.0.0.1",
+        served.port,
+        ssl=served.context(with_certificate=with_certificate),
+        local_addr=(source, 0),
     )
 
 
@@ -199,3 +214,67 @@ async def test_renewed_certificate_files_are_served_without_a_restart(served: Se
     assert await _answered(served, errors=(ssl.SSLCertVerificationError,)) == 200
     with pytest.raises(ssl.SSLCertVerificationError):
         await asyncio.open_connection("127.0.0.1", served.port, ssl=old)
+
+
+# Slow clients: the attacks run against a webhook that accepts any client (acceptAnyClient),
+# where any pod reaching the Service may try them; each attacker connects from 127.0.0.2.
+
+ATTACKER = "127.0.0.2"
+
+
+async def _closed_by_the_server(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=10) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+async def test_connections_that_never_finish_their_headers_do_not_stop_admission(
+    tmp_path: Path,
+) -> None:
+    limits = ServerLimits(header_timeout_seconds=0.5, max_connections_per_source=128)
+    async with _serving(tmp_path, limits, check_clients=False) as served:
+        held = [await _connect(served, source=ATTACKER) for _ in range(limits.max_connections)]
+        silent, dripping = held[::2], held[1::2]
+        for _, writer in dripping:
+            writer.write(b"POST /validate-workflowdefinition HTTP/1.1\r\n")
+
+        async def drip() -> None:
+            for _ in range(40):  # a header byte every 0.1 s, never the blank line
+                for _, writer in dripping:
+                    if not writer.is_closing():
+                        with contextlib.suppress(ConnectionError, ssl.SSLError):
+                            writer.write(b"X")
+                await asyncio.sleep(0.1)
+
+        dripper = asyncio.ensure_future(drip())
+        # every slot is taken: the review is refused until the deadline frees them, then
+        # answered (the apiserver's own retries and timeout are 10 s)
+        assert await _answered(served, errors=(ssl.SSLError, ConnectionError), timeout=8) == 200
+        assert served.reviews[-1]["request"]["uid"] == "u-1"
+        for reader, _ in silent + dripping:
+            assert await _closed_by_the_server(reader)
+        dripper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await dripper
+        for _, writer in held:
+            writer.close()
+
+
+async def test_one_source_cannot_take_every_connection(tmp_path: Path) -> None:
+    limits = ServerLimits(max_connections=8, max_connections_per_source=4)
+    async with _serving(tmp_path, limits, check_clients=False) as served:
+        held = [
+            await _connect(served, source=ATTACKER)
+            for _ in range(limits.max_connections_per_source)
+        ]
+        over_reader, over_writer = await _connect(served, source=ATTACKER)
+        over_writer.write(_request(REVIEW))
+        assert await _closed_by_the_server(over_reader)
+        # another source still gets its slots, at once
+        reader, writer = await _connect(served)
+        writer.write(_request(REVIEW))
+        assert await _status(reader) == 200
+        writer.close()
+        for _, attacker in held:
+            attacker.close()

@@ -121,6 +121,8 @@ class ApiServer:
     ) -> Response:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         data = b"" if method == "POST" else None
+        if method == "POST":  # what the UI sends; a cross-site POST cannot (server/app.py)
+            headers["X-FlowForge-Request"] = "1"
         request = urllib.request.Request(self.url + path, headers=headers, method=method, data=data)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:

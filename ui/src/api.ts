@@ -70,7 +70,10 @@ export async function getText(path: string, signal?: AbortSignal): Promise<strin
 }
 
 export async function post<T>(path: string): Promise<T> {
-  return (await (await request(path, { method: "POST" })).json()) as T;
+  // The server refuses a POST without this header: a cross-site form or text/plain fetch
+  // cannot send it without a CORS preflight, which the server never grants.
+  return (await (await request(path, { method: "POST", headers: { "X-FlowForge-Request": "1" } }))
+    .json()) as T;
 }
 
 const seg = encodeURIComponent;

@@ -147,13 +147,51 @@ namespaceSelector:
         {{- toYaml .Values.watchNamespaces | nindent 8 }}
 {{- end -}}
 
-{{/* The ConfigMap holding the CA of the apiserver's webhook client certificate; empty when
-client certificates are not checked. */}}
-{{- define "flowforge.webhookClientCAConfigMap" -}}
-{{- if .Values.webhook.clientAuth.existingConfigMap -}}
-{{- .Values.webhook.clientAuth.existingConfigMap -}}
-{{- else if .Values.webhook.clientAuth.caCert -}}
-{{- include "flowforge.fullname" . }}-webhook-client-ca
+{{/* How the webhook checks its clients, one of: existingConfigMap, caCert (a CA given in the
+values), certManager or generated (the chart makes a client CA and the certificate the
+apiserver presents), none (any client: only with webhook.clientAuth.acceptAnyClient). A
+webhook that would accept any client without that explicit value is refused at render. */}}
+{{- define "flowforge.webhookClientAuthMode" -}}
+{{- $auth := .Values.webhook.clientAuth -}}
+{{- if $auth.acceptAnyClient -}}
+{{- if or $auth.caCert $auth.existingConfigMap -}}
+{{- fail "webhook.clientAuth: acceptAnyClient=true contradicts caCert/existingConfigMap; set one or the other" -}}
+{{- end -}}
+none
+{{- else if $auth.existingConfigMap -}}
+existingConfigMap
+{{- else if $auth.caCert -}}
+caCert
+{{- else if $auth.generate -}}
+{{- if .Values.webhook.certManager.enabled }}certManager{{ else }}generated{{ end -}}
+{{- else -}}
+{{- fail "webhook.clientAuth: no client CA (caCert, existingConfigMap or generate=true), so the webhook would answer any client; set webhook.clientAuth.acceptAnyClient=true to allow that explicitly (kind, demos)" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flowforge.webhookClientSecretName" -}}
+{{- include "flowforge.fullname" . }}-webhook-client
+{{- end -}}
+
+{{/* The volume source of the CA file the webhook checks client certificates against (key
+ca.crt); empty when any client is accepted. */}}
+{{- define "flowforge.webhookClientCAVolume" -}}
+{{- $mode := include "flowforge.webhookClientAuthMode" . -}}
+{{- if eq $mode "existingConfigMap" -}}
+configMap:
+  name: {{ .Values.webhook.clientAuth.existingConfigMap }}
+  items:
+    - {key: ca.crt, path: ca.crt}
+{{- else if eq $mode "certManager" -}}
+secret:
+  secretName: {{ include "flowforge.webhookClientSecretName" . }}
+  items:
+    - {key: ca.crt, path: ca.crt}
+{{- else if ne $mode "none" -}}
+configMap:
+  name: {{ include "flowforge.fullname" . }}-webhook-client-ca
+  items:
+    - {key: ca.crt, path: ca.crt}
 {{- end -}}
 {{- end -}}
 

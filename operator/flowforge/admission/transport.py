@@ -3,9 +3,10 @@ protocol for custom servers: called with kopf's `WebhookFn`, it yields the clien
 
 It answers only the apiserver: with a client CA, the TLS handshake requires a client
 certificate signed by it (the apiserver presents one through its AdmissionConfiguration).
-Every request is bounded: the handshake and the body read by timeouts, the body by aiohttp's
-`client_max_size`, the open connections by a limit (one over it is closed at once), and the
-body's nesting by `review_guard` before kopf parses anything.
+Every request is bounded: the handshake, the request headers (from the handshake or the
+previous answer) and the body read by timeouts, the body by aiohttp's `client_max_size`, the
+open connections by a total and a per-source limit (one over either is closed at once,
+`connection_limits`), and the body's nesting by `review_guard` before kopf parses anything.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ import aiohttp.web
 import kopf
 
 from flowforge.admission.certs import WebhookCertificates
+from flowforge.admission.connection_limits import (
+    ConnectionGuard,
+    ConnectionLimits,
+    GuardedProtocol,
+)
 from flowforge.admission.guard import BadReviewError, read_review
 
 logger = logging.getLogger("flowforge.webhooks")
@@ -39,17 +45,15 @@ class ServerLimits:
     handshake_timeout_seconds: float = 5.0
     keepalive_timeout_seconds: float = 30.0
     max_connections: int = 128
+    max_connections_per_source: int = 64
+    # a connection that has not sent a request's headers by then is closed (slow clients)
+    header_timeout_seconds: float = 10.0
     # seconds between checks of the certificate files (rotated by cert-manager, a Secret...)
     reload_interval_seconds: float = 10.0
 
 
 def _reason(error: Exception) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
-
-
-class _Refused(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
 
 
 class GuardedWebhookServer:
@@ -90,9 +94,21 @@ class GuardedWebhookServer:
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         context = self.ssl_context()
         app = aiohttp.web.Application(client_max_size=self.limits.max_body_bytes)
+        guard = ConnectionGuard(
+            ConnectionLimits(
+                max_connections=self.limits.max_connections,
+                max_per_source=self.limits.max_connections_per_source,
+                header_timeout_seconds=self.limits.header_timeout_seconds,
+                idle_timeout_seconds=self.limits.keepalive_timeout_seconds,
+            )
+        )
 
         async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-            return await self._serve(fn, request)
+            guard.request_started(request.transport)
+            try:
+                return await self._serve(fn, request)
+            finally:
+                guard.request_finished(request.transport)
 
         app.router.add_post("/{id:[-a-z0-9]*}", serve)
         runner = aiohttp.web.AppRunner(
@@ -106,10 +122,7 @@ class GuardedWebhookServer:
         assert server is not None
 
         def connection() -> asyncio.BaseProtocol:
-            if len(server.connections) >= self.limits.max_connections:
-                return _Refused()
-            protocol: asyncio.BaseProtocol = server()
-            return protocol
+            return GuardedProtocol(server(), guard)
 
         listener = await asyncio.get_running_loop().create_server(
             connection,

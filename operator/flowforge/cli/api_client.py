@@ -1,7 +1,13 @@
 """The CLI's way to ``flowforge server``: its URL (``--server``, ``$FLOWFORGE_SERVER``, or
 ``server:`` in ``$FLOWFORGE_CONFIG``, default ``~/.config/flowforge/config.yaml``) and the
-caller's Kubernetes credentials as kubectl finds them (``--token``, else the bearer token of
-the kubeconfig's current context, from a token, a token file or an exec plugin).
+caller's Kubernetes credentials as kubectl finds them (``--token-file`` or
+``$FLOWFORGE_TOKEN``, else the bearer token of the kubeconfig's current context, from a
+token, a token file or an exec plugin).
+
+The token goes only where the user pointed: over https, or plain http to this machine's
+loopback (``kubectl port-forward``) or with ``--allow-http``; never across a redirect (an
+answer 3xx is refused, since urllib would forward the Authorization header to any host the
+redirect names).
 
 A user reads runs through the server with the permissions Kubernetes gives them; only an
 administrator's explicit ``--admin``/``--dsn`` reads the store directly."""
@@ -9,6 +15,7 @@ administrator's explicit ``--admin``/``--dsn`` reads the store directly."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import urllib.error
@@ -17,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import yaml
 from kubernetes import client as k8s
@@ -47,9 +54,46 @@ def configured_server(args: argparse.Namespace) -> str | None:
     return str(server).rstrip("/") if server else None
 
 
+def check_server_url(url: str, *, allow_http: bool) -> None:
+    """Refuse a URL the token must not be sent to: not http(s), or plain http to another
+    machine without ``--allow-http``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CommandError(
+            f"--server {url}: give an https:// URL (or http:// to this machine)",
+            exit_code=EXIT_USAGE,
+        )
+    if parts.scheme == "http" and not allow_http and not _loopback(parts.hostname):
+        raise CommandError(
+            f"--server {url} is plain http to another machine: the token would cross the "
+            "network readable; use https://, or pass --allow-http if the path is trusted",
+            exit_code=EXIT_USAGE,
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def bearer_token(args: argparse.Namespace) -> str:
-    """``--token`` / ``$FLOWFORGE_TOKEN``, else the kubeconfig's current context's token."""
-    explicit = getattr(args, "token", None) or os.environ.get(TOKEN_VARIABLE)
+    """``--token-file`` / ``$FLOWFORGE_TOKEN``, else the kubeconfig's current context's."""
+    token_file = getattr(args, "token_file", None)
+    if token_file:
+        try:
+            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise CommandError(
+                f"--token-file {token_file}: cannot read it: {error}", exit_code=EXIT_USAGE
+            ) from error
+        if not token:
+            raise CommandError(f"--token-file {token_file} is empty", exit_code=EXIT_USAGE)
+        return token
+    explicit = os.environ.get(TOKEN_VARIABLE)
     if explicit:
         return str(explicit)
     configuration = k8s.Configuration()
@@ -65,8 +109,8 @@ def bearer_token(args: argparse.Namespace) -> str:
     if scheme.lower() != "bearer" or not token:
         raise CommandError(
             "the kubeconfig's current context has no bearer token (a client certificate cannot "
-            'be forwarded to the server): pass --token, e.g. --token "$(kubectl create token '
-            'NAME)"',
+            "be forwarded to the server): pass --token-file, e.g. --token-file <(kubectl create "
+            "token NAME)",
             exit_code=EXIT_USAGE,
         )
     return token
@@ -83,6 +127,7 @@ class ServerClient:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, url: str) -> ServerClient:
+        check_server_url(url, allow_http=bool(getattr(args, "allow_http", False)))
         return cls(base_url=url, token=bearer_token(args))
 
     def _open(self, path: str, *, params: Mapping[str, Any] | None, timeout: float) -> Any:
@@ -90,7 +135,9 @@ class ServerClient:
         url = f"{self.base_url}/api/v1{path}" + (f"?{urlencode(query)}" if query else "")
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
         try:
-            return urllib.request.urlopen(request, timeout=timeout)
+            return _OPENER.open(request, timeout=timeout)
+        except CommandError:
+            raise
         except urllib.error.HTTPError as error:
             raise _refusal(error) from error
         except (urllib.error.URLError, OSError) as error:
@@ -120,6 +167,28 @@ class ServerClient:
                     yield kind, json.loads(line.removeprefix("data: "))
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, never followed with the token."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        raise CommandError(
+            f"server: answered HTTP {code} redirecting to {newurl}; the token is not sent "
+            "across redirects: give the final URL as --server",
+            exit_code=EXIT_FAILED,
+        )
+
+
+_OPENER: Final = urllib.request.build_opener(_NoRedirects)
+
+
 def _refusal(error: urllib.error.HTTPError) -> CommandError:
     try:
         message = str(json.loads(error.read())["error"]["message"])
@@ -127,5 +196,5 @@ def _refusal(error: urllib.error.HTTPError) -> CommandError:
         message = f"HTTP {error.code} {error.reason}"
     code = EXIT_UNAVAILABLE if error.code >= 500 else EXIT_FAILED
     if error.code == 401:
-        message += " (sign in: --token, or a kubeconfig context with a token)"
+        message += " (sign in: --token-file, or a kubeconfig context with a token)"
     return CommandError(f"server: {message}", exit_code=code)

@@ -49,6 +49,29 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(match[1]) * _UNIT_SECONDS[match[2]])
 
 
+MIN_PRUNE_AGE = timedelta(hours=1)
+
+
+def parse_prune_age(text: str) -> timedelta:
+    """A duration of at least an hour: ``0s`` would delete the history of every finished run,
+    including those that finished a moment ago and are still being looked at."""
+    age = parse_duration(text)
+    if age < MIN_PRUNE_AGE:
+        raise argparse.ArgumentTypeError(
+            f"--older-than {text.strip()} is under 1h: it would delete the history of runs "
+            "that just finished; give at least 1h (e.g. 30d)"
+        )
+    return age
+
+
+def refuse_token_on_argv(_: str) -> str:
+    raise argparse.ArgumentTypeError(
+        "a token on the command line is visible to every user of this machine (ps, shell "
+        "history): use --token-file FILE (e.g. --token-file <(kubectl create token NAME)) "
+        "or $FLOWFORGE_TOKEN"
+    )
+
+
 def register_all(subparsers: Subcommands) -> None:
     _register_definition_files(subparsers)
     _register_runs(subparsers)
@@ -91,9 +114,18 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         "else server: in ~/.config/flowforge/config.yaml)",
     )
     parser.add_argument(
-        "--token",
+        "--token-file",
         default=None,
-        help="bearer token for the server (default: the kubeconfig context's)",
+        metavar="FILE",
+        help="file holding the bearer token for the server (default: $FLOWFORGE_TOKEN, else "
+        "the kubeconfig context's)",
+    )
+    parser.add_argument("--token", type=refuse_token_on_argv, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--allow-http",
+        action="store_true",
+        help="send the token to a server on plain http:// other than this machine's loopback "
+        "(anyone on the path can read it)",
     )
     parser.add_argument(
         "--admin",
@@ -429,9 +461,9 @@ def _register_operations(subparsers: Subcommands) -> None:
     prune.add_argument(
         "--older-than",
         required=True,
-        type=parse_duration,
+        type=parse_prune_age,
         metavar="DURATION",
-        help="age of a run's finish before it is pruned, e.g. 30d",
+        help="age of a run's finish before it is pruned, at least 1h, e.g. 30d",
     )
     add_output_option(prune, forms=("json", "yaml"))
     for parser in (migrate, prune):

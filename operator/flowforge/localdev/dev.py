@@ -360,8 +360,8 @@ def _print_next_steps(
     print(
         f"flowforge server (API and UI): {server_url}\n"
         f"  sign in with a token: kubectl create token {DEV_USER} -n default\n"
-        f'  flowforge get runs --server {server_url} --token "$(kubectl create token '
-        f'{DEV_USER})"\n'
+        f"  flowforge get runs --server {server_url} --token-file <(kubectl create token "
+        f"{DEV_USER})\n"
         "FlowForge is running locally. Next:\n"
         f"  export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH\n"
         "  # the admin's DSN (the schema's owner); each process has its own role\n"

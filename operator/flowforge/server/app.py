@@ -16,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from flowforge import __version__
 from flowforge.server import models, routes, stream
 from flowforge.server.errors import error_response, install_error_handlers
+from flowforge.server.probes import start_probe_server
 from flowforge.server.state import ServerState
 from flowforge.server.static import SECURITY_HEADERS, STATIC_DIR, HashedAssets, ui_router
 
@@ -24,19 +25,46 @@ MAX_BODY_BYTES: Final = 64 * 1024
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 
 
+# Every POST carries this header (or a JSON body type): a cross-site form or `text/plain`
+# fetch cannot add either without a CORS preflight, which this server never grants.
+REQUEST_HEADER: Final = "x-flowforge-request"
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def cross_site_refusal(request: Request) -> Response | None:
+    """A 403 for a state-changing request a browser could send from another site."""
+    if request.method in SAFE_METHODS or REQUEST_HEADER in request.headers:
+        return None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        return None
+    return error_response(
+        403,
+        f"a {request.method} must carry the header X-FlowForge-Request (or Content-Type: "
+        "application/json); cross-site requests cannot",
+    )
+
+
 def create_app(
     state_factory: Callable[[], Awaitable[ServerState]],
     *,
     close: Callable[[ServerState], Awaitable[None]],
     static_dir: Path = STATIC_DIR,
+    probe_address: tuple[str, int] | None = None,
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await state_factory()
         app.state.flowforge = state
+        probes = None
+        if probe_address is not None:
+            host, port = probe_address
+            probes = await start_probe_server(host=host, port=port, ready=lambda: True)
         try:
             yield
         finally:
+            if probes is not None:
+                probes.close()
             await close(state)
 
     app = FastAPI(
@@ -63,6 +91,8 @@ def create_app(
             )
         elif "transfer-encoding" in request.headers and request.method not in ("GET", "HEAD"):
             response = error_response(400, "send the request body with a Content-Length")
+        elif (refusal := cross_site_refusal(request)) is not None:
+            response = refusal
         else:
             try:
                 async with asyncio.timeout(REQUEST_TIMEOUT_SECONDS):

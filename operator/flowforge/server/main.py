@@ -5,7 +5,8 @@ Configuration, flags over environment: ``--dsn`` (``FLOWFORGE_SERVER_DSN``, else
 it reads only the namespaces each request is scoped to); ``--kubeconfig`` (else in-cluster,
 else ``$KUBECONFIG``) gives the server's own credentials, used only for TokenReviews,
 SubjectAccessReviews and the list of namespaces; ``--host`` (127.0.0.1) and ``--port``
-(8080) where it listens.
+(8080) where it listens, ``--probe-port`` (none; the chart's 8081) where ``/healthz`` and
+``/readyz`` answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flowforge.kube.reviews import ApiReviews
 from flowforge.kube.user_api import UserApi
 from flowforge.server.access import Authenticator, Authorizer
 from flowforge.server.app import create_app
+from flowforge.server.limits import HeaderDeadlineH11Protocol
 from flowforge.server.state import ServerState
 from flowforge.server.static import STATIC_DIR
 from flowforge.store.pool import open_pool
@@ -49,6 +51,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=os.environ.get("FLOWFORGE_SERVER_HOST", "127.0.0.1"))
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get("FLOWFORGE_SERVER_PORT", DEFAULT_PORT))
+    )
+    parser.add_argument(
+        "--probe-port",
+        type=int,
+        default=int(os.environ.get("FLOWFORGE_SERVER_PROBE_PORT", "0")),
+        help="/healthz and /readyz on a port of their own (the chart: 8081; 0: none)",
     )
     parser.add_argument("--static-dir", type=Path, default=STATIC_DIR, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -96,11 +104,18 @@ def serve(args: argparse.Namespace) -> int:
         state.reviews.close()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = create_app(start, close=close, static_dir=args.static_dir)
+    app = create_app(
+        start,
+        close=close,
+        static_dir=args.static_dir,
+        probe_address=(args.host, args.probe_port) if args.probe_port else None,
+    )
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
+        # a connection's request headers arrive in time or it is closed (limits.py)
+        http=HeaderDeadlineH11Protocol,
         limit_concurrency=MAX_CONNECTIONS,
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=32 * 1024,

@@ -19,6 +19,7 @@ from flowforge.kube.user_api import UserApi
 from flowforge.server.access import Authenticator, Authorizer
 from flowforge.server.errors import ApiError
 from flowforge.server.graphs import GraphCache, GraphSkeleton
+from flowforge.server.limits import StreamSlots
 from flowforge.server.views import DefinitionView
 from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Connection, Pool
@@ -36,8 +37,7 @@ class ServerState:
     authorizer: Authorizer
     user_api: UserApi
     poll_seconds: float = 0.5
-    max_streams: int = 64
-    open_streams: int = 0
+    streams: StreamSlots = field(default_factory=StreamSlots)
     _definitions: OrderedDict[int, DefinitionView] = field(default_factory=OrderedDict)
     _namespaces: tuple[float, list[str]] = (0.0, [])
     graphs: GraphCache = field(default_factory=GraphCache)

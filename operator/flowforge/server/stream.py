@@ -6,7 +6,8 @@ ends once the run is final and its last change was sent. Change detection is one
 the run's newest event id per poll (``browse.change_marker``), in a transaction scoped to
 the namespace like every read; the caller's token and access are checked again on every
 poll (both cached briefly), so a revoked user stops receiving changes. Each stream is
-bounded in time, and the server in how many it serves at once.
+bounded in time, and the server in how many it serves at once and to one user
+(``limits.StreamSlots``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Final
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from flowforge.server import access, models, reads, views
 from flowforge.server.errors import ApiError
+from flowforge.server.limits import StreamSlot
 from flowforge.server.routes import Authenticated, Namespace, RunName, State
 from flowforge.server.state import ServerState
 from flowforge.store import browse
@@ -99,9 +102,8 @@ class RunStream:
         change = models.RunChange(run=summary, states=changed, compensation=rollback)
         return _event("change", change), run.finished_at is not None
 
-    async def events(self, first: bytes, finished: bool) -> AsyncIterator[bytes]:
+    async def events(self, first: bytes, finished: bool, slot: StreamSlot) -> AsyncIterator[bytes]:
         state = self._state
-        state.open_streams += 1
         try:
             yield first
             started = last_sent = time.monotonic()
@@ -120,7 +122,7 @@ class RunStream:
                     yield b": keepalive\n\n"
                     last_sent = time.monotonic()
         finally:
-            state.open_streams -= 1
+            slot.release()
 
 
 @router.get(
@@ -139,12 +141,18 @@ async def run_stream(
     request: Request, caller: Authenticated, state: State, namespace: Namespace, name: RunName
 ) -> StreamingResponse:
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
-    if state.open_streams >= state.max_streams:
-        raise ApiError(503, f"this server already serves {state.max_streams} streams; try later")
-    stream = RunStream(state, request=request, namespace=namespace, name=name)
-    first, finished = await stream.snapshot()
+    # counted before the next await: concurrent requests cannot all pass the check first
+    slot = state.streams.take(caller.user.username)
+    try:
+        stream = RunStream(state, request=request, namespace=namespace, name=name)
+        first, finished = await stream.snapshot()
+    except BaseException:
+        slot.release()
+        raise
     return StreamingResponse(
-        stream.events(first, finished),
+        stream.events(first, finished, slot),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        # also when the body never starts (the client went away first); release is once
+        background=BackgroundTask(slot.release),
     )

@@ -40,3 +40,17 @@ def kstatus(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         check=True,
     )
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def argocd_lua(script: Path, objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What an Argo CD Lua script returns for each object, run in gopher-lua (Argo CD's VM,
+    with the libraries Argo CD opens): ``{"result": ...}`` or ``{"error": ...}``."""
+    done = subprocess.run(
+        [str(go_tool("luahealth")), str(script)],
+        input=json.dumps(list(objects)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [json.loads(line) for line in done.stdout.splitlines()]

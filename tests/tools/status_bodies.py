@@ -71,7 +71,8 @@ EXPECTED: Mapping[str, Verdict] = {
     "run-failed-halted": Verdict("Failed", "Degraded", "Failed"),
     "run-cancelled": Verdict("Failed", "Degraded", "Failed"),
     "run-refused": Verdict("Failed", "Degraded", "Failed"),
-    "run-deleting": Verdict("Terminating", "Progressing", "Terminating"),
+    # Flux's expressions replace kstatus for the kind: a deletion reads as the phase does
+    "run-deleting": Verdict("Terminating", "Progressing", "InProgress"),
     "definition-new": Verdict("Current", "Progressing", "InProgress"),
     "definition-published": Verdict("Current", "Healthy", "Current"),
     "definition-refused": Verdict("Failed", "Degraded", "Failed"),

@@ -91,4 +91,6 @@ def test_a_run_without_a_rollback_has_no_compensation_conditions() -> None:
         "Progressing",
         "Failed",
         "Cancelled",
+        "Stalled",
+        "Completed",
     }

@@ -1,6 +1,15 @@
 """The ``WorkflowRun.status`` projection: pure rules from the store's counts and rows to the
 status object, its conditions and its progress text.
 
+Its conditions follow kstatus' convention (``sigs.k8s.io/cli-utils/pkg/kstatus``, which
+Flux, kpt and Helm's ``--wait`` use), so a GitOps pipeline can wait on a run: an unfinished
+run has ``Reconciling=True`` (InProgress, with why: queued, admitting, compensating,
+cancelling), a Succeeded one ``Ready=True`` and neither (Current), a Failed or Cancelled one
+``Stalled=True`` with the run's message (Failed). ``Completed`` is True in every final phase,
+so ``kubectl wait --for=condition=Completed`` returns on success and failure alike. The
+abnormal-true conditions are left out while they do not hold (kstatus reads an absent one
+as False); ``status.observedGeneration`` is the object's generation the status was made for.
+
 The object stays far below etcd's size limit whatever the run's size: per-task entries are
 listed only while a run has at most ``STATUS_TASK_SUMMARY_LIMIT`` tasks, the rollback's
 steps are capped, and messages are truncated.
@@ -27,9 +36,15 @@ from flowforge.domain.run import (
 )
 from flowforge.domain.states import (
     TERMINAL_COMPENSATION_STATES,
+    TERMINAL_RUN_PHASES,
     CompensationState,
     RunPhase,
 )
+
+# kstatus' abnormal-true conditions, and the one every final phase sets
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+COMPLETED = "Completed"
 
 # per-task entries in the status only while the run is this small; above it, counts only
 STATUS_TASK_SUMMARY_LIMIT = 50
@@ -127,6 +142,10 @@ def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime
         ("Compensating", False): finished,
         ("CompensationFailed", True): halted,
         ("CompensationFailed", False): rollback,
+        (RECONCILING, True): started,
+        (STALLED, True): finished,
+        (COMPLETED, True): finished,
+        (COMPLETED, False): started,
     }.get((kind, holds))
     return since or status.now
 
@@ -208,11 +227,57 @@ def compensation_summary(status: StatusInput) -> CompensationSummary | None:
     )
 
 
+def reconciling_reason(status: StatusInput) -> str:
+    """Why an unfinished run is not done yet, as kstatus' ``Reconciling`` reason."""
+    if status.phase is RunPhase.PENDING:
+        return "Pending"
+    if status.phase is RunPhase.QUEUED:
+        return "Queued"
+    if status.compensating:
+        return "Compensating"
+    if status.cancel_requested:
+        return "Cancelling"
+    counts = status.counts
+    if counts.admitting and not counts.running:
+        return "Admitting"
+    return "TasksRunning"
+
+
+def _kstatus_conditions(status: StatusInput) -> list[Condition]:
+    """Reconciling while the run goes on; Completed (True in every final phase); Stalled when
+    it ended Failed or Cancelled, with the run's message."""
+    phase = status.phase
+    message = _phase_message(status)[:4096]
+    if phase not in TERMINAL_RUN_PHASES:
+        return [
+            _condition(
+                status,
+                kind=RECONCILING,
+                holds=True,
+                reason=reconciling_reason(status),
+                message=message,
+            ),
+            _condition(
+                status,
+                kind=COMPLETED,
+                holds=False,
+                reason=phase.value,
+                message="the run has not finished",
+            ),
+        ]
+    completed = _condition(status, kind=COMPLETED, holds=True, reason=phase.value, message=message)
+    if phase is RunPhase.SUCCEEDED:
+        return [completed]
+    stalled = _condition(status, kind=STALLED, holds=True, reason=phase.value, message=message)
+    return [stalled, completed]
+
+
 def run_conditions(status: StatusInput) -> list[Condition]:
     """Ready (finished well), Progressing, Failed and Cancelled, each with a reason; once
-    a rollback is triggered also Compensating and CompensationFailed."""
+    a rollback is triggered also Compensating and CompensationFailed; kstatus'
+    Reconciling or Stalled, and Completed."""
     phase = status.phase
-    finished = phase in (RunPhase.SUCCEEDED, RunPhase.FAILED, RunPhase.CANCELLED)
+    finished = phase in TERMINAL_RUN_PHASES
     counts = status.counts
     if phase is RunPhase.QUEUED:
         progressing_reason = "Queued"
@@ -253,6 +318,7 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             reason="CancelRequested" if status.cancel_requested else "NotRequested",
             message="spec.cancel is true" if status.cancel_requested else "",
         ),
+        *_kstatus_conditions(status),
         *_rollback_conditions(status),
         *_queue_conditions(status),
     ]
@@ -328,6 +394,31 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         compensation=compensation_summary(status),
         queue=status.queue if status.phase is RunPhase.QUEUED else None,
         message=_phase_message(status)[:4096],
+    )
+    body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return body
+
+
+def refused_status(*, message: str, now: datetime, generation: int | None) -> dict[str, Any]:
+    """The status of a WorkflowRun the store never took (its definition is missing or does
+    not validate): Failed, and to kstatus Stalled with why; Completed, so a wait returns."""
+    text = message[:4096]
+    conditions = [
+        Condition(
+            type=kind,
+            status=ConditionStatus.FALSE if kind == "Ready" else ConditionStatus.TRUE,
+            reason="DefinitionRefused",
+            message=text,
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+        for kind in ("Ready", "Failed", STALLED, COMPLETED)
+    ]
+    model = RunStatus(
+        phase=RunPhase.FAILED,
+        observed_generation=generation,
+        conditions=conditions,
+        message=text,
     )
     body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return body

@@ -60,6 +60,11 @@ DEFINITION_STATUS_SCHEMA: Schema = {
             "description": "Human-readable note about the definition, e.g. why it was refused.",
             "maxLength": 4096,
         },
+        # Ready, and Stalled when not published (kstatus' convention): the run's Condition
+        "conditions": {
+            **to_structural(RUN_STATUS_SCHEMA)["properties"]["conditions"],
+            "description": "Ready when published; Stalled (with why) when not.",
+        },
     },
 }
 

@@ -27,6 +27,7 @@ from flowforge.domain.execution import (
 )
 from flowforge.domain.observed_job import JobMeaning, job_meaning
 from flowforge.domain.policy_spec import PolicySpec
+from flowforge.domain.projection import refused_status
 from flowforge.domain.queue import namespace_limits
 from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import RunPhase
@@ -141,6 +142,7 @@ class Engine:
         uid = str(body["metadata"]["uid"])
         finished = self.runs.final(uid)
         if finished is not None:  # a final phase never changes: nothing to read
+            self.status.observe(finished[0], body)
             self._show_final(body, run_id=finished[0], phase=finished[1])
             return
         namespace = str(body["metadata"]["namespace"])
@@ -154,6 +156,7 @@ class Engine:
                 await self._refuse(body, str(error))
             raise
         context = sighting.context
+        self.status.observe(context.run_id, body)
         if sighting.phase is not None and sighting.finished:
             # nothing to start or cancel, and only its final phase is kept
             self.runs.finished(run_id=context.run_id, uid=uid, phase=sighting.phase)
@@ -234,23 +237,15 @@ class Engine:
 
     async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
         metadata = body["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        generation = metadata.get("generation")
         await self.kube.patch_run_status(
             namespace=metadata["namespace"],
             name=metadata["name"],
-            status={
-                "phase": RunPhase.FAILED.value,
-                "message": message[:4096],
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "False",
-                        "reason": "DefinitionRefused",
-                        "message": message[:4096],
-                        "lastTransitionTime": now,
-                    }
-                ],
-            },
+            status=refused_status(
+                message=message,
+                now=datetime.now(UTC).replace(microsecond=0),
+                generation=generation if isinstance(generation, int) else None,
+            ),
         )
         notice = notices.run_refused(message)
         await self.kube.post_run_event(

@@ -193,8 +193,9 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
 
 async def _publish(engine: Engine, body: Mapping[str, Any]) -> None:
     metadata = body["metadata"]
-    status = (await publish_object(engine.pool, body)).status(metadata.get("generation"))
     current = body.get("status") or {}
+    outcome = await publish_object(engine.pool, body)
+    status = outcome.status(metadata.get("generation"), shown=current)
     if any(current.get(field) != value for field, value in status.items()):
         await engine.kube.patch_definition_status(
             namespace=metadata["namespace"], name=metadata["name"], status=status

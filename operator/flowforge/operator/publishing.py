@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from flowforge.domain.api import NOT_PUBLISHED
+from flowforge.domain.definition_status import definition_conditions
 from flowforge.domain.errors import UserError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
@@ -30,9 +32,20 @@ class PublishOutcome:
     definition: DefinitionSpec | None
     message: str
 
-    def status(self, generation: Any) -> dict[str, Any]:
-        """The WorkflowDefinition status that shows this outcome."""
-        status: dict[str, Any] = {"observedGeneration": generation, "message": self.message}
+    def status(self, generation: Any, *, shown: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The WorkflowDefinition status that shows this outcome (``shown``: the object's
+        status now, whose conditions keep their transition times while they hold)."""
+        status: dict[str, Any] = {
+            "observedGeneration": generation,
+            "message": self.message,
+            "conditions": definition_conditions(
+                published=self.definition is not None,
+                message=self.message,
+                generation=generation if isinstance(generation, int) else None,
+                now=datetime.now(UTC).replace(microsecond=0),
+                shown=(shown or {}).get("conditions") or (),
+            ),
+        }
         if self.definition is not None:
             status.update(
                 taskCount=len(self.definition.tasks), fingerprint=self.definition.fingerprint

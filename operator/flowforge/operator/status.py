@@ -5,6 +5,10 @@ becomes one projection and one status patch shortly after. A projection equal to
 one this process patched is not sent again: a digest of it is kept per active run (bounded,
 least recently written forgotten first, dropped once the final phase is written).
 ``force`` patches even so, for an object seen to show something else.
+
+``status.observedGeneration`` (kstatus reads a status made for an older generation as still
+in progress) is the ``metadata.generation`` last seen (``observe``) when it differed from the
+object's; a projection without it leaves the object's own in place (a merge patch).
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class StatusWriter:
         self._slots = asyncio.Semaphore(CONCURRENT_PROJECTIONS)
         self._patched: LRUCache[int, bytes] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
         self._writing = 0
+        # generations to show, of runs whose object showed another one (or no status)
+        self._generations: LRUCache[int, int] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
 
     def __len__(self) -> int:
         """How many runs' last projection is remembered."""
@@ -119,6 +125,18 @@ class StatusWriter:
         self._wake.set()
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    def observe(self, run_id: int, body: Mapping[str, Any]) -> None:
+        """The run's object as seen: a status made for another ``metadata.generation`` (a
+        cancel, an edit of a finished run's spec) or none yet is re-projected for it."""
+        generation = (body.get("metadata") or {}).get("generation")
+        if not isinstance(generation, int):
+            return
+        if (body.get("status") or {}).get("observedGeneration") == generation:
+            return
+        if self._generations.get(run_id) != generation:
+            self._generations[run_id] = generation
+            self.mark(run_id)
 
     async def close(self) -> None:
         for task in (self._worker, self._moves):
@@ -222,6 +240,7 @@ class StatusWriter:
                     None,
                 ),
                 queue=await self._queue(context) if record.phase is RunPhase.QUEUED else None,
+                observed_generation=self._generations.get(context.run_id),
             )
         )
 
@@ -247,6 +266,7 @@ class StatusWriter:
         )
         if body.get("phase") in FINAL_PHASES:
             self._patched.pop(run_id, None)  # nothing changes after this: forget the run
+            self._generations.pop(run_id, None)
         else:
             self._patched[run_id] = digest
 

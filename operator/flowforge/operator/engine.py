@@ -33,7 +33,7 @@ from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
-from flowforge.operator import metrics
+from flowforge.operator import metrics, tracing
 from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, Clock, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays
@@ -152,6 +152,7 @@ class Engine:
         as a watch event): only the first sighting dispatches, and a cancel acts once.
         """
         uid = str(body["metadata"]["uid"])
+        tracing.saw_run(body)
         finished = self._finished.get(uid)
         if finished is not None:  # a final phase never changes: nothing to read
             self._show_final(body, run_id=finished[0], phase=finished[1])
@@ -201,6 +202,7 @@ class Engine:
             self.status.mark(run_id, force=True)
 
     def _finished_run(self, context: RunContext, phase: RunPhase) -> None:
+        tracing.run_finished(self.pool, context, phase)
         self.forget(context)
         self._finished[context.uid] = (context.run_id, phase)
 

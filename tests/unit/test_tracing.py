@@ -66,6 +66,7 @@ def saga_history() -> list[Row]:
         Row(EventKind.COMPENSATION_TRIGGERED, "undo-a", None, at(7)),
         Row(EventKind.COMPENSATION_TRIGGERED, "undo-b", None, at(7)),
         Row(EventKind.COMPENSATION_STARTED, "undo-b", 1, at(7.1)),
+        Row(EventKind.TASK_JOB_CREATED, "undo-b", 1, at(7.2)),  # recorded for every Job
         Row(EventKind.COMPENSATION_SUCCEEDED, "undo-b", 1, at(8)),
         Row(EventKind.COMPENSATION_STARTED, "undo-a", 1, at(8.1)),
         Row(EventKind.COMPENSATION_SUCCEEDED, "undo-a", 1, at(9)),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -171,12 +171,15 @@ class _Task:
     result: str | None = None
 
 
-def _collect(events: Iterable[HistoryRow]) -> dict[tuple[TaskRole, str], _Task]:
+def _collect(events: Sequence[HistoryRow]) -> dict[tuple[TaskRole, str], _Task]:
+    # a compensator's Job is recorded as task.job_created too: a key is a compensator's when
+    # any compensation.* event names it (keys are unique across both roles)
+    compensators = {e.task_key for e in events if e.kind in _COMPENSATION_KINDS}
     tasks: dict[tuple[TaskRole, str], _Task] = {}
     for event in events:
         if event.task_key is None or not event.kind.startswith(("task.", "compensation.")):
             continue
-        role = TaskRole.COMPENSATION if event.kind in _COMPENSATION_KINDS else TaskRole.FORWARD
+        role = TaskRole.COMPENSATION if event.task_key in compensators else TaskRole.FORWARD
         task = tasks.setdefault((role, event.task_key), _Task(role=role, first=event.recorded_at))
         attempt = event.attempt
         if attempt is not None and event.kind in _ATTEMPT_START:

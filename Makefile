@@ -55,8 +55,18 @@ image-tools:
 image:
 	bash deploy/image/build.sh
 
+# Prometheus' promtool (tests/unit/test_alerts.py: `promtool test rules`) and Jaeger's
+# all-in-one (tests/cluster/test_tracing.py), built from the Go module proxy into
+# ~/.cache/flowforge/<tool>/ (cached: nothing rebuilds when present).
+.PHONY: promtool jaeger
+promtool:
+	bash deploy/tools/build-promtool.sh
+
+jaeger:
+	bash deploy/tools/build-jaeger.sh
+
 # The image is built before pytest (tests/e2e/test_image.py runs it; warm, nothing rebuilds).
-test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue image
+test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue image promtool jaeger
 	$(PY) -m ruff check operator tests bench
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy

@@ -11,6 +11,12 @@ Targets (issue 5/8): operator overhead p99 < 250 ms; single-task throughput >= 8
 ceiling. Usage:
 
     .venv/bin/python bench/bench_engine.py [--cluster-dir DIR] [--jobs 200] [--runs 200]
+
+With ``--tracing-rounds N`` it compares tracing off and on instead (issue 25/7: within 5%):
+2N rounds interleaved off, on, on, off, ... each with a fresh operator (on: sending every
+finished run's trace over OTLP/HTTP to a sink on 127.0.0.1 that accepts and drops them), each
+round's single-task throughput and chain hand-off p99 measured as above; it prints the medians
+per mode and the ratios on/off.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import http.server
 import json
 import os
 import shutil
@@ -212,6 +219,15 @@ class Bench:
         )
         time.sleep(8)
 
+    def stop_operator(self) -> None:
+        if self.operator is not None:
+            self.operator.send_signal(signal.SIGTERM)
+            try:
+                self.operator.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+            self.operator = None
+
     def create_runs(self, prefix: str, workflow: str, count: int, **spec: Any) -> list[str]:
         names = [f"{prefix}-{i:03d}" for i in range(count)]
 
@@ -346,7 +362,15 @@ async def main() -> int:
         help="lift kube-controller-manager's client limit (default 20/s, which "
         "caps the cluster near 200 Jobs/min) on the bench's own cluster",
     )
+    parser.add_argument(
+        "--tracing-rounds",
+        type=int,
+        default=0,
+        help="compare tracing off and on: this many rounds of each, interleaved",
+    )
     args = parser.parse_args()
+    if args.tracing_rounds:
+        return await tracing_comparison(args)
     async with bench_environment(
         cluster_dir=args.cluster_dir, controller_manager_qps=args.controller_manager_qps
     ) as bench:
@@ -401,6 +425,77 @@ async def main() -> int:
             )
         )
         return 0
+
+
+class _OtlpSink(http.server.BaseHTTPRequestHandler):
+    """Accepts OTLP/HTTP exports and drops them (an empty ExportTraceServiceResponse)."""
+
+    spans_bytes = 0
+
+    def do_POST(self) -> None:
+        _OtlpSink.spans_bytes += len(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+async def tracing_comparison(args: argparse.Namespace) -> int:
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtlpSink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    tracing_env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}",
+        "OTEL_SERVICE_NAME": "flowforge-bench",
+    }
+    results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    async with bench_environment(
+        cluster_dir=args.cluster_dir, controller_manager_qps=args.controller_manager_qps
+    ) as bench:
+        await bench.publish(
+            {
+                "workflow": "single",
+                "version": 1,
+                "taskTypes": {"step": STEP},
+                "tasks": [{"key": "only", "type": "step"}],
+            },
+            chain_definition(args.chain_length),
+        )
+        order = [False, True, True, False] * ((args.tracing_rounds + 1) // 2)
+        for index, traced in enumerate(order[: 2 * args.tracing_rounds]):
+            bench.start_operator(env=tracing_env if traced else None)
+            bench.wait_finished(bench.create_runs(f"warm{index}", "chain", 1), 120)
+            started = time.monotonic()
+            names = bench.create_runs(f"single{index}", "single", args.runs)
+            bench.wait_finished(names, 600)
+            throughput = len(names) / (time.monotonic() - started) * 60
+            watcher = JobWatcher(bench.batch, bench.namespace)
+            names = bench.create_runs(f"chain{index}", "chain", args.chains)
+            bench.wait_finished(names, 600, poll=2)
+            time.sleep(1)
+            watcher.close()
+            latencies = [lat for lat, _ in chain_handoffs(watcher, names, length=args.chain_length)]
+            p99 = percentile(latencies, 0.99)
+            results[traced].append((throughput, p99))
+            bench.stop_operator()
+            print(
+                f"round {index + 1} tracing {'on ' if traced else 'off'}: "
+                f"{throughput:.0f} runs/min, hand-off p99 {p99 * 1000:.0f} ms"
+            )
+    sink.shutdown()
+    off_rate = statistics.median(rate for rate, _ in results[False])
+    on_rate = statistics.median(rate for rate, _ in results[True])
+    off_p99 = statistics.median(p99 for _, p99 in results[False])
+    on_p99 = statistics.median(p99 for _, p99 in results[True])
+    print(
+        f"medians of {args.tracing_rounds} rounds each: throughput off {off_rate:.0f}, "
+        f"on {on_rate:.0f} runs/min (on/off {on_rate / off_rate:.3f}); hand-off p99 off "
+        f"{off_p99 * 1000:.0f}, on {on_p99 * 1000:.0f} ms (on/off {on_p99 / off_p99:.3f}); "
+        f"{_OtlpSink.spans_bytes} bytes of OTLP received (target: within 5%)"
+    )
+    return 0
 
 
 def chain_definition(length: int, *, workflow: str = "chain") -> dict[str, Any]:

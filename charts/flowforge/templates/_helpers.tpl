@@ -202,3 +202,12 @@ configMap:
 {{- required "server.serviceAccount.name is required when server.serviceAccount.create is false" .Values.server.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* OTEL_RESOURCE_ATTRIBUTES from a map: key=value pairs, comma-separated, sorted. */}}
+{{- define "flowforge.otelResourceAttributes" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key (toString $value)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

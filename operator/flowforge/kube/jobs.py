@@ -26,6 +26,7 @@ from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import config_map_name, job_name
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from flowforge.domain.states import TaskRole
+from flowforge.domain.tracing import TRACEPARENT_ENV
 
 LABEL_RUN = f"{PREFIX}/run"
 LABEL_TASK = f"{PREFIX}/task"
@@ -71,6 +72,8 @@ class JobRequest:
     # Kueue: the LocalQueue the Job queues in (created suspended) and its priority class
     queue_name: str | None = None
     priority_class: str | None = None
+    # W3C trace context of the attempt's span (domain/tracing.py), while tracing is on
+    traceparent: str | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +107,8 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
         "FLOWFORGE_ROLE": request.role.value,
         **run_files.file_environment(),
     }
+    if request.traceparent is not None:
+        ours[TRACEPARENT_ENV] = request.traceparent
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
     return ours

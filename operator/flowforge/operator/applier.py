@@ -33,13 +33,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from flowforge.domain.decision import Decision, RunDecision
-from flowforge.operator import metrics
+from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.operator.status import StatusWriter
+from flowforge.store.connection import Pool
 
 
 class Applier:
@@ -47,6 +48,7 @@ class Applier:
         self,
         *,
         kube: KubePort,
+        pool: Pool,
         launcher: JobLauncher,
         notifier: Notifier,
         status: StatusWriter,
@@ -55,6 +57,7 @@ class Applier:
         runs: RunCache,
     ) -> None:
         self._kube = kube
+        self._pool = pool
         self._launcher = launcher
         self._notifier = notifier
         self._status = status
@@ -91,6 +94,7 @@ class Applier:
                 delay + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
             )
         if decision.phase is not None and decision.finished:
+            tracing.run_finished(self._pool, context, decision.phase)
             self.forget(context)
             self._runs.finished(run_id=context.run_id, uid=context.uid, phase=decision.phase)
         # a queued run a freed slot started is a hand-off too

@@ -33,7 +33,7 @@ from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
-from flowforge.operator import metrics
+from flowforge.operator import metrics, tracing
 from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, Clock, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays
@@ -101,6 +101,7 @@ class Engine:
         )
         self.applier = Applier(
             kube=kube,
+            pool=pool,
             launcher=self.launcher,
             notifier=self.notifier,
             status=self.status,
@@ -140,6 +141,7 @@ class Engine:
         as a watch event): only the first sighting dispatches, and a cancel acts once.
         """
         uid = str(body["metadata"]["uid"])
+        tracing.saw_run(body)
         finished = self.runs.final(uid)
         if finished is not None:  # a final phase never changes: nothing to read
             self.status.observe(finished[0], body)

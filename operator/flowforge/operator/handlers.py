@@ -28,7 +28,7 @@ from flowforge.domain.api import (
 )
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
-from flowforge.operator import health, memory, metrics
+from flowforge.operator import health, memory, metrics, tracing
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
@@ -109,6 +109,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     leadership.on_gained = gained
     if config.metrics_port:
         metrics.serve(host=config.metrics_host, port=config.metrics_port)
+    tracing.configure()  # on when OTEL_EXPORTER_OTLP_ENDPOINT is set
     probes = health.Health(stall_seconds=config.loop_stall_seconds)
     if config.health_port:
         memo.health_server = health.serve(probes, host=config.metrics_host, port=config.health_port)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from flowforge.operator import metrics
 from flowforge.store.session import SessionLimits
 from flowforge.store.single import SingleConnection
 
@@ -80,7 +81,9 @@ async def check_database(health: Health, dsn: str, *, every: float = 1.0) -> Non
             try:
                 await connection.run(lambda c: c.execute("SELECT 1"))
                 health.database_answered()
+                metrics.STORE_UP.set(1)
             except Exception as error:
+                metrics.STORE_UP.set(0)
                 logger.debug("readiness: database check failed: %s", error)
             await asyncio.sleep(every)
     finally:

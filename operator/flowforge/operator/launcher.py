@@ -31,7 +31,7 @@ from flowforge.domain.kueue import queueing
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
 from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
-from flowforge.operator import metrics
+from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
 from flowforge.operator.kubeport import KubePort
@@ -266,6 +266,9 @@ class JobLauncher:
             timeout_seconds=item.timeout_seconds,
             queue_name=queued.queue_name if queued else None,
             priority_class=queued.priority_class if queued else None,
+            traceparent=tracing.job_traceparent(
+                context, role=item.role, task_key=item.task_key, attempt=item.attempt
+            ),
         )
         try:  # the run's ConfigMap, which the Job mounts, first
             await self.files.ensure(context)

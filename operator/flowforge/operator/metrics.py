@@ -91,6 +91,27 @@ STATUS_UNCHANGED = Counter(
     registry=REGISTRY,
 )
 LEADER = Gauge("flowforge_leader", "1 while this operator holds the lease", registry=REGISTRY)
+RECONCILE_LAST_PASS = Gauge(
+    "flowforge_reconcile_last_pass_timestamp_seconds",
+    "When this operator last completed a reconciler pass (Unix time; 0: never)",
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_WAIT = Gauge(
+    "flowforge_queue_oldest_wait_seconds",
+    "How long the longest-queued run has waited (0: none queued), at the last pass",
+    registry=REGISTRY,
+)
+NOTICES = Counter(
+    "flowforge_notices_total",
+    "Events posted on runs, by reason (CompensationFailed: a rollback halted)",
+    ["reason"],
+    registry=REGISTRY,
+)
+STORE_UP = Gauge(
+    "flowforge_store_up",
+    "1 while the database answered the readiness check within its bound, else 0",
+    registry=REGISTRY,
+)
 FAILURES = Counter(
     "flowforge_failures_total",
     "Handlers, deferred work and reconciler repairs that did not complete, by what went "
@@ -99,6 +120,12 @@ FAILURES = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+
+# The series that alerts take an increase() of exist from the start, at zero: a counter
+# series that first appears at 1 shows no increase (charts/flowforge/files/prometheus-rules).
+NOTICES.labels("CompensationFailed")
+for _act in ("outcome", "vanished", "cleanup", "adopt", "admission"):
+    FORGED_JOBS.labels(_act)
 
 
 @contextmanager

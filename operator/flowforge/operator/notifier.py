@@ -14,6 +14,7 @@ from collections.abc import Callable
 from flowforge.domain.decision import Notice
 from flowforge.domain.event_series import EventCorrelator
 from flowforge.kube.events import RunEvent, series_name
+from flowforge.operator import metrics
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
@@ -35,6 +36,7 @@ class Notifier:
         self._correlator = EventCorrelator()
 
     def post(self, context: RunContext, notice: Notice) -> None:
+        metrics.NOTICES.labels(notice.reason).inc()
         alone = self._correlator.observe(
             run_uid=context.uid,
             reason=notice.reason,

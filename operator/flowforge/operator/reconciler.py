@@ -58,7 +58,7 @@ from flowforge.operator.finalizer import observe_run
 from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext
 from flowforge.store.dispatch import record_job_created, serve_queue
-from flowforge.store.queries import active_tasks, recorded_jobs, runs_by_phase
+from flowforge.store.queries import active_tasks, oldest_queued_wait, recorded_jobs, runs_by_phase
 from flowforge.store.queue import queued_namespaces
 from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
 
@@ -142,6 +142,8 @@ class Reconciler:
         metrics.CACHED_RUNS.set(engine.cached_runs())
         metrics.CACHED_DEFINITION_TASKS.set(engine.runs.definitions.currsize)
         metrics.STATUS_PENDING.set(engine.status.pending())
+        metrics.QUEUE_OLDEST_WAIT.set(await oldest_queued_wait(engine.pool))
+        metrics.RECONCILE_LAST_PASS.set_to_current_time()
 
     async def _observe_page(self, page: list[dict[str, Any]]) -> bool:
         """Take further only the listed objects that need something (one store query).

@@ -305,6 +305,17 @@ async def runs_by_phase(pool: Pool) -> dict[str, int]:
         return {str(phase): int(count) for phase, count in await cursor.fetchall()}
 
 
+async def oldest_queued_wait(pool: Pool) -> float:
+    """Seconds the longest-waiting queued run has waited since it was submitted (0: none)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT coalesce(extract(epoch FROM now() - min(submitted_at)), 0) "
+            "FROM flowforge_run WHERE phase = 'Queued'"
+        )
+        row = await cursor.fetchone()
+        return float(row[0]) if row is not None else 0.0
+
+
 @dataclasses.dataclass(frozen=True)
 class RollbackStep:
     """A compensator of a triggered rollback (its forward task succeeded)."""

@@ -1,0 +1,342 @@
+"""A run's trace from its recorded history (domain/tracing.py), the Job's TRACEPARENT, and the
+spans as the OpenTelemetry SDK exports them (operator/tracing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from flowforge.domain.history import EventKind
+from flowforge.domain.states import RunPhase, TaskRole
+from flowforge.domain.tracing import (
+    RunFacts,
+    SpanRecord,
+    attempt_traceparent,
+    parse_traceparent,
+    run_spans,
+    span_id,
+    trace_context,
+)
+from flowforge.kube.jobs import JobRequest, build_job
+from flowforge.operator import tracing
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+UID = "8c1f6a55-3f0e-4b8e-9d55-0d7d7a1f2b10"
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    kind: str
+    task_key: str | None
+    attempt: int | None
+    recorded_at: datetime
+    detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def saga_history() -> list[Row]:
+    """a -> b -> c; c fails twice (a retry), the rollback undoes b then a; a never-run d."""
+    failed = {"reason": "Failed", "message": "exit 3", "exitCode": 3}
+    return [
+        Row(EventKind.RUN_CREATED, None, None, at(0)),
+        Row(EventKind.TASK_DISPATCHED, "a", 1, at(0.1)),
+        Row(EventKind.TASK_JOB_CREATED, "a", 1, at(0.2)),
+        Row(EventKind.TASK_SUCCEEDED, "a", 1, at(2), {"reason": "Succeeded", "exitCode": 0}),
+        Row(EventKind.TASK_RELEASED, "b", None, at(2)),
+        Row(EventKind.TASK_DISPATCHED, "b", 1, at(2.1)),
+        Row(EventKind.TASK_SUCCEEDED, "b", 1, at(4)),
+        Row(EventKind.TASK_RELEASED, "c", None, at(4)),
+        Row(EventKind.TASK_DISPATCHED, "c", 1, at(4.1)),
+        Row(EventKind.TASK_ATTEMPT_FAILED, "c", 1, at(5), failed),
+        Row(EventKind.TASK_DISPATCHED, "c", 2, at(6)),
+        Row(EventKind.TASK_FAILED, "c", 2, at(7), failed),
+        Row(EventKind.TASK_SKIPPED, "d", None, at(7)),
+        Row(EventKind.RUN_COMPENSATING, None, None, at(7)),
+        Row(EventKind.COMPENSATION_TRIGGERED, "undo-a", None, at(7)),
+        Row(EventKind.COMPENSATION_TRIGGERED, "undo-b", None, at(7)),
+        Row(EventKind.COMPENSATION_STARTED, "undo-b", 1, at(7.1)),
+        Row(EventKind.TASK_JOB_CREATED, "undo-b", 1, at(7.2)),  # recorded for every Job
+        Row(EventKind.COMPENSATION_SUCCEEDED, "undo-b", 1, at(8)),
+        Row(EventKind.COMPENSATION_STARTED, "undo-a", 1, at(8.1)),
+        Row(EventKind.COMPENSATION_SUCCEEDED, "undo-a", 1, at(9)),
+        Row(EventKind.RUN_FAILED, None, None, at(9)),
+    ]
+
+
+def facts(**overrides: Any) -> RunFacts:
+    values: dict[str, Any] = {
+        "namespace": "shop",
+        "name": "order-1001",
+        "uid": UID,
+        "workflow": "order",
+        "version": 2,
+        "phase": RunPhase.FAILED,
+    }
+    return RunFacts(**{**values, **overrides})
+
+
+def by_name(spans: Sequence[SpanRecord]) -> dict[str, SpanRecord]:
+    named = {span.name: span for span in spans}
+    assert len(named) == len(spans), "span names repeat"
+    return named
+
+
+def test_a_saga_run_is_one_tree_with_the_recorded_times() -> None:
+    context, spans = run_spans(facts(), saga_history())
+    named = by_name(spans)
+    run = named["RUN order"]
+    assert (run.parent_id, run.start, run.end, run.server) == (None, at(0), at(9), True)
+    assert run.attributes["cicd.pipeline.result"] == "failure"
+    assert run.attributes["cicd.pipeline.run.id"] == UID
+    assert run.error == "the run ended Failed"
+    for key, (start, end) in {"a": (0.1, 2), "b": (2, 4), "c": (4, 7)}.items():
+        task = named[key]
+        assert (task.parent_id, task.start, task.end) == (run.span_id, at(start), at(end))
+        assert task.attributes["cicd.pipeline.task.name"] == key
+    assert named["c"].attributes["cicd.pipeline.task.run.result"] == "failure"
+    first, second = named["c attempt 1"], named["c attempt 2"]
+    assert (first.parent_id, first.start, first.end) == (named["c"].span_id, at(4.1), at(5))
+    assert (second.start, second.end) == (at(6), at(7))
+    assert second.attributes["process.exit.code"] == 3
+    assert second.error == "Failed: exit 3"
+    assert named["a attempt 1"].error is None
+    assert "d" not in named  # skipped, never ran: no span
+    rollback = named["rollback"]
+    assert (rollback.parent_id, rollback.start, rollback.end) == (run.span_id, at(7), at(9))
+    undo_b, undo_a = named["compensate undo-b"], named["compensate undo-a"]
+    assert undo_b.parent_id == undo_a.parent_id == rollback.span_id
+    assert (undo_b.start, undo_b.end, undo_a.start, undo_a.end) == (
+        at(7.1),
+        at(8),
+        at(8.1),
+        at(9),
+    )
+    assert named["undo-b attempt 1"].start < named["undo-a attempt 1"].start  # in order
+    assert named["undo-a attempt 1"].parent_id == undo_a.span_id
+    assert context.parent_span_id is None
+    assert len({span.span_id for span in spans}) == len(spans) == 13
+
+
+def test_the_same_rows_give_the_same_ids_so_a_second_emission_repeats_the_first() -> None:
+    assert run_spans(facts(), saga_history()) == run_spans(facts(), saga_history())
+    other = run_spans(facts(uid="another-uid"), saga_history())
+    assert not {s.span_id for s in other[1]} & {
+        s.span_id for s in run_spans(facts(), saga_history())[1]
+    }
+
+
+def test_a_run_with_a_traceparent_joins_its_creators_trace() -> None:
+    context, spans = run_spans(facts(traceparent=PARENT), saga_history())
+    assert context.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert context.parent_span_id == "00f067aa0ba902b7"
+    assert by_name(spans)["RUN order"].parent_id is None  # its parent is the creator's span
+    own = trace_context(uid=UID, traceparent="not a traceparent")
+    assert own.parent_span_id is None and len(own.trace_id) == 32
+
+
+def test_a_succeeded_run_has_no_rollback_and_no_error() -> None:
+    history = [
+        Row(EventKind.RUN_CREATED, None, None, at(0)),
+        Row(EventKind.TASK_DISPATCHED, "a", 1, at(0.1)),
+        Row(EventKind.TASK_SUCCEEDED, "a", 1, at(1)),
+        Row(EventKind.RUN_SUCCEEDED, None, None, at(1)),
+    ]
+    _, spans = run_spans(facts(phase=RunPhase.SUCCEEDED), history)
+    assert [span.name for span in spans] == ["RUN order", "a", "a attempt 1"]
+    assert all(span.error is None for span in spans)
+    assert spans[0].attributes["cicd.pipeline.result"] == "success"
+    assert run_spans(facts(), []) == (trace_context(uid=UID, traceparent=None), [])
+
+
+def test_a_cancelled_attempt_ends_with_its_task() -> None:
+    history = [
+        Row(EventKind.RUN_CREATED, None, None, at(0)),
+        Row(EventKind.TASK_DISPATCHED, "a", 1, at(0.1)),
+        Row(EventKind.RUN_CANCEL_REQUESTED, None, None, at(3)),
+        Row(EventKind.TASK_CANCELLED, "a", None, at(3)),
+        Row(EventKind.RUN_CANCELLED, None, None, at(3.5)),
+    ]
+    named = by_name(run_spans(facts(phase=RunPhase.CANCELLED), history)[1])
+    assert named["a attempt 1"].end == at(3)
+    assert named["a"].attributes["cicd.pipeline.task.run.result"] == "cancellation"
+    assert named["RUN order"].attributes["cicd.pipeline.result"] == "cancellation"
+
+
+def test_a_jobs_traceparent_names_its_attempts_span() -> None:
+    _, spans = run_spans(facts(traceparent=PARENT), saga_history())
+    named = by_name(spans)
+    forward = attempt_traceparent(
+        uid=UID, traceparent=PARENT, role=TaskRole.FORWARD, task_key="c", attempt=2
+    )
+    assert forward == f"00-4bf92f3577b34da6a3ce929d0e0e4736-{named['c attempt 2'].span_id}-01"
+    undo = attempt_traceparent(
+        uid=UID, traceparent=None, role=TaskRole.COMPENSATION, task_key="undo-a", attempt=1
+    )
+    assert undo.split("-")[2] == named["undo-a attempt 1"].span_id
+    assert parse_traceparent(undo) == (
+        trace_context(uid=UID, traceparent=None).trace_id,
+        span_id(UID, "compensator", "undo-a", "1"),
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ],
+)
+def test_malformed_traceparents_are_ignored(text: str) -> None:
+    assert parse_traceparent(text) is None
+
+
+def _env(job: Mapping[str, Any]) -> dict[str, str]:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    return {entry["name"]: entry.get("value") for entry in container["env"]}
+
+
+def test_a_job_carries_traceparent_only_while_tracing_is_on() -> None:
+    request = JobRequest(
+        namespace="shop",
+        run_name="order-1001",
+        run_uid=UID,
+        task_key="c",
+        attempt=2,
+        role=TaskRole.FORWARD,
+        template={"image": "busybox", "env": [{"name": "TRACEPARENT", "value": "theirs"}]},
+    )
+    assert _env(build_job(request))["TRACEPARENT"] == "theirs"
+    ours = attempt_traceparent(
+        uid=UID, traceparent=None, role=TaskRole.FORWARD, task_key="c", attempt=2
+    )
+    traced = dataclasses.replace(request, traceparent=ours)
+    assert _env(build_job(traced))["TRACEPARENT"] == ours
+
+
+def test_tracing_is_configured_by_the_standard_variables() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert tracing.enabled_by(endpoint)
+    assert tracing.enabled_by(
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}
+    )
+    assert not tracing.enabled_by({})
+    assert not tracing.enabled_by({**endpoint, "OTEL_SDK_DISABLED": "true"})
+    assert not tracing.enabled_by({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+
+
+def test_off_imports_nothing_of_opentelemetry() -> None:
+    code = (
+        "import sys; from flowforge.operator import handlers, tracing; "
+        "assert tracing.configure({}) is None; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_sdk_exports_the_tree_with_its_ids_times_and_parent() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    exporter = InMemorySpanExporter()
+    sender = tracing.SpanSender(exporter, service_name="flowforge-test")
+    context, spans = run_spans(facts(traceparent=PARENT), saga_history())
+    sender.send(context, spans)
+    assert sender.flush()
+    exported = {span.name: span for span in exporter.get_finished_spans()}
+    assert len(exported) == len(spans)
+    run = exported["RUN order"]
+    assert run.kind is SpanKind.SERVER
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.parent is not None and run.parent.span_id == int("00f067aa0ba902b7", 16)
+    assert run.context is not None
+    assert f"{run.context.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert run.start_time == int(at(0).timestamp()) * 10**9
+    assert run.end_time == int(at(9).timestamp()) * 10**9
+    attempt = exported["c attempt 2"]
+    assert attempt.parent is not None
+    assert attempt.parent.span_id == exported["c"].context.span_id  # type: ignore[union-attr]
+    assert run.resource.attributes["service.name"] == "flowforge-test"
+    sender.shutdown()
+
+
+def test_the_tracer_remembers_a_creators_parent_until_the_trace_is_sent() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracer = tracing.RunTracer(tracing.SpanSender(exporter, service_name="flowforge-test"))
+    tracer.saw({"metadata": {"uid": UID, "annotations": {"flowforge.io/traceparent": PARENT}}})
+    context = _Context(uid=UID, run_id=7)
+    parent = tracer.job_traceparent(context, role=TaskRole.FORWARD, task_key="a", attempt=1)  # type: ignore[arg-type]
+    assert parent.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+
+    class Pool:  # run_history's one query, answered with the saga's rows
+        def connection(self) -> Any:
+            return _Connection(saga_history())
+
+    asyncio.run(_send(tracer, Pool(), context))
+    names = {span.name for span in exporter.get_finished_spans()}
+    assert {"RUN order", "rollback", "compensate undo-a"} <= names
+    again = tracer.job_traceparent(context, role=TaskRole.FORWARD, task_key="a", attempt=1)  # type: ignore[arg-type]
+    assert not again.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")  # forgotten once sent
+
+
+async def _send(tracer: tracing.RunTracer, pool: Any, context: Any) -> None:
+    tracer.finished(pool, context, RunPhase.FAILED)
+    await tracer.drain()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    workflow: str = "order"
+    version: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Definition:
+    spec: _Spec = dataclasses.field(default_factory=_Spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    uid: str
+    run_id: int
+    namespace: str = "shop"
+    name: str = "order-1001"
+    definition: _Definition = dataclasses.field(default_factory=_Definition)
+
+
+class _Connection:
+    def __init__(self, rows: list[Row]) -> None:
+        self._rows = rows
+
+    async def __aenter__(self) -> _Connection:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def execute(self, query: str, params: tuple[Any, ...]) -> _Connection:
+        assert "FROM flowforge_event WHERE run_id = %s" in query and params[0] == 7
+        return self
+
+    async def fetchall(self) -> list[tuple[Any, ...]]:
+        return [
+            (n, 7, row.kind, row.task_key, row.attempt, 1, row.detail, row.recorded_at)
+            for n, row in enumerate(self._rows, 1)
+        ]

@@ -24,6 +24,7 @@ def test_the_operator_registers_only_event_handlers() -> None:
     assert registry._spawning.get_all_handlers() == []
     assert {handler.fn.__name__ for handler in registry._watching.get_all_handlers()} == {
         "job_event",
+        "pod_event",
         "run_event",
         "definition_event",
         "policy_event",

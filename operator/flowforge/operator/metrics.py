@@ -45,7 +45,8 @@ FORGED_JOBS = Counter(
 FORGED_PODS = Counter(
     "flowforge_forged_pods_total",
     "Succeeded Pods with FlowForge's labels that the Job controller would not count for the "
-    "attempt's Job: ignored (the Job watch decides)",
+    "attempt's Job: ignored (the Job watch decides). untracked also counts a Pod of the "
+    "run's Job first seen after the Job controller had counted it (after a re-list)",
     ["reason"],  # orphan, label, uid, namespace, untracked
     registry=REGISTRY,
 )

@@ -70,11 +70,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
-    # the apiserver sends only FlowForge's Jobs, and only its task Pods that succeeded (a
-    # handler's ``labels`` filter alone is applied by kopf, after every object has come)
-    settings.watching.label_selectors["batch", "v1", "jobs"] = OWN_OBJECTS
-    settings.watching.label_selectors["v1", "pods"] = OWN_OBJECTS
-    settings.watching.field_selectors["v1", "pods"] = f"status.phase={SUCCEEDED_PHASE}"
+    select_on_the_server(settings)
 
     config = OperatorSettings.from_environment()
     settings.queueing.worker_limit = config.event_workers
@@ -130,6 +126,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         asyncio.create_task(health.check_database(probes, config.dsn), name="flowforge-ready"),
         asyncio.create_task(memory.release_periodically(), name="flowforge-memory"),
     ]
+
+
+def select_on_the_server(settings: kopf.OperatorSettings) -> None:
+    """The apiserver sends only FlowForge's Jobs, and only its task Pods that succeeded (a
+    handler's ``labels`` filter alone is applied by kopf, after every object has come)."""
+    settings.watching.label_selectors["batch", "v1", "jobs"] = OWN_OBJECTS
+    settings.watching.label_selectors["v1", "pods"] = OWN_OBJECTS
+    settings.watching.field_selectors["v1", "pods"] = f"status.phase={SUCCEEDED_PHASE}"
 
 
 @kopf.on.cleanup()

@@ -48,10 +48,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _created(job: Any) -> float:
-    return float(job.metadata.creation_timestamp.timestamp())
-
-
 def _finished(job: Any) -> float:
     return float(job.status.completion_time.timestamp())
 
@@ -73,18 +69,15 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
 
     jobs = {job.metadata.labels["flowforge.io/task"]: job for job in driver.jobs("d1")}
     assert set(jobs) == {"extract", "left", "right", "load"}
-    # a dependent's Job is created only after its upstream's Job completed
+    # a dependent's Job is created only after its upstream's Pod succeeded (whole seconds)
     for upstream, dependent in [
         ("extract", "left"),
         ("extract", "right"),
         ("left", "load"),
         ("right", "load"),
     ]:
-        assert _created(jobs[dependent]) >= _finished(jobs[upstream]) - 1.0
-        assert (
-            jobs[dependent].metadata.creation_timestamp
-            >= jobs[upstream].metadata.creation_timestamp
-        )
+        assert jobs[dependent].metadata.creation_timestamp >= driver.pod_finished(jobs[upstream])
+        assert _finished(jobs[upstream]) >= driver.pod_finished(jobs[upstream]).timestamp()
     extract = jobs["extract"]
     assert extract.spec.backoff_limit == 0
     assert extract.metadata.owner_references[0].kind == "WorkflowRun"
@@ -119,6 +112,18 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     assert 'flowforge_task_outcomes_total{reason="Completed",role="forward"} 4.0' in exposition
     assert "flowforge_handoff_latency_seconds_count 3.0" in exposition
     assert 'flowforge_jobs_created_total{role="forward"} 4.0' in exposition
+    # the successes were read from the Pods, a second before their Jobs said so (one the Job
+    # path recorded first, on a loaded machine, would be no error: it is the fallback)
+    run = await find_run(
+        driver.pool, namespace=driver.namespace, name="d1", uid=body["metadata"]["uid"]
+    )
+    from_pods = [
+        event.task_key
+        for event in await run_history(driver.pool, run.id)
+        if event.kind == "task.succeeded" and event.detail["message"].startswith("Pod ")
+    ]
+    assert from_pods, "no success was read from a Pod"
+    assert f"flowforge_pod_successes_total {float(len(from_pods))}" in exposition
 
 
 async def test_fan_in_of_fifty_releases_the_join_exactly_once(

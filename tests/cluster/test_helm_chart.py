@@ -643,6 +643,7 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
             ("list", "jobs.batch"),
             ("watch", "jobs.batch"),
             ("list", "pods"),
+            ("watch", "pods"),
             ("create", "events"),
             ("create", "configmaps"),
             ("get", "configmaps"),

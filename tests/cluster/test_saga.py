@@ -158,10 +158,11 @@ async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
     assert [job.metadata.labels["flowforge.io/task"] for job in jobs] == ["refund", "release"]
     assert all(job.metadata.name.startswith("o1-c-") for job in jobs)
     refund, release = jobs
-    # one at a time: release's Job exists only after refund's finished (second resolution)
+    # one at a time: release's Job exists only after refund's Pod succeeded (second
+    # resolution; its Job says so about a second later)
     assert refund.status.completion_time is not None and release.status.start_time is not None
-    assert release.metadata.creation_timestamp >= refund.status.completion_time
-    assert release.status.start_time >= refund.status.completion_time
+    assert release.metadata.creation_timestamp >= driver.pod_finished(refund)
+    assert release.status.start_time >= driver.pod_finished(refund)
     # ... and to the microsecond in the history: started, succeeded, started, succeeded
     assert await compensation_history(driver, "o1") == REFUND_THEN_RELEASE
     reasons = [event.reason for event in driver.events("o1")]
@@ -228,7 +229,7 @@ async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
         jobs = compensation_jobs(driver, name)
         assert {job.metadata.labels["flowforge.io/task"] for job in jobs} == set(expected)
         for earlier, later in itertools.pairwise(jobs):
-            assert later.metadata.creation_timestamp >= earlier.status.completion_time
+            assert later.metadata.creation_timestamp >= driver.pod_finished(earlier)
         states = await compensator_states(driver.pool, driver, name)
         # the failed task and the one it skipped are not compensated
         assert states["undo-boom"] == "skipped" and states["undo-never"] == "skipped"

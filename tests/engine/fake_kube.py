@@ -325,6 +325,63 @@ class FakeKube:
             }
         )
 
+    def job_pod(
+        self,
+        job_name: str,
+        *,
+        phase: str = "Succeeded",
+        exit_code: int = 0,
+        tracked: bool = True,
+        namespace: str = "",
+    ) -> dict[str, Any]:
+        """A Pod of the Job called ``job_name`` as the Job controller makes it (its controller
+        ownerReference, its ``batch.kubernetes.io/controller-uid`` label, the tracking
+        finalizer unless ``tracked`` is False) and as a watch shows it once the task
+        container ended with ``exit_code`` (``phase``). ``namespace``: the Job's, unless
+        given (as an attacker would, with the Job's references copied)."""
+        job = next(job for (_, name), job in self.jobs.items() if name == job_name)
+        metadata = job["metadata"]
+        uid = metadata["uid"]
+        labels = dict(job["spec"]["template"]["metadata"]["labels"])
+        labels |= {"batch.kubernetes.io/controller-uid": uid, "job-name": job_name}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "namespace": namespace or metadata["namespace"],
+                "name": f"{job_name}-{uuid.uuid4().hex[:5]}",
+                "uid": str(uuid.uuid4()),
+                "labels": labels,
+                "finalizers": ["batch.kubernetes.io/job-tracking"] if tracked else [],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job_name,
+                        "uid": uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "status": {
+                "phase": phase,
+                "containerStatuses": [
+                    {
+                        "name": "task",
+                        "state": {
+                            "terminated": {
+                                "exitCode": exit_code,
+                                "reason": "Completed" if exit_code == 0 else "Error",
+                                "startedAt": "2026-12-01T10:00:00Z",
+                                "finishedAt": "2026-12-01T10:00:02Z",
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+
     def age_job(self, job_name: str, *, seconds: float) -> None:
         """Make the Job look created ``seconds`` ago."""
         job = next(job for (_, name), job in self.jobs.items() if name == job_name)

@@ -345,6 +345,21 @@ class RunDriver:
         ).items
         return items
 
+    def pod_finished(self, job: Any) -> Any:
+        """When the task container of the Job's Pod ended (whole seconds): the moment its
+        success is known, about a second before the Job's ``completionTime``."""
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}"
+        ).items
+        ended = [
+            status.state.terminated.finished_at
+            for pod in pods
+            for status in pod.status.container_statuses or []
+            if status.name == "task" and status.state.terminated is not None
+        ]
+        assert ended, f"no Pod of Job {job.metadata.name} says its task container ended"
+        return max(ended)
+
     def printer_row(self, name: str) -> dict[str, Any]:
         """The row ``kubectl get wfr NAME`` prints (the apiserver's Table rendering)."""
         method, url, headers, body, _ = self.api.param_serialize(

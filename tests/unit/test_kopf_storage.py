@@ -24,6 +24,7 @@ def test_the_operator_registers_only_event_handlers() -> None:
     assert registry._spawning.get_all_handlers() == []
     assert {handler.fn.__name__ for handler in registry._watching.get_all_handlers()} == {
         "job_event",
+        "pod_event",
         "run_event",
         "definition_event",
         "policy_event",
@@ -37,3 +38,22 @@ def test_no_essence_is_built_or_stored() -> None:
     assert storage.fetch(body=body) is None
     with pytest.raises(RuntimeError, match="change handler"):
         storage.store(body=body, patch=kopf.Patch(), essence=kopf.BodyEssence())
+
+
+def test_the_apiserver_sends_only_flowforges_jobs_and_its_succeeded_pods() -> None:
+    settings = kopf.OperatorSettings()
+    handlers.select_on_the_server(settings)
+
+    def resource(group: str, plural: str, kind: str) -> kopf.Resource:
+        return kopf.Resource(group=group, version="v1", plural=plural, kind=kind, namespaced=True)
+
+    def selectors(target: kopf.Resource) -> tuple[list[str], list[str]]:
+        return (
+            list(settings.watching.label_selectors.collect(target)),
+            list(settings.watching.field_selectors.collect(target)),
+        )
+
+    own = "app.kubernetes.io/managed-by=flowforge"
+    assert selectors(resource("", "pods", "Pod")) == ([own], ["status.phase=Succeeded"])
+    assert selectors(resource("batch", "jobs", "Job")) == ([own], [])
+    assert selectors(resource("", "configmaps", "ConfigMap")) == ([], [])

@@ -3,8 +3,12 @@ recorded them, forgotten with the attempt, and bounded."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from flowforge.domain.states import TaskRole
+from flowforge.kube.jobs import JobIdentity
 from flowforge.operator import launcher
 from flowforge.operator.launcher import RecordedUids
 
@@ -58,3 +62,39 @@ def test_a_finished_run_forgets_every_attempt_it_left() -> None:
     assert len(uids) == 1
     assert uids.lookup(epoch=1, run_id=7, task_key="a", attempt=1) is None
     assert uids.lookup(epoch=1, run_id=8, task_key="a", attempt=1) == "other"
+
+
+async def test_a_job_is_found_by_its_uid_once_its_record_is_stored() -> None:
+    uids = RecordedUids()
+    job = JobIdentity(
+        namespace="ns",
+        name="r-a-1-x",
+        run_uid="run",
+        task_key="a",
+        attempt=1,
+        role=TaskRole.FORWARD,
+        uid="u-1",
+    )
+    uids.expect("u-1")  # created; the store write is in flight
+    looking = asyncio.create_task(uids.recorded(epoch=1, uid="u-1"))
+    await asyncio.sleep(0)
+    assert not looking.done()
+
+    uids.remember(epoch=1, run_id=7, task_key="a", attempt=1, uid="u-1", job=job)
+    uids.settled("u-1")
+    assert await looking == (7, job)
+    assert await uids.recorded(epoch=2, uid="u-1") is None  # another leader's epoch
+    assert uids.named(namespace="ns", name="r-a-1-x") == "u-1"
+
+    uids.forget(run_id=7, task_key="a", attempt=1)
+    assert await uids.recorded(epoch=1, uid="u-1") is None
+    assert uids.named(namespace="ns", name="r-a-1-x") is None
+
+
+async def test_a_record_that_failed_leaves_the_job_unknown() -> None:
+    uids = RecordedUids()
+    uids.expect("u-1")
+    looking = asyncio.create_task(uids.recorded(epoch=1, uid="u-1"))
+    await asyncio.sleep(0)
+    uids.settled("u-1")  # the write raised: nothing remembered
+    assert await looking is None

@@ -183,13 +183,17 @@ def job_outcome(
 ) -> AttemptOutcome | None:
     """The outcome of a finished Job, or None while it has not finished.
 
-    ``Complete`` is success. ``Failed`` with reason ``DeadlineExceeded`` is a timeout
-    (``activeDeadlineSeconds``); any other ``Failed`` is a failed attempt, with the
-    container's exit code when a Pod still tells it.
+    ``Complete`` is success, and so is ``SuccessCriteriaMet``, which the Job controller sets
+    first (before the Job's Pods have all terminated; it is never followed by ``Failed``).
+    ``Failed`` with reason ``DeadlineExceeded`` is a timeout (``activeDeadlineSeconds``);
+    any other ``Failed`` is a failed attempt, with the container's exit code when a Pod
+    still tells it.
     """
     conditions: Sequence[Mapping[str, Any]] = job_status.get("conditions") or []
     started = parse_timestamp(job_status.get("startTime"))
-    complete = _condition_true(conditions, "Complete")
+    complete = _condition_true(conditions, "Complete") or _condition_true(
+        conditions, "SuccessCriteriaMet"
+    )
     if complete is not None:
         return AttemptOutcome(
             succeeded=True,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cachetools import LRUCache
 from pydantic import ValidationError
 
 from flowforge.domain import notices
@@ -26,6 +27,14 @@ from flowforge.domain.execution import (
     lost_outcome,
 )
 from flowforge.domain.observed_job import JobMeaning, job_meaning
+from flowforge.domain.observed_pod import (
+    PodIgnored,
+    RecordedJob,
+    job_claim,
+    pod_outcome,
+    pod_verdict,
+    tracked,
+)
 from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.projection import refused_status
 from flowforge.domain.queue import namespace_limits
@@ -59,6 +68,10 @@ logger = logging.getLogger(__name__)
 # a hand-off slower than this (the target: event received -> dependent Job created) is
 # logged with where its time went
 SLOW_HANDOFF_SECONDS = 0.25
+# Jobs (by uid) whose attempt's outcome is in the store: their later watch events (the Job's
+# own success after its Pod's, a deadline the Pod beat, the TTL's deletion) and their Pods'
+# need no store read; and Pods (by uid) seen with the Job controller's tracking finalizer
+REMEMBERED_OUTCOMES = 10_000
 
 
 class Engine:
@@ -126,6 +139,8 @@ class Engine:
         )
         self._refused: set[str] = set()
         self._limits_read: set[str] = set()  # namespaces whose limits this process copied
+        self._recorded_jobs: LRUCache[str, None] = LRUCache(maxsize=REMEMBERED_OUTCOMES)
+        self._tracked_pods: LRUCache[str, None] = LRUCache(maxsize=REMEMBERED_OUTCOMES)
 
     def fence(self) -> Fence:
         return self.leadership.require_fence()
@@ -313,8 +328,8 @@ class Engine:
         or its Kueue admission) if it is the run's own Job; a copy with the run's labels
         changes nothing."""
         identity = JobIdentity.of(job)
-        if identity is None:
-            return
+        if identity is None or (identity.uid is not None and identity.uid in self._recorded_jobs):
+            return  # not ours, or its outcome (e.g. from its Pod) is recorded
         received = time.perf_counter()
         meaning = job_meaning(job, deleted=event_type == "DELETED")
         if meaning is JobMeaning.ADMISSION:
@@ -332,6 +347,58 @@ class Engine:
             await self.vanished(context, identity)
             return
         await self.finished(context, identity, job, received=received)
+
+    async def on_pod_event(self, pod: Mapping[str, Any], event_type: str | None) -> None:
+        """A Pod of a run's Job succeeded: record its attempt's success now, about a second
+        before the Job's status can say it, when it is a Pod the Job controller counts for the
+        Job this process created and recorded for the attempt (``domain/observed_pod.py``).
+        Anything else is left to the Job watch, the complete fallback: a forgery is ignored
+        and counted, and so is a Pod of a Job this process did not record (created before a
+        restart, under another leader, or one whose uid is not yet known to it)."""
+        if event_type == "DELETED":
+            return  # a deletion proves nothing the Pod's last change did not
+        received = time.perf_counter()
+        pod_uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if pod_uid and tracked(pod):
+            self._tracked_pods[pod_uid] = None
+        claim = job_claim(pod)
+        if isinstance(claim, PodIgnored):
+            self._ignore_pod(pod, claim)
+            return
+        if claim.job_uid in self._recorded_jobs:
+            return
+        found = await self.launcher.uids.recorded(epoch=self.fence().epoch, uid=claim.job_uid)
+        if found is None:
+            named = self.launcher.uids.named(namespace=claim.namespace, name=claim.job_name)
+            unknown = named is None or named == claim.job_uid  # recorded under another epoch
+            self._ignore_pod(pod, PodIgnored.UNKNOWN if unknown else PodIgnored.UID)
+            return
+        run_id, job = found
+        verdict = pod_verdict(
+            pod,
+            claim=claim,
+            recorded=RecordedJob(namespace=job.namespace, name=job.name, uid=claim.job_uid),
+            tracked_before=pod_uid in self._tracked_pods,
+        )
+        if verdict is not None:
+            self._ignore_pod(pod, verdict)
+            return
+        metrics.POD_SUCCESSES.inc()
+        context = await self.runs.by_id(run_id)
+        await self.record(context, identity=job, outcome=pod_outcome(pod), received=received)
+
+    def _ignore_pod(self, pod: Mapping[str, Any], why: PodIgnored) -> None:
+        if not why.forged:
+            return
+        metrics.FORGED_PODS.labels(why.value).inc()
+        metadata = pod.get("metadata") or {}
+        logger.warning(
+            "ignored Pod %s/%s (uid %s): %s",
+            metadata.get("namespace"),
+            metadata.get("name"),
+            metadata.get("uid"),
+            why.value,
+        )
 
     async def finished(
         self,
@@ -393,6 +460,8 @@ class Engine:
                 backoff=self.settings.backoff,
             )
         decided_at = time.perf_counter()
+        if identity.uid is not None:  # recorded now or before: later news of the Job is moot
+            self._recorded_jobs[identity.uid] = None
         if decision.recorded:
             self.launcher.attempt_over(
                 context, JobRef(identity.task_key, identity.attempt, identity.role)

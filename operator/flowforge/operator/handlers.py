@@ -1,6 +1,6 @@
 """kopf handlers of the run engine.
 
-WorkflowRuns and Jobs are both watched with ``@kopf.on.event``: kopf writes no annotations
+WorkflowRuns, Jobs and Jobs' Pods are watched with ``@kopf.on.event``: kopf writes no annotations
 or finalizers of its own onto either, so a standby operator (which sees every event too and
 ignores it) leaves no "handled" marks that would hide work from the leader. The one mark is
 FlowForge's own finalizer on a run, added and removed by the leader (``finalizer.py``):
@@ -26,6 +26,7 @@ from flowforge.domain.api import (
     RUN_PLURAL,
     VERSION,
 )
+from flowforge.domain.observed_pod import SUCCEEDED_PHASE
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.operator import health, memory, metrics, tracing
@@ -41,6 +42,7 @@ from flowforge.store.session import LEASE_LIMITS
 from flowforge.store.single import SingleConnection
 
 logger = logging.getLogger("flowforge.operator")
+OWN_OBJECTS = f"{LABEL_MANAGED_BY}={MANAGED_BY}"  # Jobs and their Pods' template
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -68,6 +70,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    select_on_the_server(settings)
 
     config = OperatorSettings.from_environment()
     settings.queueing.worker_limit = config.event_workers
@@ -126,6 +129,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     ]
 
 
+def select_on_the_server(settings: kopf.OperatorSettings) -> None:
+    """The apiserver sends only FlowForge's Jobs, and only its task Pods that succeeded (a
+    handler's ``labels`` filter alone is applied by kopf, after every object has come)."""
+    settings.watching.label_selectors["batch", "v1", "jobs"] = OWN_OBJECTS
+    settings.watching.label_selectors["v1", "pods"] = OWN_OBJECTS
+    settings.watching.field_selectors["v1", "pods"] = f"status.phase={SUCCEEDED_PHASE}"
+
+
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("background", []):
@@ -164,6 +175,19 @@ async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     job = event["object"]
     await _guarded(
         engine, f"Job {job['metadata'].get('name')}", engine.on_job_event(job, event.get("type"))
+    )
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A task's Pod succeeded: its attempt's success is recorded at once, when the Pod is one
+    its Job counts (``Engine.on_pod_event``); the Job watch stays the complete fallback."""
+    engine = _engine(memo)
+    if engine is None:
+        return
+    pod = event["object"]
+    await _guarded(
+        engine, f"Pod {pod['metadata'].get('name')}", engine.on_pod_event(pod, event.get("type"))
     )
 
 

@@ -134,37 +134,94 @@ class ForgeryNotices:
 
 class RecordedUids:
     """The uids this process recorded with ``task.job_created``, so the ownership check of a
-    finished Job does not read the store on the hand-off path. An entry counts only under the
+    finished Job does not read the store on the hand-off path, and a Pod's Job (by its uid)
+    is known without a read (``engine.py::on_pod_event``). An entry counts only under the
     epoch that recorded it: after a change of leader the store may hold a newer uid, so the
     store is asked again. Bounded: an attempt's entry goes when its outcome is recorded, a
-    run's when it finishes, and the oldest run's first beyond ``_REMEMBERED_UIDS``."""
+    run's when it finishes, and the oldest run's first beyond ``_REMEMBERED_UIDS``.
+
+    A Job's uid is known from the create response, before the store has it: between the two
+    it is ``expect``-ed, and a Pod of it waits (``recorded``) for the store write rather than
+    being taken for an unknown Job's."""
 
     def __init__(self) -> None:
         # run -> (task, attempt) -> (epoch, uid); runs in the order they were first seen
         self._runs: dict[int, dict[tuple[str, int], tuple[int, str]]] = {}
         self._count = 0
+        # Job uid -> (epoch, run, its Job), and (namespace, Job name) -> Job uid
+        self._jobs: dict[str, tuple[int, int, JobIdentity]] = {}
+        self._names: dict[tuple[str, str], str] = {}
+        self._pending: dict[str, asyncio.Event] = {}  # created, its record not yet stored
 
-    def remember(self, *, epoch: int, run_id: int, task_key: str, attempt: int, uid: str) -> None:
+    def remember(
+        self,
+        *,
+        epoch: int,
+        run_id: int,
+        task_key: str,
+        attempt: int,
+        uid: str,
+        job: JobIdentity | None = None,
+    ) -> None:
+        """``job``: the Job itself (where it is and which attempt it runs), for its Pods."""
         attempts = self._runs.setdefault(run_id, {})
         if (task_key, attempt) not in attempts:
             self._count += 1
+        else:
+            self._drop_job(attempts[(task_key, attempt)][1])
         attempts[(task_key, attempt)] = (epoch, uid)
+        if job is not None:
+            self._jobs[uid] = (epoch, run_id, job)
+            self._names[(job.namespace, job.name)] = uid
         while self._count > _REMEMBERED_UIDS:
             self.forget_run(next(iter(self._runs)))
+
+    def expect(self, uid: str) -> None:
+        """The Job ``uid`` was created; its record is being written."""
+        self._pending.setdefault(uid, asyncio.Event())
+
+    def settled(self, uid: str) -> None:
+        """The record of the Job ``uid`` was written (``remember``-ed) or failed."""
+        pending = self._pending.pop(uid, None)
+        if pending is not None:
+            pending.set()
 
     def lookup(self, *, epoch: int, run_id: int, task_key: str, attempt: int) -> str | None:
         entry = self._runs.get(run_id, {}).get((task_key, attempt))
         return entry[1] if entry is not None and entry[0] == epoch else None
 
+    async def recorded(self, *, epoch: int, uid: str) -> tuple[int, JobIdentity] | None:
+        """The run and attempt of the Job ``uid`` this process recorded under ``epoch``
+        (waiting for a record being written), or None."""
+        pending = self._pending.get(uid)
+        if pending is not None:
+            await pending.wait()
+        entry = self._jobs.get(uid)
+        return (entry[1], entry[2]) if entry is not None and entry[0] == epoch else None
+
+    def named(self, *, namespace: str, name: str) -> str | None:
+        """The uid recorded for the Job ``name`` in ``namespace``, if this process has one."""
+        return self._names.get((namespace, name))
+
     def forget(self, *, run_id: int, task_key: str, attempt: int) -> None:
         attempts = self._runs.get(run_id)
-        if attempts is not None and attempts.pop((task_key, attempt), None) is not None:
+        entry = None if attempts is None else attempts.pop((task_key, attempt), None)
+        if entry is not None:
             self._count -= 1
+            self._drop_job(entry[1])
 
     def forget_run(self, run_id: int) -> None:
         """The run finished: the entries of attempts whose outcome was never recorded here
         (cancelled, stopped) go too."""
-        self._count -= len(self._runs.pop(run_id, {}))
+        attempts = self._runs.pop(run_id, {})
+        self._count -= len(attempts)
+        for _, uid in attempts.values():
+            self._drop_job(uid)
+
+    def _drop_job(self, uid: str) -> None:
+        entry = self._jobs.pop(uid, None)
+        if entry is not None:
+            self._names.pop((entry[2].namespace, entry[2].name), None)
 
     def __len__(self) -> int:
         return self._count
@@ -292,23 +349,32 @@ class JobLauncher:
         if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
         fence = self._fence()
-        cancelled = await record_job_created(
-            self._pool,
-            fence=fence,
-            run_id=context.run_id,
-            task_key=item.task_key,
-            attempt=item.attempt,
-            job=request.name,
-            uid=job.uid,
-            created=job.created,
-        )
-        self.uids.remember(
-            epoch=fence.epoch,
-            run_id=context.run_id,
-            task_key=item.task_key,
-            attempt=item.attempt,
-            uid=job.uid,
-        )
+        self.uids.expect(job.uid)  # a Pod of it seen before the store has it waits
+        try:
+            cancelled = await record_job_created(
+                self._pool,
+                fence=fence,
+                run_id=context.run_id,
+                task_key=item.task_key,
+                attempt=item.attempt,
+                job=request.name,
+                uid=job.uid,
+                created=job.created,
+            )
+            self.uids.remember(
+                epoch=fence.epoch,
+                run_id=context.run_id,
+                task_key=item.task_key,
+                attempt=item.attempt,
+                uid=job.uid,
+                job=dataclasses.replace(
+                    attempt_identity(context, JobRef(item.task_key, item.attempt, item.role)),
+                    uid=job.uid,
+                    controller_uid=context.uid,
+                ),
+            )
+        finally:
+            self.uids.settled(job.uid)
         ref = JobRef(item.task_key, item.attempt, item.role)
         if queued is None:
             self.schedule_start_check(context, ref)

@@ -42,6 +42,19 @@ FORGED_JOBS = Counter(
     ["act"],  # what the Job would have caused: outcome, vanished, cleanup, adopt
     registry=REGISTRY,
 )
+FORGED_PODS = Counter(
+    "flowforge_forged_pods_total",
+    "Succeeded Pods with FlowForge's labels that the Job controller would not count for the "
+    "attempt's Job: ignored (the Job watch decides). untracked also counts a Pod of the "
+    "run's Job first seen after the Job controller had counted it (after a re-list)",
+    ["reason"],  # orphan, label, uid, namespace, untracked
+    registry=REGISTRY,
+)
+POD_SUCCESSES = Counter(
+    "flowforge_pod_successes_total",
+    "Attempts' successes read from their Pods (before their Jobs' status said so)",
+    registry=REGISTRY,
+)
 KUEUE_ADMISSIONS = Counter(
     "flowforge_kueue_admissions_total",
     "Kueue Jobs admitted (unsuspended) and evicted (suspended again) by Kueue",

@@ -127,7 +127,7 @@ def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bo
             f"has(params.{error.args[0]}))",
             path=path,
         ) from None
-    except (TypeError, ValueError, RuntimeError) as error:
+    except Exception as error:  # the library's own errors (index, overload, overflow...)
         raise ConditionError(_first_line(error), path=path) from None
     if not isinstance(result, bool):
         raise ConditionError(

@@ -56,7 +56,8 @@ class ParameterError(UserError):
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
         self.errors = tuple(errors)
-        super().__init__("\n".join(f"{path}: {message}" for path, message in self.errors))
+        # one line (a CLI prints one); admission lists ``errors`` one per line
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.errors))
 
 
 def parameter_path(name: str) -> str:

@@ -15,13 +15,14 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.parameters import ParameterError
 from flowforge.domain.planning import plan
+from flowforge.domain.projection import progress_text
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.domain.validation import parse_definition
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
-from flowforge.store.queries import list_tasks
+from flowforge.store.queries import forward_counts, list_tasks, run_progress
 from flowforge.store.runs import RunRecord, create_run, get_run
 from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states
 
@@ -129,14 +130,22 @@ async def test_dependents_run_and_the_run_succeeds(store: Pool, fence: Fence) ->
     await finish(store, fence, run, "report")
     assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
     assert (await states(store, run.id))["migrate"] == TaskState.SKIPPED
+    # counted apart from skips after a failure, in the status and in describe
+    counts = await forward_counts(store, run.id)
+    assert (counts.succeeded, counts.skipped, counts.condition_false) == (3, 2, 2)
+    assert progress_text(counts) == "3/3"
+    assert (await run_progress(store, run.id)).forward.condition_false == 2
 
 
 async def test_a_skipped_task_is_never_compensated(store: Pool, fence: Fence) -> None:
-    run = await create(store, fence, {})
+    run = await create(store, fence, {"regions": ["us"]})
     await finish(store, fence, run, "extract")
-    await finish(store, fence, run, "report")
-    decision = await finish(store, fence, run, "load", failure())
-    assert await roll_back(store, fence, run, decision) == ["undo-extract"]
+    await finish(store, fence, run, "load")
+    decision = await finish(store, fence, run, "seed", failure())
+    counts = await forward_counts(store, run.id)
+    # migrate by its condition, report because seed failed
+    assert (counts.skipped, counts.condition_false) == (2, 1)
+    assert await roll_back(store, fence, run, decision) == ["undo-extract"]  # not undo-migrate
     final = await states(store, run.id)
     assert final["undo-migrate"] == CompensationState.SKIPPED
     assert (await get_run(store, run.id)).phase is RunPhase.FAILED

@@ -192,6 +192,12 @@ class RunProgress(_WireModel):
     skipped: int = Field(
         default=0, ge=0, description="Tasks never started because an upstream task failed."
     )
+    condition_skipped: int = Field(
+        default=0,
+        ge=0,
+        description="Tasks not run because their when condition is false (reason "
+        "ConditionFalse); their dependents ran as if they had succeeded.",
+    )
     cancelled: int = Field(default=0, ge=0, description="Tasks stopped by a cancel request.")
 
 

@@ -44,6 +44,7 @@ def definition(
     workflow: str = "etl",
     version: int = 1,
     description: str = "",
+    parameters: Sequence[Mapping[str, Any]] = (),
 ) -> DefinitionSpec:
     document: dict[str, Any] = {
         "workflow": workflow,
@@ -51,6 +52,8 @@ def definition(
         "taskTypes": {"py": {"image": "python:3.12-slim"}},
         "tasks": [{"type": "py", **task} for task in tasks],
     }
+    if parameters:  # typed declarations (their defaults decide the tasks' ``when``)
+        document["parameters"] = list(parameters)
     if description:
         document["description"] = description
     return parse_definition(document)
@@ -77,8 +80,9 @@ async def start_run(
     workflow: str = "etl",
     namespace: str = NAMESPACE,
     max_parallel_tasks: int | None = None,
+    parameters: Sequence[Mapping[str, Any]] = (),
 ) -> StartedRun:
-    spec = definition(tasks, workflow=workflow)
+    spec = definition(tasks, workflow=workflow, parameters=parameters)
     await publish_definition(pool, namespace=namespace, definition=spec)
     stored = await load_definition(pool, namespace=namespace, workflow=workflow, version=1)
     created = await create_run(
@@ -88,7 +92,7 @@ async def start_run(
         name=f"{workflow}-run",
         uid=str(uuid.uuid4()),
         definition=stored,
-        parameters={"date": "2026-11-30"},
+        parameters={} if parameters else {"date": "2026-11-30"},
         max_parallel_tasks=max_parallel_tasks,
     )
     return StartedRun(run=created.run, spec=spec)

@@ -109,6 +109,9 @@ class Dag:
     tasks: tuple[Mapping[str, Any], ...]
     # the run's maxParallelTasks (None: unlimited)
     limit: int | None = None
+    # boolean parameter declarations: a task with ``when: params.pN`` runs when pN's default is
+    # true and is skipped (ConditionFalse) at creation when it is false
+    parameters: tuple[Mapping[str, Any], ...] = ()
 
     def __repr__(self) -> str:
         parts = []
@@ -118,9 +121,12 @@ class Dag:
                 text += f", after {'+'.join(task['dependsOn'])}"
             if task.get("compensateFor"):
                 text += f", undoes {task['compensateFor']}"
+            if task.get("when"):
+                text += f", when {task['when']}"
             parts.append(text + ")")
         limit = f", maxParallelTasks={self.limit}" if self.limit else ""
-        return "Dag[" + "; ".join(parts) + limit + "]"
+        values = ", ".join(f"{p['name']}={p['default']}" for p in self.parameters)
+        return "Dag[" + "; ".join(parts) + limit + (f"; {values}" if values else "") + "]"
 
 
 @st.composite
@@ -131,20 +137,45 @@ def dags(draw: st.DrawFn) -> Dag:
     names = draw(st.permutations([f"t{n}" for n in range(size)]), label="keys")
     retries = st.integers(min_value=0, max_value=2)
     tasks: list[dict[str, Any]] = []
+    parameters: list[dict[str, Any]] = []
+    guarded = st.integers(0, 3).map(lambda n: n == 3)
     for index, key in enumerate(names):
         upstream = draw(st.sets(st.sampled_from(names[:index])) if index else st.just(set()))
         task: dict[str, Any] = {"key": key, "retries": draw(retries)}
         if upstream:
             task["dependsOn"] = sorted(upstream)
+        if draw(guarded, label=f"{key} has a when"):
+            value = draw(st.booleans(), label=f"{key}'s condition")
+            parameters.append({"name": f"p{index}", "type": "boolean", "default": value})
+            task["when"] = f"params.p{index}"
         tasks.append(task)
         if draw(st.booleans()):
             tasks.append({"key": f"undo-{key}", "compensateFor": key, "retries": draw(retries)})
     order = draw(st.permutations(range(len(tasks))), label="declaration order")
     limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
-    return Dag(tasks=tuple(tasks[position] for position in order), limit=limit)
+    return Dag(
+        tasks=tuple(tasks[position] for position in order),
+        limit=limit,
+        parameters=tuple(parameters),
+    )
 
 
 # -- the model --------------------------------------------------------------------------------
+
+
+def _contracted(
+    dependencies: Mapping[str, Sequence[str]], skipped: frozenset[str]
+) -> dict[str, set[str]]:
+    """The dependencies of the tasks that run, each skipped task replaced by its own
+    upstreams, transitively (written here from the rule, not from expand())."""
+
+    def through(key: str) -> set[str]:
+        found: set[str] = set()
+        for upstream in dependencies[key]:
+            found |= through(upstream) if upstream in skipped else {upstream}
+        return found
+
+    return {key: through(key) for key in dependencies if key not in skipped}
 
 
 class RunModel:
@@ -153,6 +184,15 @@ class RunModel:
     def __init__(self, dag: Dag) -> None:
         forward = [task for task in dag.tasks if "compensateFor" not in task]
         self.graph = DependencyGraph({t["key"]: t.get("dependsOn", ()) for t in forward})
+        # a task whose condition is false is skipped at creation; the others wait for the
+        # tasks that run, a skipped task's upstreams standing in for it (domain/expansion.py)
+        values = {p["name"]: p["default"] for p in dag.parameters}
+        self.condition_false = frozenset(
+            str(t["key"]) for t in forward if "when" in t and not values[t["when"][7:]]
+        )
+        self.run_graph = DependencyGraph(
+            _contracted({t["key"]: t.get("dependsOn", ()) for t in forward}, self.condition_false)
+        )
         self.compensators: dict[str, str] = {
             t["compensateFor"]: t["key"] for t in dag.tasks if "compensateFor" in t
         }
@@ -177,10 +217,10 @@ class RunModel:
 
     def released(self) -> frozenset[str]:
         finished = self.failed | self.cancelled
-        return frozenset(self.graph.ready_tasks(self.succeeded)) - finished
+        return frozenset(self.run_graph.ready_tasks(self.succeeded)) - finished
 
     def skipped(self) -> frozenset[str]:
-        return self.graph.downstream_of(self.failed)
+        return self.run_graph.downstream_of(self.failed) | self.condition_false
 
     def task_state(self, key: str) -> TaskState:
         if key in self.succeeded:
@@ -386,13 +426,15 @@ class Checker:
             self.dag.tasks,
             workflow=workflow,
             max_parallel_tasks=self.dag.limit,
+            parameters=self.dag.parameters,
         )
         self.run_id, self.run_uid = started.run.id, started.run.uid
         self.log.append(f"create_run {workflow} (run #{self.run_id})")
         observed = await _snapshot(self.pool, self.run_id)
         for (role, key), (state, attempt) in observed.items():
             initial = (
-                {TaskState.READY, TaskState.WAITING}
+                ({TaskState.SKIPPED} if key in self.model.condition_false else set())
+                | {TaskState.READY, TaskState.WAITING}
                 if role is TaskRole.FORWARD
                 else {CompensationState.NOT_TRIGGERED}
             )
@@ -552,7 +594,7 @@ class Checker:
 
     async def check_spec(self, observed: Mapping[RowKey, Row]) -> None:
         """The spec's statements on the store's rows alone."""
-        graph = self.model.graph
+        graph, run_graph = self.model.graph, self.model.run_graph
         forward = {key: state for (role, key), (state, _) in observed.items() if role == "forward"}
 
         def having(*states: str) -> set[str]:
@@ -560,17 +602,18 @@ class Checker:
 
         succeeded, failed = having(TaskState.SUCCEEDED), having(TaskState.FAILED)
         finished = having(TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED)
-        released = set(graph.ready_tasks(succeeded)) - finished
+        released = set(run_graph.ready_tasks(succeeded)) - finished
         self.expect(
             having(TaskState.READY, TaskState.RUNNING) == released,
             f"released {sorted(released)} != ready/running "
             f"{sorted(having(TaskState.READY, TaskState.RUNNING))}",
         )
         skipped = having(TaskState.SKIPPED)
+        expected_skips = set(run_graph.downstream_of(failed)) | self.model.condition_false
         self.expect(
-            skipped == set(graph.downstream_of(failed)) and not skipped & self.ever_started,
-            f"skipped {sorted(skipped)}, downstream of failed {sorted(graph.downstream_of(failed))}"
-            f", ever started {sorted(self.ever_started)}",
+            skipped == expected_skips and not skipped & self.ever_started,
+            f"skipped {sorted(skipped)}, downstream of failed or condition false "
+            f"{sorted(expected_skips)}, ever started {sorted(self.ever_started)}",
         )
         running = [
             key
@@ -691,6 +734,8 @@ async def test_random_runs_move_as_the_domain_says(
         event(f"rollback of {len(model.rollback)}" + (", halted" if halted else ""))
     if any(attempt > 1 for attempt in model.attempts.values()):
         event("a retry")
+    if model.condition_false:
+        event("a task skipped by its when")
 
 
 def test_the_model_rejects_moves_the_tables_forbid() -> None:

@@ -117,7 +117,7 @@ async def test_objects_of_another_namespace_are_not_seen(registry: InMemoryRegis
         ({"Date": "1", "date": "2"}, "spec.parameters[date]", "FLOWFORGE_PARAM_DATE"),
         ({"--": "1"}, "spec.parameters[--]", "at least one letter or digit"),
         ({f"p{i}": "x" for i in range(MAX_PARAMETERS + 1)}, "spec.parameters", "at most 64"),
-        ({"big": "x" * (MAX_PARAMETER_VALUE_LENGTH + 1)}, "spec.parameters.big", "at most 4096"),
+        ({"big": "x" * (MAX_PARAMETER_VALUE_LENGTH + 1)}, "spec.parameters[big]", "at most 4096"),
         ({f"p{i}": "x" * 4000 for i in range(5)}, "spec.parameters", "total"),
     ],
     ids=["dash-underscore", "case", "no-letters", "count", "value", "total"],

@@ -68,7 +68,12 @@ def test_every_property_has_a_type_and_a_description() -> None:
         for path, node in _walk(schema, "$"):
             if "|" in path:
                 continue  # the branches of an int-or-string
-            has_type = "type" in node or node.get("x-kubernetes-int-or-string")
+            # a free JSON value (a parameter's default) is the one untyped node Kubernetes allows
+            has_type = (
+                "type" in node
+                or node.get("x-kubernetes-int-or-string")
+                or node.get("x-kubernetes-preserve-unknown-fields")
+            )
             assert has_type, f"{crd} {path} has no type"
             is_property = not path.endswith(("[]", "{}", "$"))
             if is_property and path != "$.metadata":  # metadata is Kubernetes' own

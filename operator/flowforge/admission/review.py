@@ -25,8 +25,11 @@ from pydantic import ValidationError
 
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
 from flowforge.domain.caps import parameter_errors
+from flowforge.domain.conditions import ConditionError
 from flowforge.domain.errors import DefinitionError, InvalidDefinitionError
+from flowforge.domain.expansion import expand
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.parameters import ParameterError
 from flowforge.domain.queue import (
     concurrency_key,
     forbidden_message,
@@ -510,15 +513,27 @@ def _decide_run_update(request: AdmissionRequest) -> Verdict:
 async def decide_run_limits(
     request: AdmissionRequest, *, definition: DefinitionSpec | None, runs: RetrySources | None
 ) -> Verdict:
-    """On CREATE, against the definition the run would run: ``spec.maxParallelTasks`` only
-    lowers the definition's, every parameter of the concurrency key is given, and a
-    ``Forbid`` workflow whose key is full refuses the run, saying why
-    (``flowforge.domain.queue``)."""
+    """On CREATE, against the definition the run would run: the run expands (its
+    parameters fit the declarations, its conditions evaluate: `domain/expansion.py`),
+    ``spec.maxParallelTasks`` only lowers the definition's, every parameter of the
+    concurrency key is given, and a ``Forbid`` workflow whose key is full refuses the run,
+    saying why (``flowforge.domain.queue``)."""
     spec = _spec_of(request.new_object)
     if request.operation != "CREATE" or definition is None or not isinstance(spec, Mapping):
         return Verdict.allow()
-    parameters = spec.get("parameters") if isinstance(spec.get("parameters"), Mapping) else {}
-    assert isinstance(parameters, Mapping)
+    raw = spec.get("parameters") if isinstance(spec.get("parameters"), Mapping) else {}
+    assert isinstance(raw, Mapping)
+    try:
+        # the run's shape, as the operator will create it: typed parameters, conditions
+        parameters = expand(definition, raw).parameters
+    except ParameterError as error:
+        return Verdict.deny(
+            "invalid WorkflowRun:\n"
+            + "\n".join(f"{path}: {message}" for path, message in error.errors),
+            code=CODE_INVALID,
+        )
+    except ConditionError as error:
+        return Verdict.deny(f"invalid WorkflowRun:\n{error}", code=CODE_INVALID)
     errors = key_parameter_errors(definition, parameters)
     requested = spec.get("maxParallelTasks")
     too_many = parallelism_error(definition, requested if type(requested) is int else None)

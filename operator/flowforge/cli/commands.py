@@ -183,14 +183,26 @@ def _register_definition_files(subparsers: Subcommands) -> None:
         handler="flowforge.cli.definitions:run_plan",
         help="show the schedule of a WorkflowDefinition: levels and compensation",
         description=(
-            "Show the order, the levels and the compensators of the one WorkflowDefinition in "
-            "FILE. -o json|yaml: {order: [...], levels: [[...], ...], compensation: {task: "
-            "compensator}}; -o wide: one row per task with its level, dependencies and "
-            "compensator; -o name: the tasks in order."
+            "Show the order, the levels and the compensators of a run of the one "
+            "WorkflowDefinition in FILE with the parameters given by -p. -o json|yaml: {order: "
+            "[...], levels: [[...], ...], compensation: {task: compensator}, parameters: {...}, "
+            "skipped: [{task, reason, when}]}; -o wide: one row per task with its level, "
+            "dependencies and compensator; -o name: the tasks in order."
         ),
     )
     add_output_option(plan)
     plan.add_argument("file", metavar="FILE", help="a YAML or JSON manifest")
+    plan.add_argument(
+        "-p",
+        "--parameter",
+        action="append",
+        default=[],
+        dest="parameters",
+        metavar="NAME=VALUE",
+        help="a run parameter (repeatable): VALUE as text for a string parameter, else JSON "
+        '(-p \'regions=["eu","us"]\'); the plan is the run the operator would create: '
+        "defaults filled in, tasks whose when is false skipped (ConditionFalse)",
+    )
 
     graph = _command(
         subparsers,

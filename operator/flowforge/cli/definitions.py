@@ -9,6 +9,7 @@ one that cannot be opened is a usage error (2), as argparse's FileType reports i
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from flowforge.domain.errors import (
     InvalidDefinitionError,
     ManifestError,
 )
+from flowforge.domain.expansion import CONDITION_FALSE
 from flowforge.domain.manifests import ManifestDocument, read_documents
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.planning import Plan, plan
@@ -195,7 +197,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     definition = valid[0].definition
     assert definition is not None
-    schedule = plan(definition)
+    schedule = plan(definition, parameter_values(definition, args.parameters))
     emit(
         args.output,
         data=schedule.to_dict,
@@ -205,6 +207,28 @@ def run_plan(args: argparse.Namespace) -> int:
         names=lambda: (f"task/{key}" for key in schedule.order),
     )
     return EXIT_OK
+
+
+def parameter_values(definition: DefinitionSpec, pairs: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as a run's ``spec.parameters``: the text of a string (or an
+    undeclared) parameter, the JSON of any other."""
+    types = {declaration.name: declaration.type for declaration in definition.parameters}
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, equals, text = pair.partition("=")
+        if not equals or not name:
+            raise CommandError(f"-p {pair!r}: expected NAME=VALUE", exit_code=EXIT_USAGE)
+        if types.get(name, "string") == "string":
+            values[name] = text
+            continue
+        try:
+            values[name] = json.loads(text)
+        except ValueError:
+            raise CommandError(
+                f"-p {name}: {text!r} is not JSON (parameter {name} is of type {types[name]})",
+                exit_code=EXIT_USAGE,
+            ) from None
+    return values
 
 
 def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
@@ -231,9 +255,13 @@ def _plan_text(definition: DefinitionSpec, schedule: Plan) -> str:
         f"{len(schedule.order)} tasks in {len(schedule.levels)} levels "
         "(a level starts when the one above it has succeeded):",
     ]
+    if schedule.parameters:
+        lines.append(f"parameters: {json.dumps(dict(schedule.parameters), sort_keys=True)}")
     width = len(str(len(schedule.levels) - 1))
     for number, level in enumerate(schedule.levels):
         lines.append(f"  level {number:>{width}}: {'  '.join(level)}")
+    for key, when in schedule.skipped.items():
+        lines.append(f"  skipped {key}: {CONDITION_FALSE} (when {when})")
     if schedule.compensation:
         lines.append("compensation on failure (run one at a time, last succeeded first):")
         key_width = max(len(key) for key in schedule.compensation)

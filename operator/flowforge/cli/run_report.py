@@ -194,6 +194,9 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
             "cancelled",
         )
     }
+    if progress.forward.condition_false:  # kept apart from a skip after a failure
+        counts["skipped"] -= progress.forward.condition_false
+        counts["conditionSkipped"] = progress.forward.condition_false
     if not with_tasks:
         return RunReport(run=run, counts=counts)
     rows = await list_tasks(pool, run.id)

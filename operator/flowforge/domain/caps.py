@@ -13,6 +13,7 @@ raise) these within the same hard limits; until then these values are the policy
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
@@ -66,6 +67,17 @@ def nesting_depth(value: Any, *, limit: int) -> int:
     return deepest
 
 
+def _json_length(value: Any) -> int:
+    """A typed parameter's length: its JSON text (as a task reads it), or over the cap when
+    it nests deeper than a config may or is no JSON at all."""
+    if nesting_depth(value, limit=MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        return MAX_PARAMETER_VALUE_LENGTH + 1
+    try:
+        return len(json.dumps(value, sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError):
+        return MAX_PARAMETER_VALUE_LENGTH + 1
+
+
 def parameter_errors(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field path, message) for every cap a run's parameters break; empty when they fit."""
     errors: list[tuple[str, str]] = []
@@ -81,7 +93,7 @@ def parameter_errors(parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
     for name in sorted(parameters):
         value = parameters[name]
         path = f"spec.parameters[{name[:MAX_PARAMETER_NAME_LENGTH]}]"
-        length = len(value) if isinstance(value, str) else 0
+        length = len(value) if isinstance(value, str) else _json_length(value)
         total += len(name) + length
         if len(name) > MAX_PARAMETER_NAME_LENGTH:
             errors.append((path, f"the name must be at most {MAX_PARAMETER_NAME_LENGTH} long"))

@@ -24,6 +24,7 @@ _ANNOTATIONS = frozenset({"$schema", "description", "title", "default", "example
 _KEYWORDS_BY_TYPE: dict[str | None, frozenset[str]] = {
     "string": frozenset({"type", "minLength", "maxLength", "pattern", "enum"}),
     "integer": frozenset({"type", "minimum", "maximum"}),
+    "number": frozenset({"type"}),
     "boolean": frozenset({"type"}),
     "array": frozenset({"type", "items", "minItems", "maxItems", "uniqueItems"}),
     "object": frozenset(
@@ -62,6 +63,8 @@ def translate(schema: Mapping[str, Any]) -> cs.CoreSchema:
     allowed = _KEYWORDS_BY_TYPE.get(kind)
     if allowed is None or not set(keywords) <= allowed:
         raise ValueError(f"fastcheck cannot compile the JSON Schema keywords {sorted(keywords)}")
+    if not keywords:  # no constraint (a free JSON value): any JSON value
+        return _JSON_VALUE
     if kind is None:
         return cs.union_schema([translate(alternative) for alternative in keywords["anyOf"]])
     if kind == "string":
@@ -81,6 +84,10 @@ def translate(schema: Mapping[str, Any]) -> cs.CoreSchema:
         return cs.int_schema(ge=keywords.get("minimum"), le=keywords.get("maximum"), strict=True)
     if kind == "boolean":
         return cs.bool_schema(strict=True)
+    if kind == "number":
+        return cs.union_schema(
+            [cs.int_schema(strict=True), cs.float_schema(strict=True, allow_inf_nan=False)]
+        )
     if kind == "array":
         return _translate_array(keywords)
     return _translate_object(keywords)
@@ -128,30 +135,28 @@ def _translate_object(keywords: Mapping[str, Any]) -> cs.CoreSchema:
 
 
 # Any value JSON can carry (finite numbers, string keys): what a free-form object may hold.
-_JSON_VALUE = cs.definitions_schema(
-    cs.definition_reference_schema("json"),
+# Defined once at the root of the compiled schema (`compile_check`) and referenced wherever
+# the schema has a free value.
+_JSON_VALUE = cs.definition_reference_schema("json")
+_JSON_DEFINITION = cs.union_schema(
     [
-        cs.union_schema(
-            [
-                cs.none_schema(),
-                cs.bool_schema(strict=True),
-                cs.int_schema(strict=True),
-                cs.float_schema(strict=True, allow_inf_nan=False),
-                cs.str_schema(strict=True),
-                cs.list_schema(cs.definition_reference_schema("json"), strict=True),
-                cs.dict_schema(
-                    cs.str_schema(strict=True), cs.definition_reference_schema("json"), strict=True
-                ),
-            ],
-            ref="json",
-        )
+        cs.none_schema(),
+        cs.bool_schema(strict=True),
+        cs.int_schema(strict=True),
+        cs.float_schema(strict=True, allow_inf_nan=False),
+        cs.str_schema(strict=True),
+        cs.list_schema(cs.definition_reference_schema("json"), strict=True),
+        cs.dict_schema(
+            cs.str_schema(strict=True), cs.definition_reference_schema("json"), strict=True
+        ),
     ],
+    ref="json",
 )
 
 
 def compile_check(schema: Mapping[str, Any]) -> Check:
     """Compile ``schema`` into a predicate that is ``True`` only for valid instances."""
-    validator = SchemaValidator(translate(schema))
+    validator = SchemaValidator(cs.definitions_schema(translate(schema), [_JSON_DEFINITION]))
 
     def check(instance: Any) -> bool:
         return bool(validator.isinstance_python(instance))

@@ -2,11 +2,11 @@
 
 It covers everything that changes what a run does (workflow, version, description, the task
 types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
-compensateFor, retries, timeout and config, and the run limits ``maxParallelTasks`` and
-``concurrency`` when set) and nothing that does not: task declaration
-order, ``dependsOn`` order and mapping key order are normalised away; list order inside
-config is kept. A number that JSON writes as an integer (``2.0`` from some clients) counts as
-that integer, as Kubernetes stores it.
+compensateFor, retries, timeout, config and ``when``, the run limits ``maxParallelTasks``
+and ``concurrency`` when set, and the typed parameter declarations) and nothing that does
+not: task declaration order, ``dependsOn`` order and mapping key order are normalised
+away; list order inside config is kept. A number that JSON writes as an integer (``2.0``
+from some clients) counts as that integer, as Kubernetes stores it.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def fingerprint(spec: DefinitionSpec) -> str:
                     "timeoutSeconds": task.timeout_seconds,
                     "config": _normalise_numbers(task.config) if task.config else {},
                 }
+                | ({"when": task.when} if task.when is not None else {})
                 for task in spec.tasks
             ),
             key=lambda task: task["key"],
@@ -64,6 +65,15 @@ def fingerprint(spec: DefinitionSpec) -> str:
         payload["maxParallelTasks"] = spec.max_parallel_tasks
     if spec.concurrency is not None:
         payload["concurrency"] = spec.concurrency.model_dump(mode="json", by_alias=True)
+    # typed parameters (declaration order kept: it is how they are documented) and each
+    # task's ``when``, only when present
+    if spec.parameters:
+        payload["parameters"] = [
+            _normalise_numbers(
+                declaration.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+            )
+            for declaration in spec.parameters
+        ]
     text = json.dumps(
         payload,
         sort_keys=True,

@@ -91,10 +91,33 @@ class TaskSpec(BaseModel):
     retries: int = 0
     timeout_seconds: int | None = None
     compensate_for: str | None = None
+    # a CEL expression over ``params``: the task runs only when it is true (`conditions.py`)
+    when: str | None = None
 
     @property
     def is_compensator(self) -> bool:
         return self.compensate_for is not None
+
+
+class ParameterSpec(BaseModel):
+    """One declared parameter of ``spec.parameters``: a JSON Schema subset
+    (`flowforge.domain.parameters` checks values against it)."""
+
+    model_config = _MODEL_CONFIG
+
+    name: str
+    type: str
+    description: str = ""
+    enum: tuple[Any, ...] | None = None
+    # None: no default (JSON null is no parameter type's value)
+    default: Any = None
+    pattern: str | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    items: dict[str, Any] | None = None
+    required: bool = False
 
 
 class ConcurrencySpec(BaseModel):
@@ -119,6 +142,8 @@ class DefinitionSpec(BaseModel):
     max_parallel_tasks: int | None = None
     concurrency: ConcurrencySpec | None = None
     tasks: tuple[TaskSpec, ...]
+    # typed run parameters; none declared: a run's parameters are free strings, as before
+    parameters: tuple[ParameterSpec, ...] = ()
     # Kueue defaults for the task types that set none of their own
     queue_name: str | None = None
     workload_priority_class: str | None = None

@@ -62,6 +62,8 @@ class TaskCounts:
     cancelled: int = 0
     # running in the store, but their Jobs wait for Kueue's admission (not in ``running``)
     admitting: int = 0
+    # of ``skipped``: skipped because their ``when`` is false (`expansion.py`), not a failure
+    condition_false: int = 0
 
     @property
     def unresolved(self) -> int:
@@ -92,7 +94,8 @@ def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = 
     """What the progress printer column shows: succeeded of total, e.g. ``3/4``; how many
     wait for Kueue's admission, e.g. ``1/6 (4 admitting)``; while a rollback runs, how far
     it got too, e.g. ``2/3 compensating 1/2``."""
-    text = f"{counts.succeeded}/{counts.total}"
+    # a task whose condition is false is not part of the run's work
+    text = f"{counts.succeeded}/{counts.total - counts.condition_false}"
     if counts.admitting:  # Jobs that wait for Kueue are not running: say so
         text += f" ({counts.admitting} admitting)"
     if any(step.state not in TERMINAL_COMPENSATION_STATES for step in rollback):
@@ -346,6 +349,9 @@ def _phase_message(status: StatusInput) -> str:
     counts = status.counts
     rollback_failure = compensation_failure(status.compensation)
     after = f"; {rollback_failure}" if rollback_failure else ""
+    if status.phase is RunPhase.SUCCEEDED and counts.condition_false:
+        ran = counts.total - counts.condition_false
+        return f"all {ran} tasks succeeded; {counts.condition_false} skipped (ConditionFalse)"
     if status.phase is RunPhase.SUCCEEDED:
         return f"all {counts.total} tasks succeeded"
     if status.phase is RunPhase.FAILED:
@@ -385,7 +391,8 @@ def project_status(status: StatusInput) -> dict[str, Any]:
             running=counts.running,
             succeeded=counts.succeeded,
             failed=counts.failed,
-            skipped=counts.skipped,
+            skipped=counts.skipped - counts.condition_false,
+            condition_skipped=counts.condition_false,
             cancelled=counts.cancelled,
         ),
         conditions=run_conditions(status),

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from flowforge.domain.api import FINALIZER, FORCE_DELETE_ANNOTATION
@@ -39,6 +39,10 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 RUN_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+# a parameter's value: any JSON (its definition's declarations say which)
+_ANY_JSON_VALUE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+
+
 class _WireModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
@@ -61,13 +65,15 @@ class RunSpec(_WireModel):
         description="Version of the workflow definition to run. When omitted at creation, the "
         "latest published version is filled in. Cannot change once set.",
     )
-    parameters: dict[str, Annotated[str, Field(max_length=MAX_PARAMETER_VALUE_LENGTH)]] = Field(
+    parameters: dict[str, Annotated[Any, WithJsonSchema(_ANY_JSON_VALUE)]] = Field(
         default_factory=dict,
         max_length=MAX_PARAMETERS,
-        description="Run parameters handed to every task, as string keys and string values "
-        f"(at most {MAX_PARAMETERS}, {MAX_PARAMETER_VALUE_LENGTH} characters each and "
-        f"{MAX_PARAMETERS_TOTAL_LENGTH} in total; no two names may map to the same "
-        "FLOWFORGE_PARAM_<NAME> variable, as `a-b` and `a_b` would).",
+        description="Run parameters handed to every task: JSON values of the parameters the "
+        "definition declares in its spec.parameters (checked against their types when the "
+        "run is applied; the run records them with the defaults filled in), else string "
+        f"values (at most {MAX_PARAMETERS}, {MAX_PARAMETER_VALUE_LENGTH} characters each "
+        f"as JSON and {MAX_PARAMETERS_TOTAL_LENGTH} in total; no two names may map to the "
+        "same FLOWFORGE_PARAM_<NAME> variable, as `a-b` and `a_b` would).",
     )
     retry_of: str | None = Field(
         default=None,
@@ -185,6 +191,12 @@ class RunProgress(_WireModel):
     failed: int = Field(default=0, ge=0, description="Tasks that failed after their retries.")
     skipped: int = Field(
         default=0, ge=0, description="Tasks never started because an upstream task failed."
+    )
+    condition_skipped: int = Field(
+        default=0,
+        ge=0,
+        description="Tasks not run because their when condition is false (reason "
+        "ConditionFalse); their dependents ran as if they had succeeded.",
     )
     cancelled: int = Field(default=0, ge=0, description="Tasks stopped by a cancel request.")
 

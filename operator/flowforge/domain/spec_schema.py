@@ -15,6 +15,7 @@ from flowforge.domain.caps import (
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
     MAX_CONFIGS_TOTAL_BYTES,
+    MAX_PARAMETERS,
     MAX_TASKS,
 )
 from flowforge.domain.k8s_grammar import (
@@ -30,6 +31,7 @@ MAX_TASK_TYPES: Final = 256
 MAX_RETRIES: Final = 100
 MAX_TIMEOUT_SECONDS: Final = 30 * 24 * 3600
 MAX_VERSION: Final = 2**31 - 1
+MAX_EXPRESSION_LENGTH: Final = 1024
 
 
 def _task_key(description: str) -> dict[str, Any]:
@@ -234,6 +236,97 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
             "Makes this a compensation task: the key of the forward task it undoes when a "
             "run fails after that task succeeded."
         ),
+        "when": {
+            "type": "string",
+            "description": "A CEL expression over the declared parameters (params.NAME), "
+            "e.g. params.mode == 'full': the task runs only when it is true. Decided when the "
+            "run is created: a false one is skipped (reason ConditionFalse), its dependents "
+            "run as if it had succeeded and its compensator never runs. Not allowed on a "
+            f"compensation task; at most {MAX_EXPRESSION_LENGTH} characters.",
+            "minLength": 1,
+            "maxLength": MAX_EXPRESSION_LENGTH,
+        },
+    },
+}
+
+PARAMETER_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_]*$"
+PARAMETER_TYPES: Final = ("string", "integer", "number", "boolean", "array", "object")
+MAX_ENUM_VALUES: Final = 256
+# any JSON value (a default, an enum's values): checked against the declaration itself
+_ANY_JSON: Final[dict[str, Any]] = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+def _bound(description: str) -> dict[str, Any]:
+    return {"type": "number", "description": description}
+
+
+PARAMETER_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "A typed run parameter (a JSON Schema subset): a run's spec.parameters "
+    "is checked against the declarations when it is applied, and records the defaults.",
+    "additionalProperties": False,
+    "required": ["name", "type"],
+    "properties": {
+        "name": {
+            "type": "string",
+            "description": "The parameter's name: letters, digits and _, not starting with a "
+            "digit (CEL reads it as params.NAME).",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": PARAMETER_NAME_PATTERN,
+        },
+        "type": {
+            "type": "string",
+            "description": "The JSON type of the value.",
+            "enum": list(PARAMETER_TYPES),
+        },
+        "description": {
+            "type": "string",
+            "description": "What the parameter means.",
+            "maxLength": 4096,
+        },
+        "enum": {
+            "type": "array",
+            "description": "The only values allowed.",
+            "minItems": 1,
+            "maxItems": MAX_ENUM_VALUES,
+            "items": _ANY_JSON,
+        },
+        "default": {
+            **_ANY_JSON,
+            "description": "The value a run that gives none gets (recorded with the run).",
+        },
+        "pattern": {
+            "type": "string",
+            "description": "A regular expression a string value must match (type string).",
+            "minLength": 1,
+            "maxLength": 1024,
+        },
+        "minimum": _bound("The smallest value allowed (type integer or number)."),
+        "maximum": _bound("The largest value allowed (type integer or number)."),
+        "minItems": {
+            "type": "integer",
+            "description": "The fewest items allowed (type array).",
+            "minimum": 0,
+            "maximum": 100_000,
+        },
+        "maxItems": {
+            "type": "integer",
+            "description": "The most items allowed (type array).",
+            "minimum": 0,
+            "maximum": 100_000,
+        },
+        "items": {
+            "type": "object",
+            "description": "The JSON Schema of each item (type array): type, enum, pattern, "
+            "minimum, maximum, minItems, maxItems, items.",
+            "maxProperties": 16,
+            "x-kubernetes-preserve-unknown-fields": True,
+        },
+        "required": {
+            "type": "boolean",
+            "description": "A run must give this parameter (only without a default).",
+        },
     },
 }
 
@@ -320,6 +413,14 @@ DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
         **_kueue_properties("the Jobs of task types that name no queue of their own"),
         "maxParallelTasks": MAX_PARALLEL_TASKS_SCHEMA,
         "concurrency": CONCURRENCY_SCHEMA,
+        "parameters": {
+            "type": "array",
+            "description": "Typed parameters of the runs: a run gives values (JSON) for "
+            "them, checked when it is applied. Without declarations a run's parameters are "
+            "free string values.",
+            "maxItems": MAX_PARAMETERS,
+            "items": PARAMETER_SCHEMA,
+        },
         "tasks": {
             "type": "array",
             "description": "The tasks: forward tasks and their compensators; at least one.",

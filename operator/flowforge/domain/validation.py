@@ -6,7 +6,8 @@
    when the spec has any shape error, only shape errors are reported, because fixing the
    shape is the cheaper fix and the graph of a malformed spec is noise.
 2. Graph: duplicate keys, unknown task types, unknown dependencies, compensation rules and
-   cycles, all of them, in document order (the cycle last).
+   cycles, all of them, in document order (the cycle last); then the parameter declarations
+   (`parameters.py`) and, when they are sound, every task's ``when`` (`conditions.py`).
 
 The same functions serve the admission webhook, the offline CLI and the operator's load path.
 """
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from pydantic import ValidationError
 
 from flowforge.domain.caps import definition_cap_errors
+from flowforge.domain.conditions import condition_errors
 from flowforge.domain.errors import (
     CompensationError,
     CyclicDependencyError,
@@ -32,6 +34,7 @@ from flowforge.domain.errors import (
 )
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec, TaskSpec
+from flowforge.domain.parameters import declaration_errors
 from flowforge.domain.schema import format_path, shape_errors
 from flowforge.domain.template_rules import template_problems
 
@@ -91,6 +94,9 @@ def _check_unpaused(spec: object) -> tuple[list[DefinitionError], DefinitionSpec
             for error in exc.errors()
         ], None
     errors = graph_errors(definition)
+    if definition.parameters or any(task.when is not None for task in definition.tasks):
+        declared = declaration_errors(definition)
+        errors.extend(declared or condition_errors(definition))
     return errors, (None if errors else definition)
 
 

@@ -21,6 +21,7 @@ from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.domain.compact import RunDefinition
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name, parse_timestamp
+from flowforge.domain.expansion import expand
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import (
@@ -155,9 +156,10 @@ class RunCache:
         spec = body.get("spec") or {}
         try:
             definition = await self._load_definition(namespace, spec)
+            # the run's shape: what admission checked, decided again on what is stored
+            parameters = dict(expand(definition.spec, spec.get("parameters") or {}).parameters)
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
-        parameters = dict(spec.get("parameters") or {})
         created = await create_run(
             self._pool,
             fence=fence,

@@ -32,6 +32,7 @@ class TaskNode:
     retries: int | None = None
     timeout_seconds: int | None = None
     compensated_by: TaskNode | None = None
+    when: str | None = None
 
     def taken_keys(self) -> tuple[str, ...]:
         """Its own key and its compensator's, if any: the keys it takes up in a workflow."""
@@ -74,8 +75,11 @@ def task(
     retries: int | None = None,
     timeout_seconds: int | None = None,
     compensated_by: Dag | None = None,
+    when: str | None = None,
 ) -> Dag:
-    """A DAG of one task. ``compensated_by`` is another ``task(...)`` that undoes this one.
+    """A DAG of one task. ``compensated_by`` is another ``task(...)`` that undoes this one;
+    ``when`` a CEL condition over the workflow's declared parameters
+    (``"params.mode == 'full'"``): false, the task is skipped and its dependents run.
 
     The full rules (key format, limits) are checked when :func:`workflow` builds the document.
     """
@@ -91,6 +95,7 @@ def task(
         retries=retries,
         timeout_seconds=timeout_seconds,
         compensated_by=compensator,
+        when=when,
     )
     _reject_duplicates([node])
     return Dag(nodes=(node,), edges=(), roots=(key,), leaves=(key,))

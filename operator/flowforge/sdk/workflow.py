@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowforge.domain.api import API_VERSION, DEFINITION_KIND
@@ -22,12 +22,15 @@ def workflow(
     compensations: Mapping[str, Dag] | None = None,
     metadata_name: str | None = None,
     namespace: str | None = None,
+    parameters: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The WorkflowDefinition document (``apiVersion``, ``kind``, ``metadata``, ``spec``).
 
     ``compensations`` maps a forward task key to the ``task(...)`` that undoes it, as an
     alternative to ``task(..., compensated_by=...)``. ``metadata_name`` defaults to
-    ``<name>-v<version>``. The document is validated exactly as the cluster validates it;
+    ``<name>-v<version>``. ``parameters`` are the typed parameter declarations
+    (``{"name": "mode", "type": "string", "enum": [...], "default": ...}``) that tasks'
+    ``when`` read. The document is validated exactly as the cluster validates it;
     InvalidDefinitionError lists every problem when it is not valid. The same arguments always
     give the same document: tasks in composition order, ``dependsOn`` sorted.
     """
@@ -51,6 +54,8 @@ def workflow(
         type_name: _template_document(template) for type_name, template in task_types.items()
     }
     spec["tasks"] = tasks
+    if parameters:
+        spec["parameters"] = [copy.deepcopy(dict(declaration)) for declaration in parameters]
     metadata: dict[str, Any] = {"name": metadata_name or f"{name}-v{version}"}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -114,6 +119,8 @@ def _with_options(document: dict[str, Any], node: TaskNode) -> dict[str, Any]:
         document["retries"] = node.retries
     if node.timeout_seconds is not None:
         document["timeoutSeconds"] = node.timeout_seconds
+    if node.when is not None:
+        document["when"] = node.when
     return document
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from flowforge.domain.expansion import CONDITION_FALSE
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.kueue import shown_state
 from flowforge.domain.projection import TaskCounts
@@ -61,6 +62,24 @@ def _progress_from_counts(counts: Mapping[tuple[str, str], int]) -> RunProgress:
     )
 
 
+# skipped forward tasks whose ``when`` was false at creation (`domain/expansion.py`)
+CONDITION_FALSE_COUNT_QUERY = (
+    "SELECT count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
+    f"AND state = '{TaskState.SKIPPED}' AND starts_with(last_error, '{CONDITION_FALSE}:')"
+)
+
+
+async def _with_condition_false(
+    connection: Connection, run_id: int, counts: TaskCounts
+) -> TaskCounts:
+    """``counts`` with its condition-skipped tasks counted (only a run with skips asks)."""
+    if not counts.skipped:
+        return counts
+    cursor = await connection.execute(CONDITION_FALSE_COUNT_QUERY, (run_id,))
+    row = await cursor.fetchone()
+    return dataclasses.replace(counts, condition_false=int(row[0]) if row else 0)
+
+
 async def run_progress(pool: Pool, run_id: int) -> RunProgress:
     """Counts by state for one run, from one index-only query (or the counts kept at
     retention, once the task rows are gone)."""
@@ -77,6 +96,9 @@ async def run_progress(pool: Pool, run_id: int) -> RunProgress:
             return progress_from_kept_counts(kept_row[0])
         progress = _progress_from_counts(
             {(str(role), str(state)): int(n) for role, state, n in rows}
+        )
+        progress = dataclasses.replace(
+            progress, forward=await _with_condition_false(connection, run_id, progress.forward)
         )
         if not progress.forward.running:
             return progress
@@ -186,7 +208,9 @@ async def forward_counts(pool: Pool, run_id: int, *, kueue: bool = True) -> Task
     """Forward task counts by state, the running ones that wait for Kueue's admission
     counted as admitting (``kueue``: whether any of the run's tasks may)."""
     async with pool.connection() as connection:
-        counts = await forward_counts_locked(connection, run_id)
+        counts = await _with_condition_false(
+            connection, run_id, await forward_counts_locked(connection, run_id)
+        )
         if not counts.running or not kueue:
             return counts
         cursor = await connection.execute(ADMITTING_COUNT_QUERY, (run_id,))

@@ -2,9 +2,11 @@
 
 ``create_run`` writes the run, one row per forward task (roots ``ready``, the rest
 ``waiting`` with ``pending_dependencies`` = their number of upstreams; for a retry, the
-reused tasks ``succeeded``), one row per compensator (``not_triggered``) and every
-dependency edge, in one transaction: a run's
-graph becomes visible all at once or not at all. A run is identified by its Kubernetes
+reused tasks ``succeeded``; a task whose ``when`` is false ``skipped`` with reason
+``ConditionFalse``, its dependents waiting for its upstreams instead: the run's shape is
+``domain/expansion.py::expand`` of its definition and parameters), one row per
+compensator (``not_triggered``) and every dependency edge, in one transaction: a run's graph
+becomes visible all at once or not at all. A run is identified by its Kubernetes
 object (namespace, name, uid); creating it again returns the existing run. A run over a
 limit of its namespace or workflow is created ``Queued`` (``queue.py``).
 """
@@ -18,6 +20,12 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.expansion import (
+    CONDITION_FALSE,
+    Expansion,
+    condition_false_message,
+    expand,
+)
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
 from flowforge.domain.models import DefinitionSpec
@@ -100,7 +108,9 @@ async def create_run(
     object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
     definition's)."""
     spec = definition.spec
-    values = dict(parameters or {})
+    # the run's shape (UserError when the parameters do not fit: admission refuses those)
+    expansion = expand(spec, parameters or {})
+    values = dict(expansion.parameters)
     key = concurrency_key(spec, values)
 
     async def decide(connection: Connection) -> CreatedRun:
@@ -148,6 +158,7 @@ async def create_run(
             fence=fence,
             run_id=run.id,
             definition=definition,
+            expansion=expansion,
             reused=reused,
             retry_of=retry_of,
         )
@@ -164,20 +175,30 @@ async def create_run(
     return await in_transaction(pool, decide)
 
 
-def _task_rows(spec: DefinitionSpec, reused: frozenset[str]) -> list[tuple[Any, ...]]:
+def _task_rows(
+    spec: DefinitionSpec, expansion: Expansion, reused: frozenset[str]
+) -> list[tuple[Any, ...]]:
     """One row per forward task (roots and tasks whose upstreams are all reused ``ready``,
-    reused ones ``succeeded``, the rest ``waiting``) and per compensator, with its position:
-    forward tasks in topological order, compensators in the order a rollback runs them."""
+    reused ones ``succeeded``, those whose condition is false ``skipped``, the rest
+    ``waiting``) and per compensator, with its position: forward tasks in topological
+    order, compensators in the order a rollback runs them. A task waits for its upstreams
+    in ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
     graph = spec.graph
     order = {key: index for index, key in enumerate(graph.topological_order())}
-    ready = set(graph.ready_tasks(reused))
+    ready = set(expansion.graph.ready_tasks(reused))
     rows: list[tuple[Any, ...]] = []
     for task in spec.forward_tasks:
-        if task.key in reused:
+        if task.key in expansion.skipped:
+            state = TaskState.SKIPPED
+        elif task.key in reused:
             state = TaskState.SUCCEEDED
         else:
             state = TaskState.READY if task.key in ready else TaskState.WAITING
-        pending = 0 if state is not TaskState.WAITING else len(set(task.depends_on) - reused)
+        pending = (
+            0
+            if state is not TaskState.WAITING
+            else len(set(expansion.dependencies[task.key]) - reused)
+        )
         rows.append(
             (
                 task.key,
@@ -215,12 +236,13 @@ async def _insert_graph(
     fence: Fence,
     run_id: int,
     definition: StoredDefinition,
+    expansion: Expansion,
     reused: frozenset[str],
     retry_of: str | None,
 ) -> None:
     spec = definition.spec
     keys, roles, states, compensates, attempts, timeouts, pending, positions = (
-        list(column) for column in zip(*_task_rows(spec, reused), strict=True)
+        list(column) for column in zip(*_task_rows(spec, expansion, reused), strict=True)
     )
     await connection.execute(
         """
@@ -229,7 +251,8 @@ async def _insert_graph(
             started_at, finished_at)
         SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
                compensates, attempts, timeout, pending, position,
-               CASE WHEN state = %s THEN now() END, CASE WHEN state = %s THEN now() END
+               CASE WHEN state = %s THEN now() END,
+               CASE WHEN state IN (%s, %s) THEN now() END
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
                     %s::int[], %s::int[])
              AS row(key, role, state, compensates, attempts, timeout, pending, position)
@@ -239,6 +262,7 @@ async def _insert_graph(
             run_id,
             TaskState.SUCCEEDED,
             TaskState.SUCCEEDED,
+            TaskState.SKIPPED,
             keys,
             [str(role) for role in roles],
             [str(state) for state in states],
@@ -256,8 +280,21 @@ async def _insert_graph(
             "WHERE run_id = %s AND task_key = ANY(%s)",
             (run_id, queued),
         )
-    edge_tasks = [task.key for task in spec.forward_tasks for _ in task.depends_on]
-    edge_upstreams = [upstream for task in spec.forward_tasks for upstream in task.depends_on]
+    skipped = sorted(expansion.skipped)
+    if skipped:  # recorded with the reason people see (`domain/expansion.py`)
+        await connection.execute(
+            "UPDATE flowforge_task AS task SET last_error = skip.message "
+            "FROM unnest(%s::text[], %s::text[]) AS skip(key, message) "
+            "WHERE task.run_id = %s AND task.task_key = skip.key",
+            (
+                skipped,
+                [condition_false_message(str(spec.task(key).when)) for key in skipped],
+                run_id,
+            ),
+        )
+    dependencies = expansion.dependencies
+    edge_tasks = [key for key, upstreams in dependencies.items() for _ in upstreams]
+    edge_upstreams = [upstream for upstreams in dependencies.values() for upstream in upstreams]
     if edge_tasks:
         await connection.execute(
             """
@@ -281,7 +318,16 @@ async def _insert_graph(
             "fingerprint": definition.fingerprint,
             "forwardTasks": len(spec.forward_tasks),
             "compensators": len(spec.compensators),
-        },
+        }
+        | ({"conditionSkipped": len(skipped)} if skipped else {}),
+    )
+    await append_task_events(
+        connection,
+        run_id=run_id,
+        kind=EventKind.TASK_SKIPPED,
+        epoch=fence.epoch,
+        task_keys=skipped,
+        detail={"reason": CONDITION_FALSE},
     )
     await append_task_events(
         connection,

@@ -33,6 +33,7 @@ _MODEL_CONFIG = ConfigDict(
 
 KIND = "WorkflowSchedule"
 PLURAL = "workflowschedules"
+SHORT_NAME = "wfs"
 # a derived run name appends "-" and 12 digits (14 for @every): keep it a DNS-1123 label
 MAX_NAME_LENGTH = 63 - 15
 MAX_BACKFILLS = 20
@@ -56,8 +57,13 @@ class Catchup(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    window_seconds: int = Field(default=3600, ge=10, le=366 * 86400)
-    mode: CatchupMode = CatchupMode.LATEST
+    window_seconds: int = Field(
+        default=3600, ge=10, le=366 * 86400, description="How far back a missed time is owed."
+    )
+    mode: CatchupMode = Field(
+        default=CatchupMode.LATEST,
+        description="Latest: the newest missed time; All: each, oldest first, at most 100.",
+    )
 
 
 class Backfill(BaseModel):
@@ -65,9 +71,11 @@ class Backfill(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    id: str = Field(min_length=1, max_length=63)
-    from_: datetime = Field(alias="from")
-    to: datetime
+    id: str = Field(
+        min_length=1, max_length=63, description="Processed once: a new range needs a new id."
+    )
+    from_: datetime = Field(alias="from", description="The first instant (RFC 3339).")
+    to: datetime = Field(description="The last instant (RFC 3339), inclusive.")
 
     @field_validator("id")
     @classmethod
@@ -89,8 +97,8 @@ class History(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    succeeded: int = Field(default=3, ge=0, le=100)
-    failed: int = Field(default=3, ge=0, le=100)
+    succeeded: int = Field(default=3, ge=0, le=100, description="Succeeded runs kept.")
+    failed: int = Field(default=3, ge=0, le=100, description="Failed or Cancelled runs kept.")
 
 
 class ScheduleSpec(BaseModel):
@@ -98,16 +106,49 @@ class ScheduleSpec(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    workflow: str = Field(min_length=1, max_length=63)
-    version: int | None = Field(default=None, ge=1)
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    schedule: str = Field(min_length=1, max_length=200)
-    time_zone: str = "UTC"
-    overlap_policy: OverlapPolicy = OverlapPolicy.SKIP
-    catchup: Catchup = Field(default_factory=Catchup)
-    suspend: bool = False
-    backfills: tuple[Backfill, ...] = Field(default=(), max_length=MAX_BACKFILLS)
-    history: History = Field(default_factory=History)
+    workflow: str = Field(min_length=1, max_length=63, description="The workflow to run.")
+    version: int | None = Field(
+        default=None,
+        ge=1,
+        description="The definition version; unset: the newest published at each fire, "
+        "recorded on the run.",
+    )
+    parameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The runs' parameters, checked against the definition's declarations.",
+    )
+    schedule: str = Field(
+        min_length=1,
+        max_length=200,
+        description="A 5-field cron expression (minute hour day month weekday) in timeZone, "
+        "or '@every N' with N in s, m or h (at least 10 s).",
+    )
+    time_zone: str = Field(
+        default="UTC",
+        description="IANA zone of the cron expression. A wall time that occurs twice fires "
+        "once (its first occurrence); one that does not exist fires at the next valid instant.",
+    )
+    overlap_policy: OverlapPolicy = Field(
+        default=OverlapPolicy.SKIP,
+        description="While a run made by this schedule is not final (rollback included): "
+        "Skip (count it missed), Allow, Queue (keep one waiting), Replace (cancel it, start "
+        "after its rollback settled).",
+    )
+    catchup: Catchup = Field(
+        default_factory=Catchup,
+        description="Times missed (downtime, suspension) inside windowSeconds: Latest fires "
+        "the newest, All each (oldest first, at most 100).",
+    )
+    suspend: bool = Field(default=False, description="Fire nothing until set false again.")
+    backfills: tuple[Backfill, ...] = Field(
+        default=(),
+        max_length=MAX_BACKFILLS,
+        description="Ranges of past times to fire, each time once, each backfill once by id.",
+    )
+    history: History = Field(
+        default_factory=History,
+        description="Finished WorkflowRun objects kept (PostgreSQL keeps every run).",
+    )
 
     @field_validator("workflow")
     @classmethod

@@ -16,12 +16,14 @@ import kopf
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.access_review import UserInfo
 from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
+    VALIDATE_SCHEDULE_HANDLER_ID,
 )
 from flowforge.operator.admission import (
     AdmissionRequest,
@@ -40,6 +42,7 @@ from flowforge.operator.admission_access import (
     decide_run_access,
 )
 from flowforge.operator.admission_dryrun import decide_definition_dry_run
+from flowforge.operator.admission_schedule import decide_schedule
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
@@ -218,6 +221,23 @@ def register_admission_handlers(
         _enforce(
             await decide_run_limits(
                 request, definition=await _run_definition(request, checks), runs=sources
+            )
+        )
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        SCHEDULE_PLURAL,
+        id=VALIDATE_SCHEDULE_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def validate_workflow_schedule(**kwargs: Any) -> None:
+        checks = access()
+        _enforce(
+            await decide_schedule(
+                _request(kwargs), definitions=definitions(), user=_user(kwargs), checks=checks
             )
         )
 

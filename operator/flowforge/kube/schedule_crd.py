@@ -71,6 +71,9 @@ STATUS_SCHEMA: Schema = {
             "additionalProperties": {"type": "integer"},
         },
         "timeZone": _of("string", "The zone the times are computed in."),
+        "lastTrigger": _of(
+            "string", "The flowforge.io/trigger annotation's token last fired (manual trigger)."
+        ),
         "tzdataVersion": {"type": "string", "description": "The IANA database in use."},
         "conditions": {
             "type": "array",

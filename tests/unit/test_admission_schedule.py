@@ -3,12 +3,13 @@ field, and the author meets the checks a run's author would."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from flowforge.domain.validation import parse_definition
-from flowforge.operator.admission_schedule import decide_schedule
+from flowforge.operator.admission_schedule import decide_schedule, decide_schedule_mutation
 from tests.unit.admission_fakes import InMemoryRegistry, create, definition_spec, wrap
 from tests.unit.test_admission_access import ALICE, JOBS, POLICY, FakeAuthorizer, checks
 
@@ -84,3 +85,23 @@ async def test_a_name_too_long_for_the_run_names_is_refused() -> None:
         wrap("WorkflowSchedule", {"workflow": "etl", "schedule": "@every 30s"}, name="n" * 60)
     )
     assert not verdict.allowed and "metadata.name: must be at most 48" in verdict.message
+
+
+async def test_the_author_is_recorded_and_cannot_be_claimed() -> None:
+    request = dataclasses.replace(create(schedule()), user="alice")
+    (operation,) = decide_schedule_mutation(request).patch
+    assert operation.path == "/metadata/annotations/flowforge.io~1requested-by"
+    assert operation.value == "alice"
+    forged = schedule()
+    forged["metadata"]["annotations"] = {"flowforge.io/requested-by": "root"}
+    stored = parse_definition(definition_spec())
+    verdict = await decide_schedule(
+        dataclasses.replace(create(forged), user="alice"),
+        definitions=registry(),
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[POLICY], stored=stored),
+    )
+    assert not verdict.allowed
+    assert "metadata.annotations[flowforge.io/requested-by]: is set by FlowForge" in (
+        verdict.message
+    )

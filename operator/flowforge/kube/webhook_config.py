@@ -26,6 +26,7 @@ VALIDATE_DEFINITION_HANDLER_ID = "validate-workflowdefinition"
 VALIDATE_RUN_HANDLER_ID = "validate-workflowrun"
 MUTATE_RUN_HANDLER_ID = "mutate-workflowrun"
 VALIDATE_SCHEDULE_HANDLER_ID = "validate-workflowschedule"
+MUTATE_SCHEDULE_HANDLER_ID = "mutate-workflowschedule"
 SCHEDULE_PLURAL = "workflowschedules"  # flowforge.domain.schedule.PLURAL
 
 CONFIGURATION_NAME = "flowforge-admission"
@@ -68,6 +69,12 @@ MUTATING_HANDLERS = (
         plural=RUN_PLURAL,
         operations=("CREATE",),
         webhook_name=f"{RUN_PLURAL}.mutate.{GROUP}",
+    ),
+    AdmissionHandlerSpec(
+        handler_id=MUTATE_SCHEDULE_HANDLER_ID,
+        plural=SCHEDULE_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name=f"{SCHEDULE_PLURAL}.mutate.{GROUP}",
     ),
 )
 

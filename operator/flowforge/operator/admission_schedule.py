@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from flowforge.domain.api import API_VERSION, RUN_KIND
+from flowforge.domain.api import API_VERSION, REQUESTED_BY_ANNOTATION, RUN_KIND
 from flowforge.domain.caps import parameter_errors
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.queue import key_parameter_errors
@@ -30,12 +30,23 @@ from flowforge.operator.admission import (
     CODE_NOT_FOUND,
     AdmissionRequest,
     DefinitionRegistry,
+    JsonPatchOperation,
     Verdict,
     runnable_versions,
 )
 from flowforge.operator.admission_access import AccessChecks, decide_run_access
 
 _INVALID = "invalid WorkflowSchedule:\n"
+_AUTHOR_PATH = "/metadata/annotations/" + REQUESTED_BY_ANNOTATION.replace("/", "~1")
+_AUTHOR_FIELD = f"metadata.annotations[{REQUESTED_BY_ANNOTATION}]"
+
+
+def decide_schedule_mutation(request: AdmissionRequest) -> Verdict:
+    """Record who wrote the schedule (``flowforge.io/requested-by``, whatever the object
+    said): its runs record this author, so a schedule's author is never what it claims."""
+    if request.operation not in ("CREATE", "UPDATE") or not request.user:
+        return Verdict.allow()
+    return Verdict.allow(JsonPatchOperation(op="add", path=_AUTHOR_PATH, value=request.user))
 
 
 def schedule_parameter_errors(
@@ -61,7 +72,16 @@ async def decide_schedule(
 ) -> Verdict:
     if request.operation not in ("CREATE", "UPDATE"):
         return Verdict.allow()
-    name = _metadata(request.new_object).get("name")
+    metadata = _metadata(request.new_object)
+    name = metadata.get("name")
+    annotations = metadata.get("annotations")
+    claimed = annotations.get(REQUESTED_BY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if claimed is not None and request.user and claimed != request.user:
+        return Verdict.deny(
+            f"{_INVALID}{_AUTHOR_FIELD}: is set by FlowForge to the requesting user "
+            f"({request.user!r}) and cannot be set to {claimed!r}",
+            code=CODE_INVALID,
+        )
     try:
         spec = parse_schedule_spec((request.new_object or {}).get("spec"))
         if isinstance(name, str):

@@ -21,6 +21,7 @@ from flowforge.kube.access_review import UserInfo
 from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
+    MUTATE_SCHEDULE_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
     VALIDATE_SCHEDULE_HANDLER_ID,
@@ -42,7 +43,7 @@ from flowforge.operator.admission_access import (
     decide_run_access,
 )
 from flowforge.operator.admission_dryrun import decide_definition_dry_run
-from flowforge.operator.admission_schedule import decide_schedule
+from flowforge.operator.admission_schedule import decide_schedule, decide_schedule_mutation
 
 RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
@@ -240,6 +241,19 @@ def register_admission_handlers(
                 _request(kwargs), definitions=definitions(), user=_user(kwargs), checks=checks
             )
         )
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        SCHEDULE_PLURAL,
+        id=MUTATE_SCHEDULE_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def record_workflow_schedule_author(*, patch: kopf.Patch, **kwargs: Any) -> None:
+        verdict = decide_schedule_mutation(_request(kwargs))
+        _apply_to_patch(patch, verdict.patch)
 
     @kopf.on.mutate(
         GROUP,

@@ -36,8 +36,15 @@ class FakeObjects:
             self.fail_next_create = False
             raise ConnectionError("apiserver gone at the fire instant")
         name = manifest["metadata"]["name"]
-        existing = self.runs.setdefault(name, {**manifest, "uid": str(uuid.uuid4())})
-        return str(existing["uid"])
+        made = {**manifest, "metadata": {**manifest["metadata"], "uid": str(uuid.uuid4())}}
+        existing = self.runs.setdefault(name, made)
+        return str(existing["metadata"]["uid"])
+
+    async def list_runs(self, *, namespace: str, schedule: str) -> list[dict[str, Any]]:
+        return [dict(run) for run in self.runs.values()]
+
+    async def delete_run(self, *, namespace: str, name: str, uid: str) -> None:
+        self.runs.pop(name, None)
 
     async def cancel_run(self, *, namespace: str, name: str) -> None:
         self.cancelled.append(name)
@@ -126,7 +133,7 @@ async def test_a_crash_between_record_and_creation_loses_no_run(store: Pool, fen
     assert len(objects.runs) == 1
     rows = await schedule_fires(store, namespace=NAMESPACE, name="poll")
     assert [row["run"] for row in rows] == list(objects.runs)
-    assert rows[0]["runUid"] == next(iter(objects.runs.values()))["uid"]
+    assert rows[0]["runUid"] == next(iter(objects.runs.values()))["metadata"]["uid"]
 
 
 async def test_two_controllers_racing_make_each_run_once(store: Pool, fence: Fence) -> None:
@@ -159,3 +166,25 @@ async def test_a_bad_spec_stalls_the_schedule_and_fires_nothing(store: Pool, fen
     assert objects.runs == {}
     stalled = {c["type"]: c for c in objects.status["conditions"]}["Stalled"]
     assert stalled["status"] == "True" and "spec.timeZone" in stalled["message"]
+
+
+async def test_history_keeps_the_newest_finished_runs_of_each_outcome(
+    store: Pool, fence: Fence
+) -> None:
+    objects = FakeObjects()
+    body = schedule_body(
+        await aligned(store, 60),
+        overlapPolicy="Allow",
+        catchup={"mode": "All"},
+        history={"succeeded": 2, "failed": 1},
+    )
+    schedules = controller(store, fence, objects)
+    await schedules.reconcile(body)
+    names = sorted(objects.runs)
+    assert len(names) == 6
+    phases = ["Succeeded", "Failed", "Succeeded", "Cancelled", "Succeeded", "Running"]
+    for name, phase in zip(names, phases, strict=True):
+        objects.runs[name] = {**objects.runs[name], "status": {"phase": phase}}
+    objects.status = {}  # a change to show: the pass prunes
+    await schedules.reconcile(body)
+    assert sorted(objects.runs) == [names[2], names[3], names[4], names[5]]

@@ -112,6 +112,33 @@ class ScheduleObjects:
             return str(existing["metadata"]["uid"])
         return None
 
+    async def list_runs(self, *, namespace: str, schedule: str) -> list[dict[str, Any]]:
+        """The WorkflowRun objects a schedule made (its label)."""
+        listing: Any = await asyncio.to_thread(
+            self._custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            RUN_PLURAL,
+            label_selector=f"{SCHEDULE_LABEL}={schedule}",
+        )
+        return list(listing["items"])
+
+    async def delete_run(self, *, namespace: str, name: str, uid: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self._custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                RUN_PLURAL,
+                name,
+                body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)),
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):  # gone, or another object holds the name
+                raise
+
     async def cancel_run(self, *, namespace: str, name: str) -> None:
         try:
             await asyncio.to_thread(

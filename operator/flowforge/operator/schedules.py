@@ -34,7 +34,7 @@ from flowforge.domain.schedule_times import (
     parse_expression,
     zone_named,
 )
-from flowforge.kube.schedule_objects import ScheduleObjects, run_manifest
+from flowforge.kube.schedule_objects import NOMINAL_TIME_ANNOTATION, ScheduleObjects, run_manifest
 from flowforge.operator.failures import Failures
 from flowforge.operator.metrics import REGISTRY
 from flowforge.store.connection import Pool
@@ -135,6 +135,29 @@ def stalled_status(body: Mapping[str, Any], error: Exception) -> dict[str, Any]:
     }
 
 
+def runs_beyond_history(made: list[dict[str, Any]], spec: ScheduleSpec) -> list[dict[str, Any]]:
+    """The finished runs past ``spec.history`` (succeeded, and failed or cancelled), oldest
+    nominal times first; active runs are never among them."""
+    keep = {"Succeeded": spec.history.succeeded, "Failed": spec.history.failed}
+    finished: dict[str, list[dict[str, Any]]] = {"Succeeded": [], "Failed": []}
+    for run in made:
+        phase = (run.get("status") or {}).get("phase")
+        if phase in ("Failed", "Cancelled"):
+            finished["Failed"].append(run)
+        elif phase == "Succeeded":
+            finished["Succeeded"].append(run)
+    beyond: list[dict[str, Any]] = []
+    for outcome, runs in finished.items():
+        runs.sort(
+            key=lambda run: (run["metadata"].get("annotations") or {}).get(
+                NOMINAL_TIME_ANNOTATION, ""
+            ),
+            reverse=True,
+        )
+        beyond.extend(runs[keep[outcome] :])
+    return beyond
+
+
 class ScheduleController:
     def __init__(
         self,
@@ -216,11 +239,23 @@ class ScheduleController:
         await self._act(body, spec, firing, fence)
         status = schedule_status(body, spec, firing, token if trigger else None)
         if any(current.get(key) != value for key, value in status.items()):
+            # a fire, or a run's phase moved: the moments the history may have grown
+            await self._prune_history(namespace, name, spec)
             await self._objects.patch_status(namespace=namespace, name=name, status=status)
         if spec.suspend or not status["nextFireTimes"]:
             return None
         upcoming = datetime.fromisoformat(status["nextFireTimes"][0].replace("Z", "+00:00"))
         return max(0.0, (upcoming - firing.now).total_seconds())
+
+    async def _prune_history(self, namespace: str, name: str, spec: ScheduleSpec) -> None:
+        """Keep ``spec.history`` finished WorkflowRun objects of each outcome, the newest by
+        nominal time; PostgreSQL keeps every run."""
+        made = await self._objects.list_runs(namespace=namespace, schedule=name)
+        for run in runs_beyond_history(made, spec):
+            metadata = run["metadata"]
+            await self._objects.delete_run(
+                namespace=namespace, name=metadata["name"], uid=metadata["uid"]
+            )
 
     async def _act(
         self, body: Mapping[str, Any], spec: ScheduleSpec, firing: ScheduleFiring, fence: Fence

@@ -16,9 +16,10 @@ from flowforge.kube.schedule_objects import NOMINAL_TIME_ANNOTATION, SCHEDULED_B
 from flowforge.operator.failures import Failures
 from flowforge.operator.schedules import ScheduleController
 from flowforge.store.connection import Pool
+from flowforge.store.definitions import publish_definition
 from flowforge.store.lease import Fence
 from flowforge.store.schedules import schedule_fires
-from tests.store.conftest import NAMESPACE
+from tests.store.conftest import NAMESPACE, definition
 
 pytestmark = pytest.mark.store
 
@@ -58,6 +59,11 @@ class FakeObjects:
 
 async def _deposed() -> None:
     return None
+
+
+@pytest.fixture(autouse=True)
+async def published(store: Pool) -> None:
+    await publish_definition(store, namespace=NAMESPACE, definition=definition([{"key": "only"}]))
 
 
 def controller(pool: Pool, fence: Fence, objects: FakeObjects) -> ScheduleController:
@@ -188,3 +194,18 @@ async def test_history_keeps_the_newest_finished_runs_of_each_outcome(
     objects.status = {}  # a change to show: the pass prunes
     await schedules.reconcile(body)
     assert sorted(objects.runs) == [names[2], names[3], names[4], names[5]]
+
+
+async def test_a_workflow_that_does_not_exist_stalls_the_schedule(
+    store: Pool, fence: Fence
+) -> None:
+    objects = FakeObjects()
+    body = schedule_body(await aligned(store, 30), workflow="gone")
+    assert await controller(store, fence, objects).reconcile(body) is None
+    assert objects.runs == {}
+    stalled = {c["type"]: c for c in objects.status["conditions"]}["Stalled"]
+    assert stalled["status"] == "True" and stalled["reason"] == "WorkflowNotFound"
+    pinned = schedule_body(await aligned(store, 30), version=9)
+    await controller(store, fence, objects).reconcile(pinned)
+    reasons = {c["type"]: c["reason"] for c in objects.status["conditions"]}
+    assert reasons["Stalled"] == "VersionNotFound" and objects.runs == {}

@@ -38,6 +38,7 @@ from flowforge.kube.schedule_objects import NOMINAL_TIME_ANNOTATION, ScheduleObj
 from flowforge.operator.failures import Failures
 from flowforge.operator.metrics import REGISTRY
 from flowforge.store.connection import Pool
+from flowforge.store.definitions import list_versions
 from flowforge.store.lease import Fence
 from flowforge.store.schedules import ScheduleFiring, ScheduleKey, fire_due, mark_created
 
@@ -121,7 +122,9 @@ def schedule_status(
     return status
 
 
-def stalled_status(body: Mapping[str, Any], error: Exception) -> dict[str, Any]:
+def stalled_status(body: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """The schedule itself cannot fire (its spec, its workflow): nothing fires until fixed;
+    the times missed meanwhile follow ``spec.catchup``."""
     generation = body["metadata"].get("generation")
     return {
         "observedGeneration": generation,
@@ -129,10 +132,24 @@ def stalled_status(body: Mapping[str, Any], error: Exception) -> dict[str, Any]:
         "nextFireTime": None,
         "tzdataVersion": TZDATA_VERSION,
         "conditions": [
-            _condition("Ready", False, "InvalidSpec", str(error), generation),
-            _condition("Stalled", True, "InvalidSpec", str(error), generation),
+            _condition("Ready", False, reason, message, generation),
+            _condition("Stalled", True, reason, message, generation),
         ],
     }
+
+
+async def _stall_reason(pool: Pool, namespace: str, spec: ScheduleSpec) -> tuple[str, str] | None:
+    versions = await list_versions(pool, namespace=namespace, workflow=spec.workflow)
+    if not versions:
+        return "WorkflowNotFound", (
+            f"workflow {spec.workflow!r} has no published version in namespace {namespace!r}"
+        )
+    if spec.version is not None and spec.version not in versions:
+        return "VersionNotFound", (
+            f"workflow {spec.workflow!r} version {spec.version} is not published in "
+            f"namespace {namespace!r}"
+        )
+    return None
 
 
 def runs_beyond_history(made: list[dict[str, Any]], spec: ScheduleSpec) -> list[dict[str, Any]]:
@@ -222,9 +239,11 @@ class ScheduleController:
         try:
             spec = parse_schedule_spec(body.get("spec"))
         except ScheduleSpecError as error:
-            status = stalled_status(body, error)
-            if any(current.get(key) != value for key, value in status.items()):
-                await self._objects.patch_status(namespace=namespace, name=name, status=status)
+            await self._stalled(body, current, "InvalidSpec", str(error))
+            return None
+        stall = await _stall_reason(self._pool, namespace, spec)
+        if stall is not None:
+            await self._stalled(body, current, *stall)
             return None
         token = (metadata.get("annotations") or {}).get(TRIGGER_ANNOTATION)
         trigger = isinstance(token, str) and token != current.get("lastTrigger")
@@ -246,6 +265,16 @@ class ScheduleController:
             return None
         upcoming = datetime.fromisoformat(status["nextFireTimes"][0].replace("Z", "+00:00"))
         return max(0.0, (upcoming - firing.now).total_seconds())
+
+    async def _stalled(
+        self, body: Mapping[str, Any], current: Mapping[str, Any], reason: str, message: str
+    ) -> None:
+        status = stalled_status(body, reason, message)
+        if any(current.get(key) != value for key, value in status.items()):
+            metadata = body["metadata"]
+            await self._objects.patch_status(
+                namespace=metadata["namespace"], name=metadata["name"], status=status
+            )
 
     async def _prune_history(self, namespace: str, name: str, spec: ScheduleSpec) -> None:
         """Keep ``spec.history`` finished WorkflowRun objects of each outcome, the newest by

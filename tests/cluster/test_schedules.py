@@ -159,7 +159,7 @@ def test_admission_refuses_a_bad_schedule_naming_the_field(
         custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, schedule("bad", **spec)
         )
-    assert refused.value.status in (400, 422)
+    assert 400 <= refused.value.status < 500
     body = str(refused.value.body)
     assert f"{field}:" in body and fragment in body
     admission_webhooks.assert_alive()

@@ -64,3 +64,12 @@ def test_describe_shows_next_fires_missed_counts_and_the_runs_made() -> None:
     assert "Schedule:       0 2 * * * in Europe/Paris" in text
     assert "Missed:         {'Overlap': 2}" in text
     assert "nightly-etl-202612020200  2026-12-02T01:00:00+00:00  Running" in text
+    assert "Fires (store)" not in text
+    fire = {
+        "nominalTime": datetime(2026, 7, 1, 0, 0, tzinfo=UTC),
+        "run": "nightly-etl-202607010200",
+        "backfill": "july",
+        "manual": False,
+    }
+    with_store = describe_text(BODY, [], [fire])
+    assert "  2026-07-01T00:00:00Z  nightly-etl-202607010200  backfill july" in with_store

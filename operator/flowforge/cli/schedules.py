@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from flowforge.cli import runs
 from flowforge.cli.commands import SCHEDULE_TYPES
-from flowforge.cli.connections import kube_client, resolve_namespace
+from flowforge.cli.connections import has_store, kube_client, resolve_namespace, with_store
 from flowforge.cli.output import EXIT_OK, CommandError, emit, table
 from flowforge.domain.api import GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.schedule import PLURAL
@@ -96,7 +96,9 @@ def _read(custom: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, 
     return dict(body)
 
 
-def describe_text(body: dict[str, Any], made: list[dict[str, Any]]) -> str:
+def describe_text(
+    body: dict[str, Any], made: list[dict[str, Any]], fires: list[dict[str, Any]] | None = None
+) -> str:
     spec, status = body.get("spec", {}), body.get("status") or {}
     lines = [
         f"Name:           {body['metadata']['name']}",
@@ -126,6 +128,14 @@ def describe_text(body: dict[str, Any], made: list[dict[str, Any]]) -> str:
         f"{(run.get('status') or {}).get('phase', 'Pending')}"
         for run in rows
     ] or ["  <none>"]
+    if fires is not None:  # the store's record: every fire, also of runs pruned by history
+        lines.append("Fires (store):")
+        lines += [
+            f"  {fire['nominalTime']:%Y-%m-%dT%H:%M:%SZ}  {fire['run']}"
+            + (f"  backfill {fire['backfill']}" if fire["backfill"] else "")
+            + ("  manual" if fire["manual"] else "")
+            for fire in fires
+        ] or ["  <none>"]
     return "\n".join(lines) + "\n"
 
 
@@ -140,10 +150,15 @@ def describe_schedule(args: argparse.Namespace) -> int:
                 GROUP, VERSION, namespace, RUN_PLURAL, label_selector=f"{SCHEDULE_LABEL}={name}"
             )
     made = list(listing["items"])
+    fires = None
+    if has_store(args):
+        from flowforge.store.schedules import schedule_fires
+
+        fires = with_store(args, lambda pool: schedule_fires(pool, namespace=namespace, name=name))
     emit(
         args.output,
-        data=lambda: {"schedule": body, "runs": made},
-        table=lambda _wide: describe_text(body, made),
+        data=lambda: {"schedule": body, "runs": made, "fires": fires},
+        table=lambda _wide: describe_text(body, made, fires),
     )
     return EXIT_OK
 

@@ -166,6 +166,17 @@ def test_names_columns_and_subresources() -> None:
                 "Position",
                 "Age",
             ]
+        elif spec["names"]["kind"] == "WorkflowSchedule":
+            assert spec["names"]["shortNames"] == ["wfs"]
+            assert columns == [
+                "Schedule",
+                "Time Zone",
+                "Suspended",
+                "Last Fire",
+                "Next Fire",
+                "Active",
+                "Age",
+            ]
         else:
             assert spec["names"]["shortNames"] == ["wfd"]
             assert columns == ["Workflow", "Version", "Tasks", "Age"]

@@ -28,6 +28,7 @@ def test_the_operator_registers_only_event_handlers() -> None:
         "run_event",
         "definition_event",
         "policy_event",
+        "schedule_event",
     }
 
 

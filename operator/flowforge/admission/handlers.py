@@ -30,15 +30,19 @@ from flowforge.admission.review import (
     decide_run_limits,
     decide_run_mutation,
 )
+from flowforge.admission.schedule import decide_schedule, decide_schedule_mutation
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.access_review import UserInfo
 from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
     MUTATE_RUN_HANDLER_ID,
+    MUTATE_SCHEDULE_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
+    VALIDATE_SCHEDULE_HANDLER_ID,
 )
 
 RegistryProvider = Callable[[], DefinitionRegistry]
@@ -220,6 +224,36 @@ def register_admission_handlers(
                 request, definition=await _run_definition(request, checks), runs=sources
             )
         )
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        SCHEDULE_PLURAL,
+        id=VALIDATE_SCHEDULE_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def validate_workflow_schedule(**kwargs: Any) -> None:
+        checks = access()
+        _enforce(
+            await decide_schedule(
+                _request(kwargs), definitions=definitions(), user=_user(kwargs), checks=checks
+            )
+        )
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        SCHEDULE_PLURAL,
+        id=MUTATE_SCHEDULE_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def record_workflow_schedule_author(*, patch: kopf.Patch, **kwargs: Any) -> None:
+        verdict = decide_schedule_mutation(_request(kwargs))
+        _apply_to_patch(patch, verdict.patch)
 
     @kopf.on.mutate(
         GROUP,

@@ -31,6 +31,7 @@ DIRECTIONS = ("TD", "LR")  # flowforge.domain.rendering.DIRECTIONS
 WEBHOOK_CONFIGURATION = "flowforge-admission"  # flowforge.kube.webhook_config
 OPERATOR_LEASE = "operator"  # flowforge.store.lease.DEFAULT_LEASE
 RUN_TYPES = ("runs", "run", "workflowruns", "workflowrun", "wfr")
+SCHEDULE_TYPES = ("schedules", "schedule", "workflowschedules", "workflowschedule", "wfs")
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -75,6 +76,7 @@ def refuse_token_on_argv(_: str) -> str:
 def register_all(subparsers: Subcommands) -> None:
     _register_definition_files(subparsers)
     _register_runs(subparsers)
+    _register_schedules(subparsers)
     _register_operations(subparsers)
 
 
@@ -294,7 +296,7 @@ def _register_runs(subparsers: Subcommands) -> None:
     get = _command(
         subparsers,
         "get",
-        handler="flowforge.cli.runs:get_runs",
+        handler="flowforge.cli.schedules:get",
         help="list runs from the store (kubectl get for WorkflowRuns, after they are gone too)",
         description=(
             "List the newest runs of a namespace from the store (the system of record, so "
@@ -304,7 +306,12 @@ def _register_runs(subparsers: Subcommands) -> None:
             "tasks when named); -o name prints workflowrun.flowforge.io/NAME lines."
         ),
     )
-    get.add_argument("type", choices=RUN_TYPES, metavar="TYPE", help="runs (or wfr)")
+    get.add_argument(
+        "type",
+        choices=RUN_TYPES + SCHEDULE_TYPES,
+        metavar="TYPE",
+        help="runs (wfr), schedules (wfs)",
+    )
     get.add_argument("--limit", type=int, default=50, help="how many runs (default 50)")
     _add_phase_option(get)
     _add_get_arguments(get, names="*")
@@ -312,7 +319,7 @@ def _register_runs(subparsers: Subcommands) -> None:
     describe = _command(
         subparsers,
         "describe",
-        handler="flowforge.cli.runs:describe_run",
+        handler="flowforge.cli.schedules:describe",
         help="one run in detail: every task's state, attempts, exit codes, the rollback",
         description=(
             "Show one run from the store: its phase, every forward task with its attempts, "
@@ -321,7 +328,9 @@ def _register_runs(subparsers: Subcommands) -> None:
             "and finish times and does not cut reasons short."
         ),
     )
-    describe.add_argument("type", choices=RUN_TYPES, metavar="TYPE", help="run (or wfr)")
+    describe.add_argument(
+        "type", choices=RUN_TYPES + SCHEDULE_TYPES, metavar="TYPE", help="run (wfr), schedule (wfs)"
+    )
     _add_get_arguments(describe, names=1)
     _add_watch(describe)
 
@@ -329,8 +338,8 @@ def _register_runs(subparsers: Subcommands) -> None:
     runs = subparsers.add_parser("runs")
     aliases = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     for alias, verb, handler, names in (
-        ("list", "get", "flowforge.cli.runs:get_runs", "*"),
-        ("show", "describe", "flowforge.cli.runs:describe_run", 1),
+        ("list", "get", "flowforge.cli.schedules:get", "*"),
+        ("show", "describe", "flowforge.cli.schedules:describe", 1),
     ):
         parser = aliases.add_parser(alias)
         if verb == "get":
@@ -378,6 +387,25 @@ def _register_runs(subparsers: Subcommands) -> None:
     logs.add_argument("task", metavar="TASK", nargs="?")
     add_kube_options(logs)
     add_server_options(logs)
+
+
+def _register_schedules(subparsers: Subcommands) -> None:
+    schedule = subparsers.add_parser(
+        "schedule", help="act on a WorkflowSchedule: trigger, suspend, resume"
+    )
+    verbs = schedule.add_subparsers(dest="schedule_command", metavar="COMMAND", required=True)
+    for verb, help in (
+        ("trigger", "fire now, once, under the schedule's overlap policy"),
+        ("suspend", "fire nothing until resumed"),
+        ("resume", "fire again; missed times follow spec.catchup"),
+    ):
+        parser = verbs.add_parser(verb, help=help, description=help)
+        parser.add_argument("name", metavar="NAME", help="the WorkflowSchedule's name")
+        add_kube_options(parser)
+        add_output_option(parser, forms=("json", "yaml", "name"), detail="(the schedule)")
+        parser.set_defaults(
+            handler=LazyHandler(f"flowforge.cli.schedules:{verb}"), command_name=f"schedule {verb}"
+        )
 
 
 # the installation

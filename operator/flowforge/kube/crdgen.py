@@ -29,6 +29,7 @@ from flowforge.domain.api import (
 from flowforge.domain.run import RUN_SPEC_SCHEMA, RUN_STATUS_SCHEMA
 from flowforge.domain.spec_schema import DEFINITION_SPEC_SCHEMA
 from flowforge.kube.policy_crd import flowforge_policy_crd
+from flowforge.kube.schedule_crd import workflow_schedule_crd
 from flowforge.kube.structural import column, crd, resource_schema, to_structural
 
 Schema = dict[str, Any]
@@ -148,7 +149,12 @@ def workflow_run_crd() -> Schema:
 def rendered_crds() -> dict[str, str]:
     """File name -> YAML text of every CRD, deterministic."""
     rendered = {}
-    for definition in (workflow_definition_crd(), workflow_run_crd(), flowforge_policy_crd()):
+    for definition in (
+        workflow_definition_crd(),
+        workflow_run_crd(),
+        flowforge_policy_crd(),
+        workflow_schedule_crd(),
+    ):
         text = yaml.safe_dump(definition, sort_keys=False, width=100, allow_unicode=True)
         rendered[f"{definition['metadata']['name']}.yaml"] = HEADER + text
     return rendered

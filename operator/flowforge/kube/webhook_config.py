@@ -25,6 +25,9 @@ from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
 VALIDATE_DEFINITION_HANDLER_ID = "validate-workflowdefinition"
 VALIDATE_RUN_HANDLER_ID = "validate-workflowrun"
 MUTATE_RUN_HANDLER_ID = "mutate-workflowrun"
+VALIDATE_SCHEDULE_HANDLER_ID = "validate-workflowschedule"
+MUTATE_SCHEDULE_HANDLER_ID = "mutate-workflowschedule"
+SCHEDULE_PLURAL = "workflowschedules"  # flowforge.domain.schedule.PLURAL
 
 CONFIGURATION_NAME = "flowforge-admission"
 TIMEOUT_SECONDS = 10
@@ -53,6 +56,12 @@ VALIDATING_HANDLERS = (
         operations=("CREATE", "UPDATE"),
         webhook_name=f"{RUN_PLURAL}.validate.{GROUP}",
     ),
+    AdmissionHandlerSpec(
+        handler_id=VALIDATE_SCHEDULE_HANDLER_ID,
+        plural=SCHEDULE_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name=f"{SCHEDULE_PLURAL}.validate.{GROUP}",
+    ),
 )
 MUTATING_HANDLERS = (
     AdmissionHandlerSpec(
@@ -60,6 +69,12 @@ MUTATING_HANDLERS = (
         plural=RUN_PLURAL,
         operations=("CREATE",),
         webhook_name=f"{RUN_PLURAL}.mutate.{GROUP}",
+    ),
+    AdmissionHandlerSpec(
+        handler_id=MUTATE_SCHEDULE_HANDLER_ID,
+        plural=SCHEDULE_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name=f"{SCHEDULE_PLURAL}.mutate.{GROUP}",
     ),
 )
 

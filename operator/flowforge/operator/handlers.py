@@ -27,14 +27,17 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.observed_pod import SUCCEEDED_PHASE
+from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
+from flowforge.kube.schedule_objects import ScheduleObjects
 from flowforge.operator import health, memory, metrics, tracing
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.publishing import PendingPublisher, publish_object
 from flowforge.operator.reconciler import Reconciler
+from flowforge.operator.schedules import ScheduleController
 from flowforge.operator.settings import OperatorSettings
 from flowforge.store.lease import Fence
 from flowforge.store.pool import open_pool, pool_size_for
@@ -120,7 +123,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.lease_connection = lease_connection
     memo.kube = kube
     memo.engine = engine
+    memo.schedules = ScheduleController(
+        pool=pool,
+        objects=ScheduleObjects(kube.api_client),
+        fence=lambda: leadership.fence,
+        failures=engine.failures,
+    )
     memo.background = [
+        asyncio.create_task(memo.schedules.run_forever(), name="flowforge-schedules"),
         asyncio.create_task(leadership.run(), name="flowforge-lease"),
         asyncio.create_task(reconciler.run_forever(), name="flowforge-reconciler"),
         asyncio.create_task(health.heartbeat(probes), name="flowforge-heartbeat"),
@@ -236,3 +246,10 @@ async def policy_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         return
     namespace = str(event["object"]["metadata"].get("namespace"))
     await _guarded(engine, f"FlowForgePolicy of {namespace}", engine.policy_changed(namespace))
+
+
+@kopf.on.event(GROUP, VERSION, SCHEDULE_PLURAL)
+async def schedule_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """Every operator keeps the schedules it sees; the leader's controller fires them."""
+    if memo.get("schedules") is not None:
+        memo.schedules.observe(event.get("type"), event["object"])

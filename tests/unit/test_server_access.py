@@ -85,3 +85,35 @@ def test_the_rollback_lists_steps_as_they_ran_then_those_to_run() -> None:
     assert shown.triggered_by == "d"
     untouched = compensation(compensators[3:], succeeded={"x"}, starts={}, triggered_by=None)
     assert untouched.state == "NotTriggered" and untouched.steps == []
+
+
+class HeldReviews:
+    """A TokenReview that answers only when released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.asked = 0
+
+    async def review_token(self, token: str) -> UserInfo | None:
+        self.asked += 1
+        await self.release.wait()
+        return UserInfo(username="alice")
+
+
+async def test_a_cancelled_request_does_not_strand_the_others_waiting_on_its_review() -> None:
+    reviews = HeldReviews()
+    authenticator = Authenticator(reviews)
+    first = asyncio.ensure_future(authenticator.caller("Bearer good"))
+    await asyncio.sleep(0)  # the first request's review is in flight
+    second = asyncio.ensure_future(authenticator.caller("Bearer good"))
+    await asyncio.sleep(0)
+    first.cancel()  # its client went away
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    reviews.release.set()
+    caller = await asyncio.wait_for(second, timeout=5)
+    assert caller.user.username == "alice"
+    assert reviews.asked == 1
+    # and the answer was kept for the next request
+    assert (await authenticator.caller("Bearer good")).user.username == "alice"
+    assert reviews.asked == 1

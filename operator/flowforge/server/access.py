@@ -70,19 +70,21 @@ class Authenticator:
         if cached is not None and cached[1] > self._clock():
             return cached[0]
         pending = self._in_flight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[UserInfo | None] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
+        if pending is None:
+            # a task of its own: the request that started it may be cancelled (its client
+            # went away) without leaving the others waiting on an answer that never comes
+            pending = asyncio.ensure_future(self._review(key, token))
+            pending.add_done_callback(_retrieve)
+            self._in_flight[key] = pending
+        return await asyncio.shield(pending)
+
+    async def _review(self, key: str, token: str) -> UserInfo | None:
         try:
             user = await self._reviews.review_token(token)
         except Exception as error:
-            future.set_exception(ApiError(503, f"cannot check the token (TokenReview): {error}"))
-            future.exception()
             raise ApiError(503, f"cannot check the token (TokenReview): {error}") from error
         finally:
             self._in_flight.pop(key, None)
-        future.set_result(user)
         if len(self._answers) >= MAX_CACHED_TOKENS:
             now = self._clock()
             self._answers = {k: v for k, v in self._answers.items() if v[1] > now}
@@ -91,6 +93,12 @@ class Authenticator:
         ttl = TOKEN_TTL_SECONDS if user is not None else REJECTED_TOKEN_TTL_SECONDS
         self._answers[key] = (user, self._clock() + ttl)
         return user
+
+
+def _retrieve(future: asyncio.Future[UserInfo | None]) -> None:
+    """A review nobody waits for any more still has its failure looked at (no warning)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _bearer(authorization: str | None) -> str:

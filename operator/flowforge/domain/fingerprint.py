@@ -2,7 +2,8 @@
 
 It covers everything that changes what a run does (workflow, version, description, the task
 types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
-compensateFor, retries, timeout and config, and the run limits ``maxParallelTasks`` and
+compensateFor, retries, timeout and config, a compensator's ``compensateOn: Attempted``,
+and the run limits ``maxParallelTasks`` and
 ``concurrency`` when set) and nothing that does not: task declaration
 order, ``dependsOn`` order and mapping key order are normalised away; list order inside
 config is kept. A number that JSON writes as an integer (``2.0`` from some clients) counts as
@@ -46,6 +47,13 @@ def fingerprint(spec: DefinitionSpec) -> str:
                     "timeoutSeconds": task.timeout_seconds,
                     "config": _normalise_numbers(task.config) if task.config else {},
                 }
+                # compensateOn only when it changes what a run does, so earlier
+                # fingerprints stay the same
+                | (
+                    {"compensateOn": task.compensate_on}
+                    if task.compensate_on == "Attempted"
+                    else {}
+                )
                 for task in spec.tasks
             ),
             key=lambda task: task["key"],

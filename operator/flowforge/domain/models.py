@@ -90,6 +90,9 @@ class TaskSpec(BaseModel):
     retries: int = 0
     timeout_seconds: int | None = None
     compensate_for: str | None = None
+    # a compensator's ``compensateOn``: ``Attempted`` also undoes its task when the task's
+    # last attempt failed after its container had started (``flowforge.domain.undo``)
+    compensate_on: str | None = None
 
     @property
     def is_compensator(self) -> bool:

@@ -26,6 +26,7 @@ from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import config_map_name, job_name
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from flowforge.domain.states import TaskRole
+from flowforge.domain.undo import UNDO_OF_ENV
 
 LABEL_RUN = f"{PREFIX}/run"
 LABEL_TASK = f"{PREFIX}/task"
@@ -71,6 +72,8 @@ class JobRequest:
     # Kueue: the LocalQueue the Job queues in (created suspended) and its priority class
     queue_name: str | None = None
     priority_class: str | None = None
+    # a compensator's FLOWFORGE_UNDO_OF (flowforge.domain.undo): succeeded or attempted
+    undo_of: str | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +107,8 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
         "FLOWFORGE_ROLE": request.role.value,
         **run_files.file_environment(),
     }
+    if request.undo_of is not None:
+        ours[UNDO_OF_ENV] = request.undo_of
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
     return ours

@@ -42,6 +42,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
+from flowforge.store.settle import undo_reason
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +249,11 @@ class JobLauncher:
             timeout_seconds=item.timeout_seconds,
             queue_name=queued.queue_name if queued else None,
             priority_class=queued.priority_class if queued else None,
+            undo_of=(
+                await undo_reason(self._pool, run_id=context.run_id, task_key=item.task_key)
+                if item.role is TaskRole.COMPENSATION
+                else None
+            ),
         )
         try:  # the run's ConfigMap, which the Job mounts, first
             await self.files.ensure(context)

@@ -28,6 +28,7 @@ from flowforge.domain.states import (
     TaskRole,
     TaskState,
 )
+from flowforge.domain.undo import undoes_attempted
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
 from flowforge.store.errors import RunNotFoundError
@@ -255,6 +256,13 @@ async def _insert_graph(
             "UPDATE flowforge_task SET admission_required = true "
             "WHERE run_id = %s AND task_key = ANY(%s)",
             (run_id, queued),
+        )
+    attempted = undoes_attempted(spec)
+    if attempted:  # compensateOn: Attempted (flowforge.domain.undo)
+        await connection.execute(
+            "UPDATE flowforge_task SET compensate_attempted = true "
+            "WHERE run_id = %s AND task_key = ANY(%s)",
+            (run_id, attempted),
         )
     edge_tasks = [task.key for task in spec.forward_tasks for _ in task.depends_on]
     edge_upstreams = [upstream for task in spec.forward_tasks for upstream in task.depends_on]

@@ -3,9 +3,11 @@
 Once no forward task is unresolved, a run whose forward tasks all succeeded finishes
 ``Succeeded`` (``flowforge.domain.projection.settled_phase`` decides). Otherwise (a failure,
 or a cancel request) the compensators of the forward tasks that succeeded become
-``pending`` and the rest ``skipped``, the run stays ``Running`` with ``compensating`` set,
-and the first compensator starts. While compensating, each settle starts the next pending
-compensator (the one whose forward task comes last in the topological order, i.e. the
+``pending`` (and, with ``compensateOn: Attempted``, those of tasks whose last attempt failed
+after its container started: ``flowforge.domain.undo``) and the rest ``skipped``, the run
+stays ``Running`` with ``compensating`` set, and the first compensator starts. While
+compensating, each settle starts the next pending compensator (those undoing an attempted
+task first, then the one whose forward task comes last in the topological order, i.e. the
 smallest rollback position) once none is running and its backoff is over; when none is
 pending or running, the run finishes ``Failed`` (``Cancelled`` after a cancel request).
 A run with nothing to compensate finishes at once. The rollback is strictly one at a time:
@@ -46,10 +48,11 @@ from flowforge.domain.states import (
     TaskState,
     sql_list,
 )
-from flowforge.store.connection import Connection
+from flowforge.domain.undo import UndoOf
+from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
-from flowforge.store.queries import forward_counts_locked
+from flowforge.store.queries import UNDONE_AS_ATTEMPTED, forward_counts_locked
 from flowforge.store.queue import rebalance_locked
 
 UNRESOLVED_QUERY = f"""
@@ -63,18 +66,42 @@ SELECT EXISTS (
 )
 """
 
+# a compensator runs when its task succeeded, or (compensateOn: Attempted) when its task's
+# last attempt failed after its container started: ``flowforge.domain.undo.undo_of``
+_UNDO_OF = f"""CASE WHEN forward.state = '{TaskState.SUCCEEDED}' THEN '{UndoOf.SUCCEEDED}'
+                 WHEN {UNDONE_AS_ATTEMPTED} THEN '{UndoOf.ATTEMPTED}' END"""
+
 TRIGGER_QUERY = f"""
 UPDATE flowforge_task AS compensator
-SET state = CASE WHEN forward.state = '{TaskState.SUCCEEDED}'
+SET state = CASE WHEN {_UNDO_OF} IS NOT NULL
                  THEN '{CompensationState.PENDING}' ELSE '{CompensationState.SKIPPED}' END,
-    finished_at = CASE WHEN forward.state = '{TaskState.SUCCEEDED}' THEN NULL ELSE now() END,
+    finished_at = CASE WHEN {_UNDO_OF} IS NOT NULL THEN NULL ELSE now() END,
+    undo_of = {_UNDO_OF},
     not_before = now(),
     updated_at = now()
 FROM flowforge_task AS forward
 WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
   AND compensator.state = '{CompensationState.NOT_TRIGGERED}'
   AND forward.run_id = %(run)s AND forward.task_key = compensator.compensates_key
-RETURNING compensator.task_key, compensator.state, compensator.topological_index
+RETURNING compensator.task_key, compensator.state, compensator.topological_index,
+          compensator.undo_of
+"""
+
+# the rollback's order (``flowforge.domain.undo.rollback_order``): the undoing of attempted
+# tasks first, then the rollback positions
+ROLLBACK_ORDER = (
+    f"undo_of IS NOT DISTINCT FROM '{UndoOf.ATTEMPTED}' DESC, topological_index, task_key"
+)
+
+# whether a run without successes has a task a compensator may undo as attempted
+ATTEMPTED_QUERY = f"""
+SELECT EXISTS (
+    SELECT 1 FROM flowforge_task AS compensator
+    JOIN flowforge_task AS forward ON forward.run_id = compensator.run_id
+     AND forward.task_key = compensator.compensates_key
+    WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+      AND {UNDONE_AS_ATTEMPTED}
+)
 """
 
 # a settle that finds the run still running holds one of its unresolved tasks until it
@@ -93,7 +120,7 @@ SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(),
                AND state = '{CompensationState.RUNNING}')
 FROM flowforge_task
 WHERE run_id = %(run)s AND role = 'compensation' AND state = '{CompensationState.PENDING}'
-ORDER BY topological_index, task_key
+ORDER BY {ROLLBACK_ORDER}
 LIMIT 1
 """
 
@@ -136,7 +163,11 @@ async def _start_rollback(
     connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase, counts: TaskCounts
 ) -> Decision:
     """Trigger the compensators of the tasks that succeeded, and start the first."""
-    triggered = await _trigger(connection, fence=fence, run_id=run_id) if counts.succeeded else ()
+    triggered = (
+        await _trigger(connection, fence=fence, run_id=run_id)
+        if counts.succeeded or await _attempted(connection, run_id=run_id)
+        else ()
+    )
     if not triggered:
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
     await connection.execute(
@@ -156,20 +187,26 @@ async def _start_rollback(
     )
 
 
+async def _attempted(connection: Connection, *, run_id: int) -> bool:
+    cursor = await connection.execute(ATTEMPTED_QUERY, {"run": run_id})
+    row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
 async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tuple[str, ...]:
-    """Compensators of succeeded forward tasks become pending, the rest are skipped;
-    returns the pending ones in the order the rollback runs them."""
+    """Compensators of succeeded (or attempted) forward tasks become pending, the rest are
+    skipped; returns the pending ones in the order the rollback runs them."""
     cursor = await connection.execute(TRIGGER_QUERY, {"run": run_id})
     rows = await cursor.fetchall()
     order = tuple(
         key
-        for _, key in sorted(
-            (int(position), str(key))
-            for key, state, position in rows
+        for _, _, key in sorted(
+            (undo != UndoOf.ATTEMPTED, int(position), str(key))
+            for key, state, position, undo in rows
             if state == CompensationState.PENDING
         )
     )
-    skipped = sorted(str(key) for key, state, _ in rows if state == CompensationState.SKIPPED)
+    skipped = sorted(str(key) for key, state, _, _ in rows if state == CompensationState.SKIPPED)
     await append_task_events(
         connection,
         run_id=run_id,
@@ -254,3 +291,15 @@ async def _finish(
             changed=bool(row[1]),  # a queued run left the queue: the places behind it moved
         )
     )
+
+
+async def undo_reason(pool: Pool, *, run_id: int, task_key: str) -> UndoOf:
+    """Why the triggered compensator ``task_key`` runs (its ``FLOWFORGE_UNDO_OF``)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT undo_of FROM flowforge_task "
+            "WHERE run_id = %s AND task_key = %s AND role = 'compensation'",
+            (run_id, task_key),
+        )
+        row = await cursor.fetchone()
+    return UndoOf(row[0]) if row is not None and row[0] else UndoOf.SUCCEEDED

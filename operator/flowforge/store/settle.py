@@ -135,14 +135,21 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     """Inside a transaction that passed the fence check: lock the run and settle it.
     ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, cancel_requested, namespace FROM flowforge_run "
+        "SELECT phase, compensating, cancel_requested, namespace, recovering FROM flowforge_run "
         "WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
-    if row is None or RunPhase(row[0]) in TERMINAL_RUN_PHASES:
+    if row is None:
         return Decision.lost()
     compensating, cancel_requested = bool(row[1]), bool(row[2])
+    if RunPhase(row[0]) in TERMINAL_RUN_PHASES:
+        if not row[4]:
+            return Decision.lost()
+        # an ended run whose halted rollback a person recovered (flowforge.store.actions)
+        return await _next_step(
+            connection, fence=fence, run_id=run_id, cancel=cancel_requested, ended=True
+        )
     if compensating:
         return await _next_step(connection, fence=fence, run_id=run_id, cancel=cancel_requested)
     counts = await forward_counts_locked(connection, run_id)
@@ -225,9 +232,10 @@ async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tupl
 
 
 async def _next_step(
-    connection: Connection, *, fence: Fence, run_id: int, cancel: bool
+    connection: Connection, *, fence: Fence, run_id: int, cancel: bool, ended: bool = False
 ) -> Decision:
-    """Start the compensator whose turn it is; finish the run when none is left."""
+    """Start the compensator whose turn it is; finish the run when none is left (or, for a
+    run that had ``ended`` and whose rollback a person recovered, record that it settled)."""
     cursor = await connection.execute(NEXT_STEP_QUERY, {"run": run_id})
     row = await cursor.fetchone()
     if row is None:
@@ -235,6 +243,8 @@ async def _next_step(
         still = await unresolved.fetchone()
         if still is not None and still[0]:
             return Decision.lost()  # a compensator is running
+        if ended:
+            return await _recovered(connection, fence=fence, run_id=run_id)
         phase = RunPhase.CANCELLED if cancel else RunPhase.FAILED
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
     task_id, key, attempt, timeout, not_before, due, one_running = row
@@ -260,6 +270,30 @@ async def _next_step(
         released_at=not_before,
     )
     return Decision(recorded=True, create_jobs=(step,))
+
+
+async def _recovered(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
+    """A rollback a person recovered (``flowforge.store.actions``) has settled: completed, or
+    halted again. The run keeps the phase it ended in."""
+    await connection.execute(
+        "UPDATE flowforge_run SET recovering = false, updated_at = now() WHERE id = %s",
+        (run_id,),
+    )
+    cursor = await connection.execute(
+        f"SELECT task_key FROM flowforge_task WHERE run_id = %s AND role = 'compensation' "
+        f"AND state = '{CompensationState.FAILED}' ORDER BY task_key LIMIT 1",
+        (run_id,),
+    )
+    halted = await cursor.fetchone()
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=EventKind.RUN_ROLLBACK_RECOVERED,
+        epoch=fence.epoch,
+        detail={"completed": halted is None, "haltedAt": None if halted is None else halted[0]},
+    )
+    notice = notices.rollback_recovered(halted_at=None if halted is None else str(halted[0]))
+    return Decision(recorded=True, notices=(notice,))
 
 
 async def _finish(

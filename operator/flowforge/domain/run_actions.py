@@ -138,13 +138,25 @@ STATUS_SCHEMA: Final[dict[str, Any]] = {
             "type": "object",
             "description": "Who created the action, as the apiserver authenticated them.",
             "properties": {
-                "username": {"type": "string"},
-                "groups": {"type": "array", "items": {"type": "string"}},
+                "username": {"type": "string", "description": "The user's name."},
+                "groups": {
+                    "type": "array",
+                    "description": "The user's groups.",
+                    "items": {"type": "string"},
+                },
             },
         },
-        "result": {"type": "string", "enum": [result.value for result in ActionResult]},
-        "message": {"type": "string"},
-        "processedAt": {"type": "string", "format": "date-time"},
+        "result": {
+            "type": "string",
+            "description": "Accepted (applied) or Refused (nothing changed).",
+            "enum": [result.value for result in ActionResult],
+        },
+        "message": {"type": "string", "description": "What was done, or why not."},
+        "processedAt": {
+            "type": "string",
+            "description": "When the operator processed the action.",
+            "format": "date-time",
+        },
     },
 }
 

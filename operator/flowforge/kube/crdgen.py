@@ -353,10 +353,17 @@ def workflow_run_crd() -> Schema:
 
 def rendered_crds() -> dict[str, str]:
     """File name -> YAML text of every CRD, deterministic."""
-    from flowforge.kube.policy_crd import flowforge_policy_crd  # it builds on this module
+    from flowforge.kube.action_crd import workflow_run_action_crd  # they build on this module
+    from flowforge.kube.policy_crd import flowforge_policy_crd
 
     rendered = {}
-    for crd in (workflow_definition_crd(), workflow_run_crd(), flowforge_policy_crd()):
+    crds = (
+        workflow_definition_crd(),
+        workflow_run_crd(),
+        flowforge_policy_crd(),
+        workflow_run_action_crd(),
+    )
+    for crd in crds:
         text = yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
         rendered[f"{crd['metadata']['name']}.yaml"] = HEADER + text
     return rendered

@@ -25,7 +25,7 @@ CHAIN = [
     {"key": "deploy", "dependsOn": ["provision"]},
     {"key": "verify", "dependsOn": ["deploy"]},
     {"key": "unprovision", "compensateFor": "provision"},
-    {"key": "undeploy", "compensateFor": "deploy"},
+    {"key": "undeploy", "compensateFor": "deploy", "retries": 1},
 ]
 ALICE = Actor(username="alice", groups=("ops", "system:authenticated"))
 
@@ -36,7 +36,7 @@ async def _halted(store: Pool, fence: Fence) -> RunRecord:
     await finish(store, fence, run, "provision")
     await record(store, fence, run, "deploy")
     failed = await record(store, fence, run, "verify", failure())
-    assert await roll_back(store, fence, run, failed, failing="undeploy") == ["undeploy"]
+    assert await roll_back(store, fence, run, failed, failing="undeploy") == ["undeploy"] * 2
     assert (await get_run(store, run.id)).phase is RunPhase.FAILED
     return run
 
@@ -68,7 +68,6 @@ async def _act(
         name=f"act-{uid}",
         action=action,
         actor=ALICE,
-        fresh_attempts=2,
     )
     return done.result, done.message, done.decision, done.already
 
@@ -81,19 +80,19 @@ async def test_retry_runs_the_halted_compensator_again_then_the_rollback_goes_on
     result, _, decision, _ = await _act(store, fence, run, RunActionKind.RETRY_COMPENSATOR)
 
     assert result is ActionResult.ACCEPTED
-    assert [(d.task_key, d.attempt) for d in decision.create_jobs] == [("undeploy", 2)]
+    assert [(d.task_key, d.attempt) for d in decision.create_jobs] == [("undeploy", 3)]
     assert [n.reason for n in decision.notices] == ["ActionAccepted"]
     assert (await _compensators(store, run.id)) == {
-        "undeploy": (CompensationState.RUNNING, 2),
+        "undeploy": (CompensationState.RUNNING, 3),
         "unprovision": (CompensationState.PENDING, 1),
     }
     row = await get_run(store, run.id)
     assert (row.phase, row.compensating) == (RunPhase.FAILED, False)
-    # fresh attempts: attempt 2 fails and is retried as 3 (two fresh ones), then succeeds
+    # fresh attempts (retries: 1): attempt 3 fails and is retried as 4, then succeeds
     again = await record(
-        store, fence, run, "undeploy", failure(), attempt=2, role=TaskRole.COMPENSATION
+        store, fence, run, "undeploy", failure(), attempt=3, role=TaskRole.COMPENSATION
     )
-    assert [(d.task_key, d.attempt) for d in again.create_jobs] == [("undeploy", 3)]
+    assert [(d.task_key, d.attempt) for d in again.create_jobs] == [("undeploy", 4)]
     ran = await roll_back(store, fence, run, again)
     assert ran == ["undeploy", "unprovision"]
     row = await get_run(store, run.id)
@@ -121,7 +120,7 @@ async def test_skip_marks_it_skipped_by_a_person_and_the_rollback_goes_on(
     assert [d.task_key for d in decision.create_jobs] == ["unprovision"]
     assert await roll_back(store, fence, run, decision) == ["unprovision"]
     assert (await _compensators(store, run.id)) == {
-        "undeploy": (CompensationState.SKIPPED, 1),
+        "undeploy": (CompensationState.SKIPPED, 2),
         "unprovision": (CompensationState.SUCCEEDED, 1),
     }
     history = await run_history(store, run.id)

@@ -8,11 +8,11 @@ says so, nothing else changes) or applies the action and records it, then settle
 in the same transaction: a recovered rollback starts its next compensator at once.
 
 **RetryCompensator**: the halted compensator goes back to pending with its attempt + 1 and
-``fresh_attempts`` more attempts (its own ``retries + 1``); **SkipCompensator**: it is
-skipped, by a person, with the reason. Then the compensators the halt skipped (triggered
-ones: their ``undo_of`` is set) are pending again, and the run is ``recovering``: its
-rollback runs again while it keeps the phase it ended in (``settle._recovered`` records
-when the rollback settled).
+fresh attempts (its own ``retries + 1``, read from the run's stored definition);
+**SkipCompensator**: it is skipped, by a person, with the reason. Then the compensators
+the halt skipped (triggered ones: their ``undo_of`` is set) are pending again, and the
+run is ``recovering``: its rollback runs again while it keeps the phase it ended in
+(``settle._recovered`` records when the rollback settled).
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ RETURNING task_key
 """
 
 
+# a compensator's attempts per round: its retries + 1, from the run's stored definition
+FRESH_ATTEMPTS_QUERY = """
+SELECT coalesce((task->>'retries')::int, 0) + 1
+FROM flowforge_run AS run
+JOIN flowforge_definition AS definition ON definition.id = run.definition_id,
+     jsonb_array_elements(definition.document->'tasks') AS task
+WHERE run.id = %s AND task->>'key' = %s
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class ActionOutcome:
     """What became of an action: its result and message, the moves it made (``decision``),
@@ -79,7 +89,6 @@ async def apply_action(
     name: str,
     action: RunAction,
     actor: Actor,
-    fresh_attempts: int = 1,
 ) -> ActionOutcome:
     """Apply the WorkflowRunAction ``name`` (object uid ``uid``) to the run, once."""
     outcome: list[ActionOutcome] = []
@@ -95,9 +104,7 @@ async def apply_action(
             )
             outcome.append(ActionOutcome(result, str(seen[1] or ""), Decision.lost(), True))
             return Decision.lost()
-        refusal, decision = await _judge(
-            connection, fence=fence, run_id=run_id, action=action, fresh=fresh_attempts
-        )
+        refusal, decision = await _judge(connection, fence=fence, run_id=run_id, action=action)
         accepted = refusal is None
         message = refusal or _accepted_message(action)
         detail: dict[str, Any] = {
@@ -141,7 +148,7 @@ def _accepted_message(action: RunAction) -> str:
 
 
 async def _judge(
-    connection: Connection, *, fence: Fence, run_id: int, action: RunAction, fresh: int
+    connection: Connection, *, fence: Fence, run_id: int, action: RunAction
 ) -> tuple[str | None, Decision]:
     """Refuse (the reason) or apply the action under the run's lock."""
     if action.action not in RECOVERY_ACTIONS:
@@ -170,12 +177,14 @@ async def _judge(
         return refusal, Decision.lost()
     who = {"reason": action.reason, "byPerson": True}
     if action.action is RunActionKind.RETRY_COMPENSATOR:
+        fresh = await connection.execute(FRESH_ATTEMPTS_QUERY, (run_id, action.compensator))
+        fresh_row = await fresh.fetchone()
         await connection.execute(
             f"UPDATE flowforge_task SET state = '{CompensationState.PENDING}', "
             "attempt = attempt + 1, max_attempts = attempt + %s, finished_at = NULL, "
             "not_before = now(), updated_at = now() "
             "WHERE run_id = %s AND role = 'compensation' AND task_key = %s",
-            (max(1, fresh), run_id, action.compensator),
+            (int(fresh_row[0]) if fresh_row else 1, run_id, action.compensator),
         )
         await append_event(
             connection,

@@ -39,7 +39,7 @@ def python(*code: str, cwd: Path = REPOSITORY) -> subprocess.CompletedProcess[st
     )
 
 
-def test_the_listed_commands_are_verbs_and_db_the_one_group() -> None:
+def test_the_listed_commands_are_verbs_and_rollback_and_db_the_groups() -> None:
     listed = [
         action.dest
         for action in build_parser()._subparsers._group_actions[0]._choices_actions  # type: ignore[union-attr]
@@ -54,6 +54,7 @@ def test_the_listed_commands_are_verbs_and_db_the_one_group() -> None:
         "describe",
         "cancel",
         "retry",
+        "rollback",
         "logs",
         "server",
         "doctor",
@@ -127,7 +128,7 @@ def test_every_handler_names_a_function_that_exists() -> None:
             module = __import__(handler.module, fromlist=[handler.function])
             assert callable(getattr(module, handler.function)), parser.prog
             seen += 1
-    assert seen == 16  # db and the hidden runs group hold two each
+    assert seen == 18  # db, rollback and the hidden runs group hold two each
 
 
 def test_help_imports_nothing_heavy() -> None:

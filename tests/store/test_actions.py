@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from flowforge.cli.run_report import load_report, report_text
 from flowforge.domain.decision import Decision
 from flowforge.domain.history import EventKind
 from flowforge.domain.run_actions import ActionResult, Actor, RunAction, RunActionKind
@@ -15,8 +16,9 @@ from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
+from flowforge.store.reuse import find_run_by_name
 from flowforge.store.runs import RunRecord, get_run
-from tests.store.conftest import failure, finish, record, roll_back, start_run
+from tests.store.conftest import NAMESPACE, failure, finish, record, roll_back, start_run
 
 pytestmark = pytest.mark.store
 
@@ -190,3 +192,26 @@ async def test_an_action_the_operator_does_not_support_yet_is_refused(
     result, message, _, _ = await _act(store, fence, run, RunActionKind.PAUSE)
 
     assert result is ActionResult.REFUSED and "not supported" in message
+
+
+async def test_describe_shows_who_acted_and_why(store: Pool, fence: Fence) -> None:
+    run = await _halted(store, fence)
+    await _act(store, fence, run, RunActionKind.SKIP_COMPENSATOR, reason="undone by hand")
+
+    named = await find_run_by_name(store, namespace=NAMESPACE, name=run.name)
+    assert named is not None
+    report = await load_report(store, named)
+
+    (action,) = report.to_dict()["actions"]
+    assert {k: action[k] for k in ("action", "target", "actor", "result", "reason")} == {
+        "action": "SkipCompensator",
+        "target": "undeploy",
+        "actor": "alice",
+        "result": "Accepted",
+        "reason": "undone by hand",
+    }
+    text = report_text(report)
+    assert "Actions (people's decisions, oldest first):" in text
+    line = next(line for line in text.splitlines() if line.startswith("SkipCompensator"))
+    assert line.split()[:4] == ["SkipCompensator", "undeploy", "alice", "Accepted"]
+    assert "undone by hand" in line

@@ -111,6 +111,8 @@ class RunReport:
     tasks: Sequence[TaskReport] = ()
     compensation: Sequence[TaskReport] = ()  # the steps of the rollback, in running order
     retry_of: str | None = None
+    # the WorkflowRunActions applied to the run or refused: who acted, on what, and why
+    actions: Sequence[Mapping[str, Any]] = ()
 
     @property
     def progress(self) -> str:
@@ -147,6 +149,7 @@ class RunReport:
             "counts": dict(self.counts),
             "tasks": [task.to_dict() for task in self.tasks],
             "compensation": [step.to_dict() for step in self.compensation],
+            "actions": [dict(action) for action in self.actions],
         }
 
 
@@ -241,8 +244,31 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         TaskReport(row=row, attempts=attempts.get(row.task_key, ())) for _, row in ordered
     ]
     return RunReport(
-        run=run, counts=counts, tasks=tasks, compensation=compensation, retry_of=retry_of
+        run=run,
+        counts=counts,
+        tasks=tasks,
+        compensation=compensation,
+        retry_of=retry_of,
+        actions=_actions(events),
     )
+
+
+def _actions(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The people's actions the history records (``flowforge.store.actions``)."""
+    return [
+        {
+            "at": _iso(event.recorded_at),
+            "name": event.detail.get("name"),
+            "action": event.detail.get("action"),
+            "target": event.task_key,
+            "actor": (event.detail.get("actor") or {}).get("username"),
+            "result": "Accepted" if event.kind == EventKind.ACTION_ACCEPTED else "Refused",
+            "reason": event.detail.get("reason") or "",
+            "message": event.detail.get("message") or "",
+        }
+        for event in events
+        if event.kind in (EventKind.ACTION_ACCEPTED, EventKind.ACTION_REFUSED)
+    ]
 
 
 # text output
@@ -351,6 +377,21 @@ def report_text(report: RunReport, *, wide: bool = False) -> str:
                     *_task_row(step, first="", wide=wide)[1:],
                 ]
                 for number, step in enumerate(report.compensation, start=1)
+            ],
+        )
+    if report.actions:
+        text += "\nActions (people's decisions, oldest first):\n" + table(
+            ["ACTION", "TARGET", "ACTOR", "RESULT", "REASON", "MESSAGE"],
+            [
+                [
+                    str(action["action"]),
+                    str(action["target"] or "-"),
+                    str(action["actor"]),
+                    str(action["result"]),
+                    str(action["reason"] or "-"),
+                    str(action["message"]),
+                ]
+                for action in report.actions
             ],
         )
     return text

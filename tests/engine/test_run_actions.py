@@ -12,7 +12,7 @@ from flowforge.domain.run_actions import ACTOR_ANNOTATION
 from flowforge.domain.states import CompensationState, RunPhase
 from flowforge.operator.actions import process_action
 from flowforge.operator.runs import RunContext
-from tests.engine.conftest import NAMESPACE, Harness
+from tests.engine.conftest import NAMESPACE, Harness, wait_until
 
 CHAIN: list[dict[str, Any]] = [
     {"key": "provision"},
@@ -77,6 +77,18 @@ async def test_skip_then_the_run_stays_failed_and_the_status_says_who_and_why(
     assert (await harness.run(run)).phase is RunPhase.FAILED
     assert "ActionAccepted" in harness.kube.reasons()
     assert "RollbackCompleted" in harness.kube.reasons()
+
+    def compensating() -> dict[str, Any]:
+        conditions = (harness.kube.runs[(NAMESPACE, "halted")].get("status") or {}).get(
+            "conditions"
+        ) or []
+        return next((c for c in conditions if c["type"] == "Compensating"), {})
+
+    await wait_until(
+        lambda: compensating().get("reason") == "RolledBackAfterAction",
+        what="the run's conditions say a person finished the rollback",
+    )
+    assert "SkipCompensator of unprovision by alice: by hand" in compensating()["message"]
     # processed: its next watch event (its own status patch) changes nothing
     before = list(harness.kube.events)
     await process_action(

@@ -222,3 +222,23 @@ async def _judge(
         (run_id,),
     )
     return None, Decision(recorded=True)
+
+
+async def recovery_note(pool: Pool, run_id: int) -> str | None:
+    """The latest accepted action on the run's rollback, as people read it (who, what, why);
+    None when nobody acted."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT detail FROM flowforge_event WHERE run_id = %s AND kind = %s "
+            "ORDER BY id DESC LIMIT 1",
+            (run_id, EventKind.ACTION_ACCEPTED),
+        )
+        row = await cursor.fetchone()
+    if row is None:
+        return None
+    detail = row[0]
+    note = (
+        f"{detail.get('action')} of {detail.get('compensator')} by "
+        f"{(detail.get('actor') or {}).get('username')}"
+    )
+    return note + (f": {detail['reason']}" if detail.get("reason") else "")

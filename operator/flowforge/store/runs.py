@@ -41,7 +41,7 @@ from flowforge.store.transaction import in_transaction
 
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
-    "cancel_requested, created_at, finished_at, pruned_at"
+    "cancel_requested, created_at, finished_at, pruned_at, recovering"
 )
 
 FIND_RUN_QUERY = (
@@ -63,6 +63,8 @@ class RunRecord:
     created_at: datetime
     finished_at: datetime | None
     pruned_at: datetime | None
+    # a person recovered its halted rollback, which runs again (flowforge.store.actions)
+    recovering: bool = False
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.cli.run_report import load_report
 from flowforge.domain.execution import AttemptOutcome, OutcomeReason
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole
@@ -15,8 +16,9 @@ from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks, rollback_steps
+from flowforge.store.reuse import find_run_by_name
 from flowforge.store.settle import undo_reason
-from tests.store.conftest import failure, finish, roll_back, start_run
+from tests.store.conftest import NAMESPACE, failure, finish, roll_back, start_run
 
 pytestmark = pytest.mark.store
 
@@ -73,6 +75,10 @@ async def test_a_task_that_failed_after_its_container_started_is_undone_first(
 
     assert ran == ["refund", "unreserve", "unnotify"]
     assert set((await _compensators(store, run.id)).values()) == {CompensationState.SUCCEEDED}
+    named = await find_run_by_name(store, namespace=NAMESPACE, name=run.name)
+    assert named is not None
+    report = await load_report(store, named)  # `flowforge describe run`
+    assert [step.row.task_key for step in report.compensation] == ran
 
 
 async def test_a_task_whose_pod_never_started_is_not_undone(store: Pool, fence: Fence) -> None:

@@ -16,7 +16,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
-from flowforge.store.queries import TaskRecord, list_tasks, run_progress
+from flowforge.store.queries import TaskRecord, list_tasks, rollback_steps, run_progress
 from flowforge.store.reuse import NamedRun
 
 # what a run report holds: the store's rows and the outcomes its event history recorded
@@ -227,12 +227,14 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         for row in rows
         if row.compensates_key is None and row.state == TaskState.SUCCEEDED
     }
-    # the rollback's steps: compensators of what succeeded, once triggered (a skipped one
-    # among them was halted by a failed step)
+    # the rollback's steps: compensators of what succeeded (or was undone as attempted,
+    # compensateOn), once triggered (a skipped one among them was halted by a failed step)
+    steps = {step.task_key for step in await rollback_steps(pool, run.id)}
     compensators = [
         row
         for row in rows
-        if row.compensates_key in succeeded and row.state != CompensationState.NOT_TRIGGERED
+        if (row.compensates_key in succeeded or row.task_key in steps)
+        and row.state != CompensationState.NOT_TRIGGERED
     ]
     # steps that ran in the order they started; the rest in the order they would run
     last = len(events) + 1

@@ -43,6 +43,7 @@ class FakeKube:
         self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.policies: dict[str, list[dict[str, Any]]] = {}
+        self.actions: dict[tuple[str, str], dict[str, Any]] = {}  # WorkflowRunActions
         self.events: list[RunEvent] = []
         self.event_series: dict[tuple[str, str], tuple[str, str, int]] = {}
         self.created: list[str] = []  # Job names in the order they were created
@@ -233,6 +234,15 @@ class FakeKube:
             "finalizers"
         ):
             del self.runs[(namespace, name)]  # the apiserver lets it go
+        return True
+
+    async def patch_action_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool:
+        action = self.actions.get((namespace, name))
+        if action is None:
+            return False
+        action["status"] = {**(action.get("status") or {}), **status}
         return True
 
     async def patch_definition_status(

@@ -1,10 +1,12 @@
 """The store held to the domain: random runs through the real store, step by step against a
 pure model built from ``flowforge.domain``.
 
-Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a compensator)
-and then, one step at a time, which running attempt finishes next and how (success or
-failure; sometimes two forward attempts at once, recorded concurrently), a cancel at a
-random point (keeping the rollback or, the object gone, dropping it), and now and then an
+Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a compensator,
+some of those with ``compensateOn: Attempted``) and then, one step at a time, which running
+attempt finishes next and how (success, failure after its container started, or failure of
+a Pod that never started; sometimes two forward attempts at once, recorded concurrently), a
+cancel at a random point (keeping the rollback or, the object gone, dropping it), and now and
+then an
 outcome that arrives again (a replayed Job, a stale attempt, a cancelled one). Every step
 goes through the functions the operator calls (``create_run``, ``dispatch_due``,
 ``record_outcome``, ``cancel_run``, which settle the run themselves, ``record_job_created``)
@@ -12,10 +14,10 @@ on the real PostgreSQL, and after every step the store's rows are compared with:
 
 - the model (``RunModel``): what the domain says every row is after the inputs so far (the
   released tasks are ``graph.ready_tasks`` of the succeeded ones, the skipped ones
-  ``graph.downstream_of`` the failed ones, the rollback ``graph.compensation_order`` of the
-  succeeded ones, one at a time, halted by a compensator that fails for good, the phase
-  ``projection.settled_phase``), and the step's ``Decision`` (recorded or lost, Jobs to
-  create and to stop, the phase it finished in);
+  ``graph.downstream_of`` the failed ones, the rollback ``undo.rollback_order`` of the
+  succeeded ones and of the attempted ones (``undo.undo_of``), one at a time, halted by a
+  compensator that fails for good, the phase ``projection.settled_phase``), and the step's
+  ``Decision`` (recorded or lost, Jobs to create and to stop, the phase it finished in);
 - the spec's own statements, on the store's rows alone: ready/running == ready_tasks of the
   succeeded minus what finished, skipped == downstream_of the failed (none of which ever
   started), at most one compensator running, the compensators started in exactly the
@@ -66,6 +68,7 @@ from flowforge.domain.states import (
     TaskRole,
     TaskState,
 )
+from flowforge.domain.undo import CompensateOn, UndoOf, rollback_order, undo_of
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due, record_job_created
@@ -83,6 +86,11 @@ SUCCESS = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED, exit_co
 FAILURE = AttemptOutcome(
     succeeded=False, reason=OutcomeReason.EXIT_CODE, message="exit code 1", exit_code=1
 )
+# a failure whose Pod never started its container (compensateOn: Attempted undoes nothing)
+NOT_STARTED = AttemptOutcome(
+    succeeded=False, reason=OutcomeReason.IMAGE_PULL_BACK_OFF, message="image not pulled"
+)
+OUTCOMES = {"success": SUCCESS, "failure": FAILURE, "not started": NOT_STARTED}
 _workflow_numbers = itertools.count(1)
 MAX_REPLAYS = 6  # outcomes that arrive again, per run
 
@@ -123,6 +131,8 @@ class Dag:
                 text += f", undoes {task['compensateFor']}"
             if task.get("when"):
                 text += f", when {task['when']}"
+            if task.get("compensateOn"):
+                text += f" on {task['compensateOn']}"
             parts.append(text + ")")
         limit = f", maxParallelTasks={self.limit}" if self.limit else ""
         values = ", ".join(f"{p['name']}={p['default']}" for p in self.parameters)
@@ -150,7 +160,10 @@ def dags(draw: st.DrawFn) -> Dag:
             task["when"] = f"params.p{index}"
         tasks.append(task)
         if draw(st.booleans()):
-            tasks.append({"key": f"undo-{key}", "compensateFor": key, "retries": draw(retries)})
+            compensator = {"key": f"undo-{key}", "compensateFor": key, "retries": draw(retries)}
+            if draw(st.booleans(), label="compensateOn: Attempted"):
+                compensator["compensateOn"] = CompensateOn.ATTEMPTED.value
+            tasks.append(compensator)
     order = draw(st.permutations(range(len(tasks))), label="declaration order")
     limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
     return Dag(
@@ -196,7 +209,13 @@ class RunModel:
         self.compensators: dict[str, str] = {
             t["compensateFor"]: t["key"] for t in dag.tasks if "compensateFor" in t
         }
+        self.compensate_on = {
+            str(t["compensateFor"]): CompensateOn(t.get("compensateOn", "Succeeded"))
+            for t in dag.tasks
+            if "compensateFor" in t
+        }
         self.max_attempts = {str(t["key"]): int(t.get("retries", 0)) + 1 for t in dag.tasks}
+        self.started: dict[str, bool] = {}  # whether a task's last attempt started
         self.attempts = dict.fromkeys(self.max_attempts, 1)
         self.succeeded: set[str] = set()
         self.failed: set[str] = set()
@@ -301,9 +320,32 @@ class RunModel:
         waiting = [key for key in self.topological if key in released and key not in self.active]
         self.active |= set(waiting[: max(0, self.limit - len(self.active))])
 
-    def outcome(self, job: Job, *, succeeded: bool) -> None:
+    def attempted(self) -> frozenset[str]:
+        """The failed tasks the rollback undoes as attempted (``undo.undo_of``)."""
+        return frozenset(
+            key
+            for key in self.failed
+            if key in self.compensators
+            and undo_of(
+                forward_state=TaskState.FAILED,
+                started=self.started.get(key, False),
+                compensate_on=self.compensate_on[key],
+            )
+            is UndoOf.ATTEMPTED
+        )
+
+    def rollback_order(self) -> tuple[str, ...]:
+        return rollback_order(
+            self.graph,
+            succeeded=self.succeeded,
+            attempted=self.attempted(),
+            compensators=self.compensators,
+        )
+
+    def outcome(self, job: Job, *, succeeded: bool, started: bool = True) -> None:
         key, attempt, role = job
         assert job in self.running_jobs(), f"the model has no running attempt {job}"
+        self.started[key] = started
         retry = not succeeded and attempt < self.max_attempts[key]
         self.active.discard(key)
         if retry:
@@ -350,11 +392,11 @@ class RunModel:
         if phase is RunPhase.RUNNING:
             return
         if not self.triggered:
-            if phase is RunPhase.SUCCEEDED or not self.succeeded:
+            if phase is RunPhase.SUCCEEDED or not (self.succeeded or self.attempted()):
                 self.phase = phase  # nothing to roll back: compensators stay not triggered
                 return
             self.triggered = True
-            order = self.graph.compensation_order(self.succeeded, self.compensators)
+            order = self.rollback_order()
             self.rollback = tuple(k for k in order if k not in self.resolved_compensators)
             for key in self.compensators.values():
                 if key not in self.rollback:
@@ -445,9 +487,9 @@ class Checker:
         await self.step("dispatch_due", decision, recorded=True)
 
     async def outcome(self, job: Job, *, succeeded: bool, replay: bool = False) -> None:
-        await self.outcomes([(job, succeeded)], replay=replay)
+        await self.outcomes([(job, "success" if succeeded else "failure")], replay=replay)
 
-    async def outcomes(self, ended: Sequence[tuple[Job, bool]], *, replay: bool = False) -> None:
+    async def outcomes(self, ended: Sequence[tuple[Job, str]], *, replay: bool = False) -> None:
         """Record how attempts ended; two of them at once (concurrently) race each other."""
         decisions = await asyncio.gather(
             *(
@@ -457,10 +499,10 @@ class Checker:
                     run_id=self.run_id,
                     run_uid=self.run_uid,
                     job=JobRef(task_key=key, attempt=attempt, role=role),
-                    outcome=SUCCESS if succeeded else FAILURE,
+                    outcome=OUTCOMES[how],
                     backoff=BACKOFF,
                 )
-                for (key, attempt, role), succeeded in ended
+                for (key, attempt, role), how in ended
             )
         )
         self.expect(
@@ -471,15 +513,14 @@ class Checker:
         for later in decisions[1:]:
             decision = decision.then(later)
         labels = []
-        for job, succeeded in ended:
+        for job, how in ended:
             if not replay:
-                self.model.outcome(job, succeeded=succeeded)
+                self.model.outcome(job, succeeded=how == "success", started=how != "not started")
                 self.stale.append(job)
         if len(ended) > 1 and self.model.limit is not None:
             await self.adopt_slots()
             key, attempt, role = job
-            what = "success" if succeeded else "failure"
-            labels.append(f"{'replayed ' if replay else ''}{what} of {role} {key}#{attempt}")
+            labels.append(f"{'replayed ' if replay else ''}{how} of {role} {key}#{attempt}")
         await self.step(" together with ".join(labels), decision, recorded=not replay)
 
     async def adopt_slots(self) -> None:
@@ -626,7 +667,14 @@ class Checker:
             busy = having(TaskState.RUNNING) | set(running)
             self.expect(len(busy) <= limit, f"{sorted(busy)} running, maxParallelTasks {limit}")
         if self.compensators_started:
-            order = graph.compensation_order(succeeded, self.model.compensators)
+            attempted = self.model.attempted()
+            self.expect(attempted <= failed, f"undone as attempted {attempted}, failed {failed}")
+            order = rollback_order(
+                graph,
+                succeeded=succeeded,
+                attempted=attempted,
+                compensators=self.model.compensators,
+            )
             self.expect(
                 tuple(self.compensators_started) == order[: len(self.compensators_started)],
                 f"compensators started {self.compensators_started}, rollback order {order}",
@@ -634,11 +682,11 @@ class Checker:
 
     async def finish(self) -> None:
         """The run is over: its phase, its rollback and its history."""
-        model, graph = self.model, self.model.graph
+        model = self.model
         counts = model.counts()
         expected = settled_phase(counts=counts, cancel_requested=model.cancel_requested)
         self.expect(self.phase == expected, f"finished {self.phase}, settled_phase {expected}")
-        order = graph.compensation_order(model.succeeded, model.compensators)
+        order = model.rollback_order()
         if model.triggered and all(
             model.resolved_compensators.get(key) is CompensationState.SUCCEEDED for key in order
         ):
@@ -647,8 +695,8 @@ class Checker:
                 f"compensators ran {self.compensators_started}, rollback order {order}",
             )
         steps = [(s.task_key, s.state) for s in await rollback_steps(self.pool, self.run_id)]
-        # the compensators of the succeeded tasks, once decided (a rollback dropped with the
-        # object lists them skipped)
+        # the compensators of the succeeded (and attempted) tasks, once decided (a rollback
+        # dropped with the object lists them skipped)
         expected_steps = [
             (key, model.compensation_state(key))
             for key in order
@@ -697,7 +745,7 @@ async def test_random_runs_move_as_the_domain_says(
     cancel_at = data.draw(st.none() | st.integers(min_value=0, max_value=12), label="cancel at")
     keep_rollback = data.draw(st.sampled_from((True, False)), label="cancel keeps the rollback")
     replays, replay_now = 0, st.integers(0, 5).map(lambda n: n == 5)
-    outcomes = st.sampled_from(("success", "failure"))
+    outcomes = st.sampled_from(("success", "failure", "not started"))
     together = st.integers(0, 3).map(lambda n: n == 3)  # two forward attempts end at once
     await checker.create()
     for step in itertools.count():
@@ -718,11 +766,11 @@ async def test_random_runs_move_as_the_domain_says(
         checker.expect(bool(jobs), f"the run is {model.phase} with nothing running")
         job = data.draw(st.sampled_from(jobs), label="finishes next")
         how = data.draw(outcomes, label="outcome")
-        ended = [(job, how == "success")]
+        ended = [(job, how)]
         others = [other for other in jobs if other != job and other[2] is TaskRole.FORWARD]
         if job[2] is TaskRole.FORWARD and others and data.draw(together, label="together?"):
             other = data.draw(st.sampled_from(others), label="finishes at the same time")
-            ended.append((other, data.draw(outcomes, label="its outcome") == "success"))
+            ended.append((other, data.draw(outcomes, label="its outcome")))
             event("two attempts ended together")
         await checker.outcomes(ended)
     for job in checker.stale[-3:]:  # outcomes arriving after the run finished change nothing
@@ -732,6 +780,8 @@ async def test_random_runs_move_as_the_domain_says(
     if model.rollback:
         halted = CompensationState.FAILED in model.resolved_compensators.values()
         event(f"rollback of {len(model.rollback)}" + (", halted" if halted else ""))
+    if model.attempted():
+        event("a failed attempt undone")
     if any(attempt > 1 for attempt in model.attempts.values()):
         event("a retry")
     if model.condition_false:

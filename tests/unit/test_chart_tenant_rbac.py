@@ -34,6 +34,7 @@ def test_tenants_read_policies_and_never_write_them() -> None:
         "x-workflow-editor",
         "x-workflow-viewer",
         "x-serviceaccount-user",
+        "x-workflow-recoverer",
     }
     for role in roles:
         for rule in _rules(role):
@@ -57,3 +58,24 @@ def test_the_webhook_may_review_access_and_read_policies() -> None:
     assert '(list "workflowdefinitions" "flowforgepolicies") "verbs" (list "list")' in text
     review = text[text.index("-webhook-review") : text.index("kind: ClusterRoleBinding")]
     assert "resources: [subjectaccessreviews]\n    verbs: [create]" in review
+
+
+def test_the_custom_verbs_of_run_actions_are_a_role_for_admins_and_actions_are_never_changed() -> (
+    None
+):
+    roles = {doc["metadata"]["name"]: doc for doc in _documents("tenant-rbac.yaml")}
+    recoverer = roles["x-workflow-recoverer"]
+    assert _rules(recoverer) == [
+        {
+            "apiGroups": ["flowforge.io"],
+            "resources": ["workflowruns"],
+            "verbs": ["recover", "approve", "pause"],
+        }
+    ]
+    labels = recoverer["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in labels
+    for role in roles.values():
+        for rule in _rules(role):
+            if "workflowrunactions" in rule["resources"]:
+                assert set(rule["verbs"]) <= READ | {"create"}, (role["metadata"]["name"], rule)

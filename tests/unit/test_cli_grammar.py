@@ -39,7 +39,7 @@ def python(*code: str, cwd: Path = REPOSITORY) -> subprocess.CompletedProcess[st
     )
 
 
-def test_the_listed_commands_are_verbs_and_db_and_schedule_the_groups() -> None:
+def test_the_listed_commands_are_verbs_and_db_rollback_and_schedule_the_groups() -> None:
     listed = [
         action.dest
         for action in build_parser()._subparsers._group_actions[0]._choices_actions  # type: ignore[union-attr]
@@ -54,6 +54,7 @@ def test_the_listed_commands_are_verbs_and_db_and_schedule_the_groups() -> None:
         "describe",
         "cancel",
         "retry",
+        "rollback",
         "logs",
         "schedule",  # issue 28: flowforge schedule trigger|suspend|resume NAME
         "server",
@@ -128,7 +129,7 @@ def test_every_handler_names_a_function_that_exists() -> None:
             module = __import__(handler.module, fromlist=[handler.function])
             assert callable(getattr(module, handler.function)), parser.prog
             seen += 1
-    assert seen == 19  # db and the hidden runs group hold two each, schedule three
+    assert seen == 21  # db, rollback and the hidden runs group hold two each, schedule three
 
 
 def test_help_imports_nothing_heavy() -> None:

@@ -154,6 +154,10 @@ def test_names_columns_and_subresources() -> None:
             assert columns == ["ServiceAccounts", "Registries", "Age"]
             continue
         assert version["subresources"] == {"status": {}}
+        if spec["names"]["kind"] == "WorkflowRunAction":
+            assert spec["names"]["shortNames"] == ["wfa"]
+            assert columns == ["Run", "Action", "Actor", "Result", "Age"]
+            continue
         if spec["names"]["kind"] == "WorkflowRun":
             assert spec["names"]["shortNames"] == ["wfr"]
             assert columns == [

@@ -18,6 +18,7 @@ from flowforge.admission.access import (
     decide_definition_access,
     decide_run_access,
 )
+from flowforge.admission.actions import decide_action, decide_action_mutation
 from flowforge.admission.dryrun import decide_definition_dry_run
 from flowforge.admission.review import (
     AdmissionRequest,
@@ -38,8 +39,11 @@ from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.access_review import UserInfo
 from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
+    ACTION_PLURAL,
+    MUTATE_ACTION_HANDLER_ID,
     MUTATE_RUN_HANDLER_ID,
     MUTATE_SCHEDULE_HANDLER_ID,
+    VALIDATE_ACTION_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
     VALIDATE_SCHEDULE_HANDLER_ID,
@@ -268,4 +272,30 @@ def register_admission_handlers(
         request = _request(kwargs)
         verdict = await decide_run_mutation(request, definitions())
         _enforce(verdict)
+        _apply_to_patch(patch, verdict.patch)
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        ACTION_PLURAL,
+        id=VALIDATE_ACTION_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def validate_workflow_run_action(**kwargs: Any) -> None:
+        reviewer = access().reviewer
+        _enforce(await decide_action(_request(kwargs), _user(kwargs), reviewer=reviewer))
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        ACTION_PLURAL,
+        id=MUTATE_ACTION_HANDLER_ID,
+        operations=["CREATE"],
+        side_effects=False,
+        registry=registry,
+    )
+    async def record_workflow_run_action_actor(*, patch: kopf.Patch, **kwargs: Any) -> None:
+        verdict = decide_action_mutation(_request(kwargs), _user(kwargs))
         _apply_to_patch(patch, verdict.patch)

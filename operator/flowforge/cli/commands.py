@@ -375,6 +375,31 @@ def _register_runs(subparsers: Subcommands) -> None:
     _add_store_and_kube(retry)
     add_output_option(retry, forms=("json", "yaml", "name"), detail="(the new WorkflowRun)")
 
+    rollback = subparsers.add_parser(
+        "rollback",
+        help="finish a halted rollback: retry or skip the compensator it halted at",
+        description="Create a WorkflowRunAction as you (admission records you as its actor "
+        "and checks the recover verb on the run); the operator applies it once and the "
+        "rollback goes on in its order. The run stays Failed.",
+    )
+    verbs = rollback.add_subparsers(dest="rollback_command", metavar="COMMAND", required=True)
+    for verb, help_text in (
+        ("retry", "run the halted compensator again with fresh attempts"),
+        ("skip", "mark the halted compensator skipped by you (--reason required)"),
+    ):
+        parser = verbs.add_parser(verb, help=help_text, description=help_text)
+        parser.set_defaults(
+            handler=LazyHandler("flowforge.cli.rollback:rollback_action"),
+            command_name=f"rollback {verb}",
+        )
+        parser.add_argument("run", metavar="RUN")
+        parser.add_argument("compensator", metavar="COMPENSATOR")
+        parser.add_argument(
+            "--reason", default="", help="why (kept in the run's history; required for skip)"
+        )
+        add_kube_options(parser)
+        add_output_option(parser, forms=("json", "yaml", "name"), detail="(the action)")
+
     logs = _command(
         subparsers,
         "logs",

@@ -16,7 +16,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
-from flowforge.store.queries import TaskRecord, list_tasks, run_progress
+from flowforge.store.queries import TaskRecord, list_tasks, rollback_steps, run_progress
 from flowforge.store.reuse import NamedRun
 
 # what a run report holds: the store's rows and the outcomes its event history recorded
@@ -111,6 +111,8 @@ class RunReport:
     tasks: Sequence[TaskReport] = ()
     compensation: Sequence[TaskReport] = ()  # the steps of the rollback, in running order
     retry_of: str | None = None
+    # the WorkflowRunActions applied to the run or refused: who acted, on what, and why
+    actions: Sequence[Mapping[str, Any]] = ()
 
     @property
     def progress(self) -> str:
@@ -147,6 +149,7 @@ class RunReport:
             "counts": dict(self.counts),
             "tasks": [task.to_dict() for task in self.tasks],
             "compensation": [step.to_dict() for step in self.compensation],
+            "actions": [dict(action) for action in self.actions],
         }
 
 
@@ -227,12 +230,14 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         for row in rows
         if row.compensates_key is None and row.state == TaskState.SUCCEEDED
     }
-    # the rollback's steps: compensators of what succeeded, once triggered (a skipped one
-    # among them was halted by a failed step)
+    # the rollback's steps: compensators of what succeeded (or was undone as attempted,
+    # compensateOn), once triggered (a skipped one among them was halted by a failed step)
+    steps = {step.task_key for step in await rollback_steps(pool, run.id)}
     compensators = [
         row
         for row in rows
-        if row.compensates_key in succeeded and row.state != CompensationState.NOT_TRIGGERED
+        if (row.compensates_key in succeeded or row.task_key in steps)
+        and row.state != CompensationState.NOT_TRIGGERED
     ]
     # steps that ran in the order they started; the rest in the order they would run
     last = len(events) + 1
@@ -244,8 +249,31 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         TaskReport(row=row, attempts=attempts.get(row.task_key, ())) for _, row in ordered
     ]
     return RunReport(
-        run=run, counts=counts, tasks=tasks, compensation=compensation, retry_of=retry_of
+        run=run,
+        counts=counts,
+        tasks=tasks,
+        compensation=compensation,
+        retry_of=retry_of,
+        actions=_actions(events),
     )
+
+
+def _actions(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The people's actions the history records (``flowforge.store.actions``)."""
+    return [
+        {
+            "at": _iso(event.recorded_at),
+            "name": event.detail.get("name"),
+            "action": event.detail.get("action"),
+            "target": event.task_key,
+            "actor": (event.detail.get("actor") or {}).get("username"),
+            "result": "Accepted" if event.kind == EventKind.ACTION_ACCEPTED else "Refused",
+            "reason": event.detail.get("reason") or "",
+            "message": event.detail.get("message") or "",
+        }
+        for event in events
+        if event.kind in (EventKind.ACTION_ACCEPTED, EventKind.ACTION_REFUSED)
+    ]
 
 
 # text output
@@ -354,6 +382,21 @@ def report_text(report: RunReport, *, wide: bool = False) -> str:
                     *_task_row(step, first="", wide=wide)[1:],
                 ]
                 for number, step in enumerate(report.compensation, start=1)
+            ],
+        )
+    if report.actions:
+        text += "\nActions (people's decisions, oldest first):\n" + table(
+            ["ACTION", "TARGET", "ACTOR", "RESULT", "REASON", "MESSAGE"],
+            [
+                [
+                    str(action["action"]),
+                    str(action["target"] or "-"),
+                    str(action["actor"]),
+                    str(action["result"]),
+                    str(action["reason"] or "-"),
+                    str(action["message"]),
+                ]
+                for action in report.actions
             ],
         )
     return text

@@ -2,11 +2,12 @@
 
 It covers everything that changes what a run does (workflow, version, description, the task
 types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
-compensateFor, retries, timeout, config and ``when``, the run limits ``maxParallelTasks``
-and ``concurrency`` when set, and the typed parameter declarations) and nothing that does
-not: task declaration order, ``dependsOn`` order and mapping key order are normalised
-away; list order inside config is kept. A number that JSON writes as an integer (``2.0``
-from some clients) counts as that integer, as Kubernetes stores it.
+compensateFor, retries, timeout, config and ``when``, a compensator's ``compensateOn:
+Attempted``, the run limits ``maxParallelTasks`` and ``concurrency`` when set, and the typed
+parameter declarations) and nothing that does not: task declaration order, ``dependsOn``
+order and mapping key order are normalised away; list order inside config is kept. A number
+that JSON writes as an integer (``2.0`` from some clients) counts as that integer, as
+Kubernetes stores it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ def fingerprint(spec: DefinitionSpec) -> str:
                     "config": _normalise_numbers(task.config) if task.config else {},
                 }
                 | ({"when": task.when} if task.when is not None else {})
+                # compensateOn only when it changes what a run does, so earlier
+                # fingerprints stay the same
+                | (
+                    {"compensateOn": task.compensate_on}
+                    if task.compensate_on == "Attempted"
+                    else {}
+                )
                 for task in spec.tasks
             ),
             key=lambda task: task["key"],

@@ -43,6 +43,15 @@ class EventKind(StrEnum):
     COMPENSATION_ATTEMPT_FAILED = "compensation.attempt_failed"
     COMPENSATION_FAILED = "compensation.failed"
     COMPENSATION_SKIPPED = "compensation.skipped"
+    # a person's WorkflowRunAction (flowforge.domain.run_actions): processed once each
+    ACTION_ACCEPTED = "action.accepted"
+    ACTION_REFUSED = "action.refused"
+    # a halted compensator run again by a person (fresh attempts), and the compensators the
+    # halt skipped pending again
+    COMPENSATION_RETRIED = "compensation.retried"
+    COMPENSATION_RESUMED = "compensation.resumed"
+    # a rollback a person recovered has settled; the run stays as it ended
+    RUN_ROLLBACK_RECOVERED = "run.rollback_recovered"
 
     @classmethod
     def run_finished(cls, phase: RunPhase) -> EventKind:

@@ -93,6 +93,9 @@ class TaskSpec(BaseModel):
     compensate_for: str | None = None
     # a CEL expression over ``params``: the task runs only when it is true (`conditions.py`)
     when: str | None = None
+    # a compensator's ``compensateOn``: ``Attempted`` also undoes its task when the task's
+    # last attempt failed after its container had started (``flowforge.domain.undo``)
+    compensate_on: str | None = None
 
     @property
     def is_compensator(self) -> bool:

@@ -114,6 +114,24 @@ def rollback_started(order: Sequence[str]) -> Notice:
     )
 
 
+def action_processed(*, action: str, actor: str, accepted: bool, message: str) -> Notice:
+    """A person's WorkflowRunAction was applied to the run, or refused."""
+    if accepted:
+        return Notice("ActionAccepted", f"{action} by {actor}: {message}")
+    return Notice("ActionRefused", f"{action} by {actor} refused: {message}", warning=True)
+
+
+def rollback_recovered(*, halted_at: str | None) -> Notice:
+    """A rollback a person recovered has settled (the run keeps its phase)."""
+    if halted_at is None:
+        return Notice("RollbackCompleted", "the rollback finished after a person acted")
+    return Notice(
+        "CompensationFailed",
+        f"the recovered rollback halted again at {halted_at}",
+        warning=True,
+    )
+
+
 def run_finished(phase: RunPhase) -> Notice:
     return Notice(
         f"Run{phase.value}",

@@ -124,6 +124,8 @@ class StatusInput:
     rollback_halted_at: datetime | None = None
     # while the run is Queued: the limit that holds it and its position
     queue: QueueStatus | None = None
+    # a person's action that recovered the halted rollback (who, what, why), once accepted
+    recovered_by: str | None = None
 
 
 def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime:
@@ -202,6 +204,12 @@ def _rollback_conditions(status: StatusInput) -> list[Condition]:
             f"{steps.index(current) + 1} of {len(steps)}"
             if current is not None
             else f"{done} of {len(steps)} compensators succeeded, next one pending"
+        )
+    elif failure is None and status.recovered_by:
+        reason = "RolledBackAfterAction"
+        message = (
+            f"the rollback finished after a person acted ({status.recovered_by}); "
+            f"{done} of {len(steps)} compensators succeeded"
         )
     else:
         reason = "CompensationFailed" if failure else "RolledBack"

@@ -236,6 +236,17 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
             "Makes this a compensation task: the key of the forward task it undoes when a "
             "run fails after that task succeeded."
         ),
+        "compensateOn": {
+            "type": "string",
+            "description": (
+                "For a compensation task: `Succeeded` (the default) undoes its task only when "
+                "it succeeded; `Attempted` also undoes it when its last attempt failed after "
+                "its container had started (a step that failed half-way), first in the "
+                "rollback. The compensator's FLOWFORGE_UNDO_OF says which: `succeeded` or "
+                "`attempted`."
+            ),
+            "enum": ["Succeeded", "Attempted"],
+        },
         "when": {
             "type": "string",
             "description": "A CEL expression over the declared parameters (params.NAME), "

@@ -124,6 +124,7 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
             first_index[task.key] == index
             and task.type in definition.task_types
             and task.compensate_for is None
+            and task.compensate_on is None
             and forward_keys.issuperset(task.depends_on)
         ):
             continue  # the common case, decided without building paths
@@ -140,6 +141,14 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
         if task.type not in definition.task_types:
             errors.append(_unknown_type(task, definition, path=f"{where}.type"))
         if task.compensate_for is None:
+            if task.compensate_on is not None:
+                errors.append(
+                    CompensationError(
+                        f'task "{task.key}" sets compensateOn but compensates nothing; only a '
+                        "compensation task (compensateFor) chooses what it undoes",
+                        path=f"{where}.compensateOn",
+                    )
+                )
             for position, dependency in enumerate(task.depends_on):
                 if dependency in forward_keys:
                     continue

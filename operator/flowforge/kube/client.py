@@ -26,6 +26,7 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer, container_termination
+from flowforge.domain.run_actions import PLURAL as ACTION_PLURAL
 from flowforge.kube.config_map import ConfigMapCalls
 from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
@@ -348,6 +349,14 @@ class KubeClient(ConfigMapCalls):
         """Merge-patch a WorkflowDefinition's status; False when it is gone."""
         return await self._patch_status(
             DEFINITION_PLURAL, namespace=namespace, name=name, status=status
+        )
+
+    async def patch_action_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool:
+        """Merge-patch a WorkflowRunAction's status; False when it is gone."""
+        return await self._patch_status(
+            ACTION_PLURAL, namespace=namespace, name=name, status=status
         )
 
     async def _patch_status(

@@ -28,6 +28,7 @@ from flowforge.domain.api import (
 )
 from flowforge.domain.run import RUN_SPEC_SCHEMA, RUN_STATUS_SCHEMA
 from flowforge.domain.spec_schema import DEFINITION_SPEC_SCHEMA
+from flowforge.kube.action_crd import workflow_run_action_crd
 from flowforge.kube.policy_crd import flowforge_policy_crd
 from flowforge.kube.schedule_crd import workflow_schedule_crd
 from flowforge.kube.structural import column, crd, resource_schema, to_structural
@@ -154,6 +155,7 @@ def rendered_crds() -> dict[str, str]:
         workflow_run_crd(),
         flowforge_policy_crd(),
         workflow_schedule_crd(),
+        workflow_run_action_crd(),
     ):
         text = yaml.safe_dump(definition, sort_keys=False, width=100, allow_unicode=True)
         rendered[f"{definition['metadata']['name']}.yaml"] = HEADER + text

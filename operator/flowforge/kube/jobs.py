@@ -27,6 +27,7 @@ from flowforge.domain.execution import config_map_name, job_name
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from flowforge.domain.states import TaskRole
 from flowforge.domain.tracing import TRACEPARENT_ENV
+from flowforge.domain.undo import UNDO_OF_ENV
 
 LABEL_RUN = f"{PREFIX}/run"
 LABEL_TASK = f"{PREFIX}/task"
@@ -74,6 +75,8 @@ class JobRequest:
     priority_class: str | None = None
     # W3C trace context of the attempt's span (domain/tracing.py), while tracing is on
     traceparent: str | None = None
+    # a compensator's FLOWFORGE_UNDO_OF (flowforge.domain.undo): succeeded or attempted
+    undo_of: str | None = None
 
     @property
     def name(self) -> str:
@@ -109,6 +112,8 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
     }
     if request.traceparent is not None:
         ours[TRACEPARENT_ENV] = request.traceparent
+    if request.undo_of is not None:
+        ours[UNDO_OF_ENV] = request.undo_of
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
     return ours

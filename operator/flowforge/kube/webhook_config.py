@@ -4,7 +4,7 @@ We write these ourselves instead of letting kopf manage them (`settings.admissio
 so that a crashed replica never leaves stale entries behind and RBAC stays minimal.
 Each webhook calls exactly one kopf handler: the handler id is the last URL path segment.
 
-Rules cover only our two resources, so a broken webhook server can never block anything
+Rules cover only our own resources, so a broken webhook server can never block anything
 else in the cluster; `failurePolicy: Fail` because an unchecked definition is worse than a
 refused one; `sideEffects: None` because admission only reads (the operator publishes
 definitions from its watch of stored objects).
@@ -28,6 +28,9 @@ MUTATE_RUN_HANDLER_ID = "mutate-workflowrun"
 VALIDATE_SCHEDULE_HANDLER_ID = "validate-workflowschedule"
 MUTATE_SCHEDULE_HANDLER_ID = "mutate-workflowschedule"
 SCHEDULE_PLURAL = "workflowschedules"  # flowforge.domain.schedule.PLURAL
+VALIDATE_ACTION_HANDLER_ID = "validate-workflowrunaction"
+MUTATE_ACTION_HANDLER_ID = "mutate-workflowrunaction"
+ACTION_PLURAL = "workflowrunactions"  # flowforge.domain.run_actions.PLURAL
 
 CONFIGURATION_NAME = "flowforge-admission"
 TIMEOUT_SECONDS = 10
@@ -62,6 +65,12 @@ VALIDATING_HANDLERS = (
         operations=("CREATE", "UPDATE"),
         webhook_name=f"{SCHEDULE_PLURAL}.validate.{GROUP}",
     ),
+    AdmissionHandlerSpec(
+        handler_id=VALIDATE_ACTION_HANDLER_ID,
+        plural=ACTION_PLURAL,
+        operations=("CREATE", "UPDATE"),
+        webhook_name=f"{ACTION_PLURAL}.validate.{GROUP}",
+    ),
 )
 MUTATING_HANDLERS = (
     AdmissionHandlerSpec(
@@ -75,6 +84,12 @@ MUTATING_HANDLERS = (
         plural=SCHEDULE_PLURAL,
         operations=("CREATE", "UPDATE"),
         webhook_name=f"{SCHEDULE_PLURAL}.mutate.{GROUP}",
+    ),
+    AdmissionHandlerSpec(
+        handler_id=MUTATE_ACTION_HANDLER_ID,
+        plural=ACTION_PLURAL,
+        operations=("CREATE",),
+        webhook_name=f"{ACTION_PLURAL}.mutate.{GROUP}",
     ),
 )
 

@@ -27,11 +27,13 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.observed_pod import SUCCEEDED_PHASE
+from flowforge.domain.run_actions import PLURAL as ACTION_PLURAL
 from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.kube.schedule_objects import ScheduleObjects
 from flowforge.operator import health, memory, metrics, tracing
+from flowforge.operator.actions import process_action
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
@@ -212,6 +214,17 @@ async def run_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         await _guarded(engine, name, engine.run_deleted(body))
         return
     await _guarded(engine, name, observe_run(engine, body))
+
+
+@kopf.on.event(GROUP, VERSION, ACTION_PLURAL)
+async def action_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A person's WorkflowRunAction: applied to its run once (``operator/actions.py``)."""
+    engine = _engine(memo)
+    if event.get("type") == "DELETED" or engine is None:
+        return
+    body = event["object"]
+    name = f"WorkflowRunAction {body['metadata'].get('namespace')}/{body['metadata'].get('name')}"
+    await _guarded(engine, name, process_action(engine, body))
 
 
 @kopf.on.event(GROUP, VERSION, DEFINITION_PLURAL)

@@ -83,6 +83,10 @@ class KubePort(Protocol):
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool: ...
 
+    async def patch_action_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> bool: ...
+
     async def post_run_event(self, event: RunEvent) -> None: ...
 
     async def write_run_event_series(

@@ -42,6 +42,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
+from flowforge.store.settle import undo_reason
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +326,11 @@ class JobLauncher:
             priority_class=queued.priority_class if queued else None,
             traceparent=tracing.job_traceparent(
                 context, role=item.role, task_key=item.task_key, attempt=item.attempt
+            ),
+            undo_of=(
+                await undo_reason(self._pool, run_id=context.run_id, task_key=item.task_key)
+                if item.role is TaskRole.COMPENSATION
+                else None
             ),
         )
         try:  # the run's ConfigMap, which the Job mounts, first

@@ -39,6 +39,7 @@ from flowforge.operator import metrics
 from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
+from flowforge.store.actions import recovery_note
 from flowforge.store.connection import Pool
 from flowforge.store.queries import (
     RollbackStep,
@@ -230,7 +231,7 @@ class StatusWriter:
                 cancel_requested=record.cancel_requested,
                 failure_message=failure,
                 tasks=summaries,
-                compensating=record.compensating,
+                compensating=record.compensating or record.recovering,
                 compensation=[_step(row) for row in steps],
                 rollback_started_at=(
                     await rollback_started_at(self._pool, context.run_id) if steps else None
@@ -241,6 +242,7 @@ class StatusWriter:
                 ),
                 queue=await self._queue(context) if record.phase is RunPhase.QUEUED else None,
                 observed_generation=self._generations.get(context.run_id),
+                recovered_by=await recovery_note(self._pool, context.run_id) if steps else None,
             )
         )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.states import RunPhase, TaskState, sql_list
+from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import Event
 from flowforge.store.roles import scope_namespaces
@@ -192,16 +193,19 @@ async def task_states(connection: Connection, run_id: int) -> dict[str, str]:
 
 
 async def rollback_rows(connection: Connection, run_id: int) -> tuple[list[TaskRow], set[str]]:
-    """The run's compensator rows in topological order, and which of the tasks they
-    compensate succeeded: what the rollback is drawn from, without the other tasks' rows."""
+    """The run's compensator rows in the rollback's order, and which of the tasks they
+    compensate succeeded (or were undone as attempted, ``flowforge.domain.undo``): what the
+    rollback is drawn from, without the other tasks' rows."""
     cursor = await connection.execute(
         "SELECT c.task_key, c.compensates_key, c.state, c.attempt, c.max_attempts, "
-        "c.started_at, c.finished_at, c.last_error, f.state = %(succeeded)s "
+        "c.started_at, c.finished_at, c.last_error, "
+        "(f.state = %(succeeded)s OR c.undo_of IS NOT NULL) "
         "FROM flowforge_task AS c JOIN flowforge_task AS f "
         "ON f.run_id = c.run_id AND f.task_key = c.compensates_key "
         "WHERE c.run_id = %(run)s AND c.role = 'compensation' "
-        "ORDER BY c.topological_index, c.task_key",
-        {"run": run_id, "succeeded": TaskState.SUCCEEDED},
+        "ORDER BY c.undo_of IS NOT DISTINCT FROM %(attempted)s DESC, "
+        "c.topological_index, c.task_key",
+        {"run": run_id, "succeeded": TaskState.SUCCEEDED, "attempted": UndoOf.ATTEMPTED},
     )
     rows = await cursor.fetchall()
     return [TaskRow(*row[:8]) for row in rows], {str(row[1]) for row in rows if row[8]}

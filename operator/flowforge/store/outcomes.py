@@ -46,6 +46,7 @@ from flowforge.domain.states import (
     TaskState,
     sql_list,
 )
+from flowforge.domain.undo import container_started
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
@@ -338,8 +339,8 @@ async def _record_failure(
         )
     await connection.execute(
         f"UPDATE flowforge_task SET state = '{TaskState.FAILED}', finished_at = now(), "
-        "updated_at = now(), last_error = %s WHERE id = %s",
-        (outcome.message[:1000], task_id),
+        "updated_at = now(), last_error = %s, last_attempt_started = %s WHERE id = %s",
+        (outcome.message[:1000], container_started(outcome), task_id),
     )
     await append_event(
         connection,

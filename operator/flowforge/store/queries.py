@@ -31,6 +31,7 @@ from flowforge.domain.states import (
     TaskState,
     sql_list,
 )
+from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import RunNotFoundError
 
@@ -342,7 +343,8 @@ async def oldest_queued_wait(pool: Pool) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class RollbackStep:
-    """A compensator of a triggered rollback (its forward task succeeded)."""
+    """A compensator of a triggered rollback (its forward task succeeded, or was attempted:
+    ``undo_of``, ``flowforge.domain.undo``)."""
 
     task_key: str
     compensates_key: str
@@ -352,19 +354,27 @@ class RollbackStep:
     started_at: datetime | None
     finished_at: datetime | None
     last_error: str | None
+    undo_of: UndoOf = UndoOf.SUCCEEDED
 
+
+# the rule of ``flowforge.domain.undo.undo_of`` for a failed task, over a compensator row
+# ``compensator`` and its forward task's row ``forward``: undone as attempted
+UNDONE_AS_ATTEMPTED = (
+    f"(forward.state = '{TaskState.FAILED}' AND forward.last_attempt_started "
+    "AND compensator.compensate_attempted)"
+)
 
 ROLLBACK_STEPS_QUERY = f"""
 SELECT compensator.task_key, compensator.compensates_key, compensator.state,
        compensator.attempt, compensator.max_attempts, compensator.started_at,
-       compensator.finished_at, compensator.last_error
+       compensator.finished_at, compensator.last_error, {UNDONE_AS_ATTEMPTED}
 FROM flowforge_task AS compensator
 JOIN flowforge_task AS forward
   ON forward.run_id = compensator.run_id AND forward.task_key = compensator.compensates_key
 WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
   AND compensator.state <> '{CompensationState.NOT_TRIGGERED}'
-  AND forward.state = '{TaskState.SUCCEEDED}'
-ORDER BY compensator.topological_index, compensator.task_key
+  AND (forward.state = '{TaskState.SUCCEEDED}' OR {UNDONE_AS_ATTEMPTED})
+ORDER BY {UNDONE_AS_ATTEMPTED} DESC, compensator.topological_index, compensator.task_key
 """
 
 
@@ -384,8 +394,11 @@ async def rollback_steps(pool: Pool, run_id: int) -> list[RollbackStep]:
             started_at=started,
             finished_at=finished,
             last_error=error,
+            undo_of=UndoOf.ATTEMPTED if attempted else UndoOf.SUCCEEDED,
         )
-        for key, compensates, state, attempt, max_attempts, started, finished, error in rows
+        for key, compensates, state, attempt, max_attempts, started, finished, error, attempted in (
+            rows
+        )
     ]
 
 

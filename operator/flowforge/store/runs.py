@@ -36,6 +36,7 @@ from flowforge.domain.states import (
     TaskRole,
     TaskState,
 )
+from flowforge.domain.undo import undoes_attempted
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
 from flowforge.store.errors import RunNotFoundError
@@ -48,7 +49,7 @@ from flowforge.store.transaction import in_transaction
 
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
-    "cancel_requested, created_at, finished_at, pruned_at"
+    "cancel_requested, created_at, finished_at, pruned_at, recovering"
 )
 
 FIND_RUN_QUERY = (
@@ -70,6 +71,8 @@ class RunRecord:
     created_at: datetime
     finished_at: datetime | None
     pruned_at: datetime | None
+    # a person recovered its halted rollback, which runs again (flowforge.store.actions)
+    recovering: bool = False
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
@@ -291,6 +294,13 @@ async def _insert_graph(
                 [condition_false_message(str(spec.task(key).when)) for key in skipped],
                 run_id,
             ),
+        )
+    attempted = undoes_attempted(spec)
+    if attempted:  # compensateOn: Attempted (flowforge.domain.undo)
+        await connection.execute(
+            "UPDATE flowforge_task SET compensate_attempted = true "
+            "WHERE run_id = %s AND task_key = ANY(%s)",
+            (run_id, attempted),
         )
     dependencies = expansion.dependencies
     edge_tasks = [key for key, upstreams in dependencies.items() for _ in upstreams]

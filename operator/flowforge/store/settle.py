@@ -3,9 +3,11 @@
 Once no forward task is unresolved, a run whose forward tasks all succeeded finishes
 ``Succeeded`` (``flowforge.domain.projection.settled_phase`` decides). Otherwise (a failure,
 or a cancel request) the compensators of the forward tasks that succeeded become
-``pending`` and the rest ``skipped``, the run stays ``Running`` with ``compensating`` set,
-and the first compensator starts. While compensating, each settle starts the next pending
-compensator (the one whose forward task comes last in the topological order, i.e. the
+``pending`` (and, with ``compensateOn: Attempted``, those of tasks whose last attempt failed
+after its container started: ``flowforge.domain.undo``) and the rest ``skipped``, the run
+stays ``Running`` with ``compensating`` set, and the first compensator starts. While
+compensating, each settle starts the next pending compensator (those undoing an attempted
+task first, then the one whose forward task comes last in the topological order, i.e. the
 smallest rollback position) once none is running and its backoff is over; when none is
 pending or running, the run finishes ``Failed`` (``Cancelled`` after a cancel request).
 A run with nothing to compensate finishes at once. The rollback is strictly one at a time:
@@ -46,10 +48,11 @@ from flowforge.domain.states import (
     TaskState,
     sql_list,
 )
-from flowforge.store.connection import Connection
+from flowforge.domain.undo import UndoOf
+from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
-from flowforge.store.queries import forward_counts_locked
+from flowforge.store.queries import UNDONE_AS_ATTEMPTED, forward_counts_locked
 from flowforge.store.queue import rebalance_locked
 
 UNRESOLVED_QUERY = f"""
@@ -63,18 +66,42 @@ SELECT EXISTS (
 )
 """
 
+# a compensator runs when its task succeeded, or (compensateOn: Attempted) when its task's
+# last attempt failed after its container started: ``flowforge.domain.undo.undo_of``
+_UNDO_OF = f"""CASE WHEN forward.state = '{TaskState.SUCCEEDED}' THEN '{UndoOf.SUCCEEDED}'
+                 WHEN {UNDONE_AS_ATTEMPTED} THEN '{UndoOf.ATTEMPTED}' END"""
+
 TRIGGER_QUERY = f"""
 UPDATE flowforge_task AS compensator
-SET state = CASE WHEN forward.state = '{TaskState.SUCCEEDED}'
+SET state = CASE WHEN {_UNDO_OF} IS NOT NULL
                  THEN '{CompensationState.PENDING}' ELSE '{CompensationState.SKIPPED}' END,
-    finished_at = CASE WHEN forward.state = '{TaskState.SUCCEEDED}' THEN NULL ELSE now() END,
+    finished_at = CASE WHEN {_UNDO_OF} IS NOT NULL THEN NULL ELSE now() END,
+    undo_of = {_UNDO_OF},
     not_before = now(),
     updated_at = now()
 FROM flowforge_task AS forward
 WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
   AND compensator.state = '{CompensationState.NOT_TRIGGERED}'
   AND forward.run_id = %(run)s AND forward.task_key = compensator.compensates_key
-RETURNING compensator.task_key, compensator.state, compensator.topological_index
+RETURNING compensator.task_key, compensator.state, compensator.topological_index,
+          compensator.undo_of
+"""
+
+# the rollback's order (``flowforge.domain.undo.rollback_order``): the undoing of attempted
+# tasks first, then the rollback positions
+ROLLBACK_ORDER = (
+    f"undo_of IS NOT DISTINCT FROM '{UndoOf.ATTEMPTED}' DESC, topological_index, task_key"
+)
+
+# whether a run without successes has a task a compensator may undo as attempted
+ATTEMPTED_QUERY = f"""
+SELECT EXISTS (
+    SELECT 1 FROM flowforge_task AS compensator
+    JOIN flowforge_task AS forward ON forward.run_id = compensator.run_id
+     AND forward.task_key = compensator.compensates_key
+    WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+      AND {UNDONE_AS_ATTEMPTED}
+)
 """
 
 # a settle that finds the run still running holds one of its unresolved tasks until it
@@ -93,7 +120,7 @@ SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(),
                AND state = '{CompensationState.RUNNING}')
 FROM flowforge_task
 WHERE run_id = %(run)s AND role = 'compensation' AND state = '{CompensationState.PENDING}'
-ORDER BY topological_index, task_key
+ORDER BY {ROLLBACK_ORDER}
 LIMIT 1
 """
 
@@ -108,14 +135,21 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     """Inside a transaction that passed the fence check: lock the run and settle it.
     ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, cancel_requested, namespace FROM flowforge_run "
+        "SELECT phase, compensating, cancel_requested, namespace, recovering FROM flowforge_run "
         "WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
-    if row is None or RunPhase(row[0]) in TERMINAL_RUN_PHASES:
+    if row is None:
         return Decision.lost()
     compensating, cancel_requested = bool(row[1]), bool(row[2])
+    if RunPhase(row[0]) in TERMINAL_RUN_PHASES:
+        if not row[4]:
+            return Decision.lost()
+        # an ended run whose halted rollback a person recovered (flowforge.store.actions)
+        return await _next_step(
+            connection, fence=fence, run_id=run_id, cancel=cancel_requested, ended=True
+        )
     if compensating:
         return await _next_step(connection, fence=fence, run_id=run_id, cancel=cancel_requested)
     counts = await forward_counts_locked(connection, run_id)
@@ -136,7 +170,11 @@ async def _start_rollback(
     connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase, counts: TaskCounts
 ) -> Decision:
     """Trigger the compensators of the tasks that succeeded, and start the first."""
-    triggered = await _trigger(connection, fence=fence, run_id=run_id) if counts.succeeded else ()
+    triggered = (
+        await _trigger(connection, fence=fence, run_id=run_id)
+        if counts.succeeded or await _attempted(connection, run_id=run_id)
+        else ()
+    )
     if not triggered:
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
     await connection.execute(
@@ -156,20 +194,26 @@ async def _start_rollback(
     )
 
 
+async def _attempted(connection: Connection, *, run_id: int) -> bool:
+    cursor = await connection.execute(ATTEMPTED_QUERY, {"run": run_id})
+    row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
 async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tuple[str, ...]:
-    """Compensators of succeeded forward tasks become pending, the rest are skipped;
-    returns the pending ones in the order the rollback runs them."""
+    """Compensators of succeeded (or attempted) forward tasks become pending, the rest are
+    skipped; returns the pending ones in the order the rollback runs them."""
     cursor = await connection.execute(TRIGGER_QUERY, {"run": run_id})
     rows = await cursor.fetchall()
     order = tuple(
         key
-        for _, key in sorted(
-            (int(position), str(key))
-            for key, state, position in rows
+        for _, _, key in sorted(
+            (undo != UndoOf.ATTEMPTED, int(position), str(key))
+            for key, state, position, undo in rows
             if state == CompensationState.PENDING
         )
     )
-    skipped = sorted(str(key) for key, state, _ in rows if state == CompensationState.SKIPPED)
+    skipped = sorted(str(key) for key, state, _, _ in rows if state == CompensationState.SKIPPED)
     await append_task_events(
         connection,
         run_id=run_id,
@@ -188,9 +232,10 @@ async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tupl
 
 
 async def _next_step(
-    connection: Connection, *, fence: Fence, run_id: int, cancel: bool
+    connection: Connection, *, fence: Fence, run_id: int, cancel: bool, ended: bool = False
 ) -> Decision:
-    """Start the compensator whose turn it is; finish the run when none is left."""
+    """Start the compensator whose turn it is; finish the run when none is left (or, for a
+    run that had ``ended`` and whose rollback a person recovered, record that it settled)."""
     cursor = await connection.execute(NEXT_STEP_QUERY, {"run": run_id})
     row = await cursor.fetchone()
     if row is None:
@@ -198,6 +243,8 @@ async def _next_step(
         still = await unresolved.fetchone()
         if still is not None and still[0]:
             return Decision.lost()  # a compensator is running
+        if ended:
+            return await _recovered(connection, fence=fence, run_id=run_id)
         phase = RunPhase.CANCELLED if cancel else RunPhase.FAILED
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
     task_id, key, attempt, timeout, not_before, due, one_running = row
@@ -223,6 +270,30 @@ async def _next_step(
         released_at=not_before,
     )
     return Decision(recorded=True, create_jobs=(step,))
+
+
+async def _recovered(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
+    """A rollback a person recovered (``flowforge.store.actions``) has settled: completed, or
+    halted again. The run keeps the phase it ended in."""
+    await connection.execute(
+        "UPDATE flowforge_run SET recovering = false, updated_at = now() WHERE id = %s",
+        (run_id,),
+    )
+    cursor = await connection.execute(
+        f"SELECT task_key FROM flowforge_task WHERE run_id = %s AND role = 'compensation' "
+        f"AND state = '{CompensationState.FAILED}' ORDER BY task_key LIMIT 1",
+        (run_id,),
+    )
+    halted = await cursor.fetchone()
+    await append_event(
+        connection,
+        run_id=run_id,
+        kind=EventKind.RUN_ROLLBACK_RECOVERED,
+        epoch=fence.epoch,
+        detail={"completed": halted is None, "haltedAt": None if halted is None else halted[0]},
+    )
+    notice = notices.rollback_recovered(halted_at=None if halted is None else str(halted[0]))
+    return Decision(recorded=True, notices=(notice,))
 
 
 async def _finish(
@@ -254,3 +325,15 @@ async def _finish(
             changed=bool(row[1]),  # a queued run left the queue: the places behind it moved
         )
     )
+
+
+async def undo_reason(pool: Pool, *, run_id: int, task_key: str) -> UndoOf:
+    """Why the triggered compensator ``task_key`` runs (its ``FLOWFORGE_UNDO_OF``)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT undo_of FROM flowforge_task "
+            "WHERE run_id = %s AND task_key = %s AND role = 'compensation'",
+            (run_id, task_key),
+        )
+        row = await cursor.fetchone()
+    return UndoOf(row[0]) if row is not None and row[0] else UndoOf.SUCCEEDED

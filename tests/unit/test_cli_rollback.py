@@ -1,0 +1,45 @@
+"""``flowforge rollback retry|skip RUN COMPENSATOR``: the WorkflowRunAction it creates, and
+what it refuses before asking the cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowforge.cli.main import build_parser
+from flowforge.cli.output import CommandError
+from flowforge.cli.rollback import action_body
+
+
+def test_skip_creates_a_skip_compensator_action_with_the_reason() -> None:
+    args = build_parser().parse_args(
+        ["rollback", "skip", "pay-1", "refund", "--reason", "done by hand, OPS-1234"]
+    )
+
+    body = action_body(args)
+
+    assert args.command_name == "rollback skip"
+    assert body["kind"] == "WorkflowRunAction"
+    assert body["metadata"] == {"generateName": "pay-1-skip-"}
+    assert body["spec"] == {
+        "run": "pay-1",
+        "action": "SkipCompensator",
+        "compensator": "refund",
+        "reason": "done by hand, OPS-1234",
+    }
+
+
+def test_retry_needs_no_reason() -> None:
+    args = build_parser().parse_args(["rollback", "retry", "pay-1", "refund"])
+
+    assert action_body(args)["spec"] == {
+        "run": "pay-1",
+        "action": "RetryCompensator",
+        "compensator": "refund",
+    }
+
+
+def test_skip_without_a_reason_is_refused_naming_the_field() -> None:
+    args = build_parser().parse_args(["rollback", "skip", "pay-1", "refund"])
+
+    with pytest.raises(CommandError, match=r"spec\.reason: is required for SkipCompensator"):
+        action_body(args)

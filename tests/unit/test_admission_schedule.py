@@ -1,4 +1,4 @@
-"""Admission of a WorkflowSchedule (`operator/admission_schedule.py`): refusals name the
+"""Admission of a WorkflowSchedule (`admission/schedule.py`): refusals name the
 field, and the author meets the checks a run's author would."""
 
 from __future__ import annotations
@@ -105,3 +105,27 @@ async def test_the_author_is_recorded_and_cannot_be_claimed() -> None:
     assert "metadata.annotations[flowforge.io/requested-by]: is set by FlowForge" in (
         verdict.message
     )
+
+
+async def test_parameters_are_checked_against_the_typed_declarations_as_a_runs() -> None:
+    spec = definition_spec()
+    spec["parameters"] = [{"name": "batchSize", "type": "integer", "minimum": 1, "default": 500}]
+    definitions = InMemoryRegistry()
+    definitions.publish(spec)
+    access = checks(FakeAuthorizer(JOBS), policies=[POLICY], stored=parse_definition(spec))
+
+    async def verdict_for(parameters: dict[str, Any]) -> Any:
+        return await decide_schedule(
+            create(schedule(parameters=parameters)),
+            definitions=definitions,
+            user=ALICE,
+            checks=access,
+        )
+
+    mistyped = await verdict_for({"batchSize": "many"})
+    assert not mistyped.allowed and "spec.parameters.batchSize:" in mistyped.message
+    misspelled = await verdict_for({"batchSiez": 3})
+    assert not misspelled.allowed
+    assert "spec.parameters.batchSiez: unknown parameter" in misspelled.message
+    assert (await verdict_for({"batchSize": 20})).allowed
+    assert (await verdict_for({})).allowed  # the default fills it

@@ -3,8 +3,8 @@
 A schedule gives nobody more than creating the run would: after its spec parses (a 5-field
 cron expression or ``@every`` of at least 10 s, an IANA zone the ``tzdata`` package knows,
 errors naming the field), the workflow must have a runnable version (the one pinned, or any),
-its parameters must fit the definition (``schedule_parameter_errors``, the one seam where the
-definition's typed parameter declarations are checked), and the author must pass the checks
+its parameters must fit the definition (``schedule_parameter_errors``: its typed parameter
+declarations, as a run's are), and the author must pass the checks
 of a run's author (``admission_access.decide_run_access``: Jobs, ServiceAccounts, the
 namespace's policies), asked about the run the schedule would make. It reads and never writes.
 """
@@ -27,7 +27,10 @@ from flowforge.admission.review import (
 )
 from flowforge.domain.api import API_VERSION, REQUESTED_BY_ANNOTATION, RUN_KIND
 from flowforge.domain.caps import parameter_errors
+from flowforge.domain.conditions import ConditionError
+from flowforge.domain.expansion import expand
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.parameters import ParameterError
 from flowforge.domain.queue import key_parameter_errors
 from flowforge.domain.schedule import (
     ScheduleSpecError,
@@ -52,10 +55,17 @@ def decide_schedule_mutation(request: AdmissionRequest) -> Verdict:
 def schedule_parameter_errors(
     definition: DefinitionSpec, parameters: Mapping[str, Any]
 ) -> list[str]:
-    """Every reason ``parameters`` do not fit ``definition``, field named. Today: the caps and
-    the concurrency key's parameters; the definition's typed declarations plug in here."""
+    """Every reason ``parameters`` do not fit ``definition``, field named: the caps, the
+    definition's typed declarations and its ``when`` conditions (the same expansion a run of
+    the schedule gets, `domain/expansion.py`), and the concurrency key's parameters."""
     errors = [f"{path}: {message}" for path, message in parameter_errors(parameters)]
-    return errors + key_parameter_errors(definition, parameters)
+    try:
+        effective = expand(definition, parameters).parameters
+    except ParameterError as error:
+        return errors + [f"{path}: {message}" for path, message in error.errors]
+    except ConditionError as error:
+        return [*errors, str(error)]
+    return errors + key_parameter_errors(definition, effective)
 
 
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:

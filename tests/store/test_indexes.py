@@ -28,12 +28,12 @@ import pytest
 import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
-    admission,
     browse,
     cancel,
     definitions,
     dispatch,
     events,
+    kueue_admission,
     outcomes,
     queries,
     queue,
@@ -263,8 +263,8 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
         needs(LEASE_PKEY, TASK_IDENTITY),
     ),
-    "admission.ADMISSION_QUERY": (
-        admission.ADMISSION_QUERY,
+    "kueue_admission.ADMISSION_QUERY": (
+        kueue_admission.ADMISSION_QUERY,
         lambda p: _fenced(
             p,
             key="root",

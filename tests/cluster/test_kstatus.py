@@ -94,7 +94,11 @@ async def test_kstatus_reads_live_runs_and_definitions_of_every_phase(
     ]
     _definition(driver, "cyclic-v1", cyclic)
 
-    # kubectl wait returns on success and on failure alike
+    # kubectl wait returns on success and on failure alike (discovery refetched first: the
+    # CRDs may be newer than kubectl's cache)
+    await asyncio.to_thread(kubectl, cluster, "api-resources", f"--api-group={GROUP}")
+    for name in ("ok", "bad"):  # a status to wait on
+        await driver.wait_phase(name, {"Running", "Succeeded", "Failed"}, operator=operator)
     waited = await asyncio.to_thread(
         kubectl,
         cluster,

@@ -23,7 +23,7 @@ from flowforge.domain.api import (
 )
 from flowforge.localdev.controlplane import Cluster, kubectl
 from tests.cluster.test_helm_chart import Helm, helm  # noqa: F401 (the helm fixture)
-from tests.cluster.test_run_deletion import HANG, delete_mid_rollback
+from tests.cluster.test_run_deletion import HANG, delete_mid_rollback, wait_gone
 from tests.cluster.test_saga import OK, ORDER_SAGA, SLOW
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.tools.argocd_files import customizations
@@ -94,7 +94,11 @@ async def test_kstatus_reads_live_runs_and_definitions_of_every_phase(
     ]
     _definition(driver, "cyclic-v1", cyclic)
 
-    # kubectl wait returns on success and on failure alike
+    # kubectl wait returns on success and on failure alike (discovery refetched first: the
+    # CRDs may be newer than kubectl's cache)
+    await asyncio.to_thread(kubectl, cluster, "api-resources", f"--api-group={GROUP}")
+    for name in ("ok", "bad"):  # a status to wait on
+        await driver.wait_phase(name, {"Running", "Succeeded", "Failed"}, operator=operator)
     waited = await asyncio.to_thread(
         kubectl,
         cluster,
@@ -154,6 +158,7 @@ async def test_kstatus_reads_live_runs_and_definitions_of_every_phase(
         )
         for name in ("slow-1", "slow-2"):
             driver.cancel(name)
+        await wait_gone(operator, driver, "deleting", timeout=30)
 
 
 def test_the_chart_renders_the_argocd_keys_deploy_argocd_ships(helm: Helm) -> None:  # noqa: F811

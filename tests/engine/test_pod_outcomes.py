@@ -13,6 +13,7 @@ import pytest
 
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.states import RunPhase, TaskState
+from flowforge.operator import engine as engine_module
 from flowforge.operator import launcher as launcher_module
 from flowforge.operator import metrics
 from flowforge.operator.engine import Engine
@@ -175,9 +176,10 @@ async def test_a_restart_between_the_pods_success_and_the_store_write_records_it
     async def crash(*_: Any, **__: Any) -> None:
         raise ConnectionError("the operator's process ended here")
 
-    monkeypatch.setattr(harness.engine, "record", crash)
+    monkeypatch.setattr(engine_module, "record_outcome", crash)  # the store write
     with pytest.raises(ConnectionError):
         await harness.engine.on_pod_event(pod, "ADDED")
+    monkeypatch.undo()
     assert await outcomes(harness, run.run_id) == []
 
     # a new process: the store and the cluster are the same, its memory is empty

@@ -383,9 +383,11 @@ class Engine:
         if verdict is not None:
             self._ignore_pod(pod, verdict)
             return
-        metrics.POD_SUCCESSES.inc()
         context = await self.runs.by_id(run_id)
-        await self.record(context, identity=job, outcome=pod_outcome(pod), received=received)
+        outcome = pod_outcome(pod)
+        decision = await self._record(context, identity=job, outcome=outcome, received=received)
+        if decision.recorded:
+            metrics.POD_SUCCESSES.inc()
 
     def _ignore_pod(self, pod: Mapping[str, Any], why: PodIgnored) -> None:
         if not why.forged:
@@ -446,6 +448,17 @@ class Engine:
         received: float | None = None,
     ) -> None:
         """Record how an attempt (of a task or a compensator) ended and act on it."""
+        await self._record(context, identity=identity, outcome=outcome, received=received)
+
+    async def _record(
+        self,
+        context: RunContext,
+        *,
+        identity: JobIdentity,
+        outcome: AttemptOutcome,
+        received: float | None,
+    ) -> Decision:
+        """``record``; the decision says whether this move recorded the outcome."""
         stored_at = time.perf_counter()
         with metrics.store_timer("record_outcome"):
             decision = await record_outcome(
@@ -479,6 +492,7 @@ class Engine:
                     (done - decided_at) * 1000,
                     len(decision.create_jobs),
                 )
+        return decision
 
     async def fail_attempt(self, context: RunContext, job: JobRef, outcome: AttemptOutcome) -> None:
         """An attempt failed before its Job ran (refused, or its Pod never started)."""

@@ -272,6 +272,12 @@ def test_plan_with_parameters_prints_the_run(migrate_file: Path) -> None:
     ]
     text = flowforge("plan", "etl.yaml", cwd=migrate_file).stdout
     assert "skipped migrate: ConditionFalse (when params.mode == 'full')" in text
+    wide = flowforge("plan", "etl.yaml", "-o", "wide", cwd=migrate_file).stdout
+    assert [line.split()[:2] for line in wide.splitlines()[1:]] == [
+        ["extract", "0"],
+        ["migrate", "ConditionFalse"],
+        ["per-region", "ConditionFalse"],
+    ]
 
 
 def test_plan_refuses_parameters_as_admission_would(migrate_file: Path) -> None:

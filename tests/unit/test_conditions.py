@@ -4,6 +4,7 @@ admission, ``flowforge plan -p`` and the SDK see them."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from flowforge.domain.conditions import (
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.expansion import expand
 from flowforge.domain.planning import plan
+from flowforge.domain.projection import StatusInput, TaskCounts, project_status
 from flowforge.domain.spec_schema import MAX_EXPRESSION_LENGTH
+from flowforge.domain.states import RunPhase
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.sdk import chain, task, workflow
 from tests.unit.admission_fakes import create, wrap
@@ -269,6 +272,12 @@ def test_plan_with_parameters_prints_the_run(migrate_file: Path) -> None:
     ]
     text = flowforge("plan", "etl.yaml", cwd=migrate_file).stdout
     assert "skipped migrate: ConditionFalse (when params.mode == 'full')" in text
+    wide = flowforge("plan", "etl.yaml", "-o", "wide", cwd=migrate_file).stdout
+    assert [line.split()[:2] for line in wide.splitlines()[1:]] == [
+        ["extract", "0"],
+        ["migrate", "ConditionFalse"],
+        ["per-region", "ConditionFalse"],
+    ]
 
 
 def test_plan_refuses_parameters_as_admission_would(migrate_file: Path) -> None:
@@ -314,3 +323,22 @@ def test_the_sdk_writes_when_and_the_declarations() -> None:
             body=task("extract", "step", when="params.mode == 'full'"),
             task_types={"step": {"image": "busybox:1.36"}},
         )
+
+
+def test_the_status_counts_condition_skips_apart_from_skips_after_a_failure() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    counts = TaskCounts(total=3, succeeded=2, skipped=1, condition_false=1)
+    status = project_status(
+        StatusInput(
+            phase=RunPhase.SUCCEEDED,
+            counts=counts,
+            fingerprint="sha256:x",
+            started_at=now,
+            finished_at=now,
+            now=now,
+        )
+    )
+    assert status["counts"]["skipped"] == 0
+    assert status["counts"]["conditionSkipped"] == 1
+    assert status["progress"] == "2/2"
+    assert status["message"] == "all 2 tasks succeeded; 1 skipped (ConditionFalse)"

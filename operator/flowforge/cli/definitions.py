@@ -245,6 +245,16 @@ def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
                 schedule.compensation.get(key, "-"),
             ]
             for key in schedule.order
+        ]
+        + [
+            [
+                key,
+                CONDITION_FALSE,  # in no level: the run skips it
+                tasks[key].type,
+                ",".join(sorted(tasks[key].depends_on)) or "-",
+                "-",
+            ]
+            for key in schedule.skipped
         ],
     )
 

@@ -28,6 +28,7 @@ import pytest
 import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
+    actions,
     browse,
     cancel,
     definitions,
@@ -421,6 +422,32 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         queries.ROLLBACK_STEPS_QUERY,
         lambda p: {"run": p.run_id},
         needs(PROGRESS, TASK_IDENTITY),
+    ),
+    "queries.CONDITION_FALSE_COUNT_QUERY": (
+        queries.CONDITION_FALSE_COUNT_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "settle.ATTEMPTED_QUERY": (
+        settle.ATTEMPTED_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(TASK_ROW),
+    ),
+    # people's actions on a halted rollback
+    "actions.PROCESSED_QUERY": (
+        actions.PROCESSED_QUERY,
+        lambda p: {"run": p.run_id, "uid": "an-action-uid"},
+        needs(EVENTS),
+    ),
+    "actions.RESUME_QUERY": (
+        actions.RESUME_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(TASK_ROW),
+    ),
+    "actions.FRESH_ATTEMPTS_QUERY": (
+        actions.FRESH_ATTEMPTS_QUERY,
+        lambda p: (p.run_id, "undo-root"),
+        needs(RUN_BY_ID, "flowforge_definition_pkey"),
     ),
     "events.HISTORY_QUERY": (events.HISTORY_QUERY, lambda p: (p.run_id, 0), needs(EVENTS)),
     "retention.PRUNABLE_QUERY": (

@@ -310,6 +310,7 @@ class RunModel:
     def dispatch(self) -> None:
         self.dispatched = True
         self.fill()
+        self.settle()  # a run whose every task was skipped at creation (when) has finished
 
     def fill(self) -> None:
         """The free slots of maxParallelTasks go to the released tasks first in topological

@@ -29,6 +29,7 @@ def test_the_operator_registers_only_event_handlers() -> None:
         "definition_event",
         "policy_event",
         "schedule_event",
+        "action_event",
     }
 
 

@@ -22,11 +22,13 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
     │   ├── DefinitionConflictError         same (workflow, version), different content
     │   ├── ManifestError                   a YAML file that cannot be read or parsed
     │   ├── CompositionError                sdk: chain/group/chord built wrongly
+    │   ├── ParameterError                  a run's parameters do not fit the declarations
+    │   ├── ConditionError                  a task's ``when`` cannot be decided (its field)
     │   ├── DefinitionNotFoundError         store: no such published workflow version
     │   ├── RunNotFoundError                store: no such run
     │   ├── RunRefusedError                 operator: a run whose definition is missing or
     │   │                                   no longer validates
-    │   ├── BadReviewError                  operator: an AdmissionReview that is malformed
+    │   ├── BadReviewError                  admission: an AdmissionReview that is malformed
     │   │                                   or names two namespaces
     │   └── KubernetesRefusal               kube: the apiserver refused (4xx but 429)
     └── InfrastructureError                 the system failed or is not as this code needs

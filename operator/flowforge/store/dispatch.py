@@ -54,7 +54,12 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
         )
         row = await cursor.fetchone()
         if row is None or not row[0]:
-            return await dispatch_locked(connection, fence=fence, run_id=run_id)
+            started = await dispatch_locked(connection, fence=fence, run_id=run_id)
+            if started.recorded:
+                return started
+            # nothing to start: a run whose every task was skipped at creation (``when``
+            # false) has nothing left to wait for, and finishes here
+            return await settle_locked(connection, fence=fence, run_id=run_id)
         admission, others = await serve_locked(
             connection,
             fence=fence,

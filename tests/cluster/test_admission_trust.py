@@ -201,7 +201,7 @@ def apply_text(cluster: Cluster, namespace: str, text: str) -> Any:
     [
         ({"batch-size": "1", "batch_size": "2"}, "spec.parameters[batch_size]", "FLOWFORGE_PARAM_"),
         ({f"p{i}": "x" for i in range(MAX_PARAMETERS + 1)}, "spec.parameters", "64"),
-        ({"big": "x" * 5000}, "spec.parameters.big", "4096"),
+        ({"big": "x" * 5000}, "spec.parameters[big]", "4096"),
         ({f"p{i}": "x" * 4000 for i in range(5)}, "spec.parameters", "16384"),
     ],
     ids=["colliding-env-names", "count", "value", "total"],

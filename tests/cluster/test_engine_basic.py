@@ -98,6 +98,7 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
         "failed": 0,
         "skipped": 0,
         "cancelled": 0,
+        "conditionSkipped": 0,
     }
     assert status["definitionFingerprint"].startswith("sha256:")
     assert status["startedAt"] and status["finishedAt"]

@@ -423,6 +423,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: {"run": p.run_id},
         needs(PROGRESS, TASK_IDENTITY),
     ),
+    "queries.SUCCEEDED_ATTEMPTS_QUERY": (
+        queries.SUCCEEDED_ATTEMPTS_QUERY,
+        lambda p: (p.run_id,),
+        needs(TASK_ROW),
+    ),
     "queries.CONDITION_FALSE_COUNT_QUERY": (
         queries.CONDITION_FALSE_COUNT_QUERY,
         lambda p: (p.run_id,),

@@ -58,7 +58,13 @@ from flowforge.operator.finalizer import observe_run
 from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext
 from flowforge.store.dispatch import record_job_created, serve_queue
-from flowforge.store.queries import active_tasks, oldest_queued_wait, recorded_jobs, runs_by_phase
+from flowforge.store.queries import (
+    active_tasks,
+    oldest_queued_wait,
+    recorded_jobs,
+    runs_by_phase,
+    succeeded_attempts,
+)
 from flowforge.store.queue import queued_namespaces
 from flowforge.store.sweep import ListedRun, SweptTask, listed_runs, sweep_page
 
@@ -343,6 +349,8 @@ class Reconciler:
             run = known[identity.run_uid]
             if run is None or (identity.task_key, identity.attempt) in run.running:
                 continue  # a run this store does not know is not ours to clean up
+            if outcome is None and (identity.task_key, identity.attempt) in run.succeeded:
+                continue  # its Pod's success is recorded; the Job completes a moment later
             recorded = run.recorded.get((identity.task_key, identity.attempt))
             if not self._engine.launcher.check(
                 run.context, identity, act="cleanup", recorded_uid=recorded
@@ -362,6 +370,7 @@ class Reconciler:
         return _RunJobs(
             context=context,
             running={(row.task_key, row.attempt) for row in rows if row.state == TaskState.RUNNING},
+            succeeded=await succeeded_attempts(self._engine.pool, context.run_id),
             recorded=await recorded_jobs(self._engine.pool, context.run_id),
         )
 
@@ -372,6 +381,7 @@ class _RunJobs:
 
     context: RunContext
     running: set[tuple[str, int]]
+    succeeded: set[tuple[str, int]]
     recorded: dict[tuple[str, int], str | None]
 
 

@@ -196,6 +196,21 @@ async def active_tasks(pool: Pool, run_id: int) -> list[TaskRecord]:
         return [TaskRecord.from_row(row) for row in await cursor.fetchall()]
 
 
+# attempts that ended in success (forward tasks and compensators alike: both call it
+# "succeeded"), whose Jobs may still be finishing: a success read from the Pod is recorded
+# about a second before the Job controller marks the Job complete
+SUCCEEDED_ATTEMPTS_QUERY = (
+    "SELECT task_key, attempt FROM flowforge_task WHERE run_id = %s AND state = 'succeeded'"
+)
+
+
+async def succeeded_attempts(pool: Pool, run_id: int) -> set[tuple[str, int]]:
+    """(task, attempt) of the run's attempts that succeeded."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(SUCCEEDED_ATTEMPTS_QUERY, (run_id,))
+        return {(str(key), int(attempt)) for key, attempt in await cursor.fetchall()}
+
+
 async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCounts:
     """Forward task counts by state, on the caller's connection (inside its transaction)."""
     cursor = await connection.execute(FORWARD_COUNTS_QUERY, (run_id,))

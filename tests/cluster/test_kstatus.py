@@ -171,6 +171,8 @@ def test_the_chart_renders_the_argocd_keys_deploy_argocd_ships(helm: Helm) -> No
     assert config_map["metadata"]["namespace"] == "gitops"
     shipped = customizations()
     assert set(config_map["data"]) == set(shipped)
-    for key, text in shipped.items():
-        assert yaml.safe_load(config_map["data"][key]) == yaml.safe_load(text), key
-        assert config_map["data"][key].rstrip() == text.rstrip(), key
+    for key, text in shipped.items():  # Lua for health, YAML around Lua for the actions
+        if ".actions." in key:
+            assert yaml.safe_load(config_map["data"][key]) == yaml.safe_load(text), key
+        else:
+            assert config_map["data"][key].rstrip() == text.rstrip(), key

@@ -127,7 +127,13 @@ async def test_fan_out_runs_two_at_a_time_under_a_two_cpu_quota(
     assert any("admitting" in status.get("progress", "") for status in admitting)
     assert any(task["state"] == "admitting" for s in admitting for task in s.get("tasks") or [])
 
-    jobs = driver.jobs("wide")
+    # the run ends when its last Pod succeeds, about a second before the Job controller
+    # marks that Job complete
+    for _ in range(50):
+        jobs = driver.jobs("wide")
+        if all(job.status.completion_time for job in jobs):
+            break
+        await asyncio.sleep(0.2)
     assert len(jobs) == 6
     for job in jobs:
         assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == queue

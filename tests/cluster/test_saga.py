@@ -226,10 +226,14 @@ async def test_a_wide_dag_rolls_back_in_reverse_dependency_order_on_every_run(
         assert {step[2] for step in steps(body)} == {"succeeded"}
         order = started_order(await history(driver, name))
         assert order == expected
-        jobs = compensation_jobs(driver, name)
-        assert {job.metadata.labels["flowforge.io/task"] for job in jobs} == set(expected)
-        for earlier, later in itertools.pairwise(jobs):
-            assert later.metadata.creation_timestamp >= driver.pod_finished(earlier)
+        jobs = {
+            job.metadata.labels["flowforge.io/task"]: job for job in compensation_jobs(driver, name)
+        }
+        assert set(jobs) == set(expected)
+        # one at a time, in the rollback's order (not the Jobs' whole-second creation times,
+        # which tie)
+        for earlier, later in itertools.pairwise(expected):
+            assert jobs[later].metadata.creation_timestamp >= driver.pod_finished(jobs[earlier])
         states = await compensator_states(driver.pool, driver, name)
         # the failed task and the one it skipped are not compensated
         assert states["undo-boom"] == "skipped" and states["undo-never"] == "skipped"

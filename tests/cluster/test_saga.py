@@ -378,8 +378,12 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
         driver.create_run("k1", workflow="crashy")
 
         async def second_running() -> bool:
+            # running in the store, and its Job made (the store moves first): killed before
+            # the Job exists, nothing would ever finish it
             states = await compensator_states(engine_store, driver, "k1")
-            return states.get("undo-two") == "running"
+            return states.get("undo-two") == "running" and any(
+                job.metadata.labels["flowforge.io/task"] == "undo-two" for job in driver.jobs("k1")
+            )
 
         deadline = time.monotonic() + 90
         while not await second_running():

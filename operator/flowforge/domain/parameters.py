@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from flowforge.domain.errors import DefinitionError, DefinitionSchemaError, UserError
 from flowforge.domain.fastcheck import go_compatible_pattern
+from flowforge.domain.schema import json_type
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -104,28 +105,12 @@ def _value_errors(schema: Mapping[str, Any], value: Any, *, path: str) -> list[t
 
 def _message(error: ValidationError) -> str:
     if error.validator == "type":
-        return f"must be of type {error.validator_value}, not {_json_type(error.instance)}"
+        return f"must be of type {error.validator_value}, not {json_type(error.instance)}"
     if error.validator == "enum":
         values: Any = error.validator_value
         allowed = ", ".join(json.dumps(value) for value in values)
         return f"must be one of {allowed}"
     return str(error.message)
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return "null"
 
 
 def _normalised(value: Any) -> Any:
@@ -265,7 +250,7 @@ def effective_parameters(definition: DefinitionSpec, raw: Mapping[str, Any]) -> 
                         parameter_path(name),
                         f"must be a string (workflow {definition.workflow!r} version "
                         f"{definition.version} declares no typed spec.parameters), not "
-                        f"{_json_type(raw[name])}",
+                        f"{json_type(raw[name])}",
                     )
                 )
         if errors:

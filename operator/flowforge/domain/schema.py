@@ -126,7 +126,7 @@ def _message(keyword: Any, argument: Any, instance: Any, fallback: str) -> str:
             missing = [name for name in argument if name not in instance]
             return "missing required field " + ", ".join(f'"{name}"' for name in missing)
         case "type":
-            return f"must be of type {argument}, not {_json_type(instance)}"
+            return f"must be of type {argument}, not {json_type(instance)}"
         case "pattern":
             expected = PATTERN_DESCRIPTIONS.get(argument, f"a string matching {argument}")
             return f"{_show(instance)} is not {expected}"
@@ -180,7 +180,8 @@ def _show(value: Any) -> str:
     return text if len(text) <= _MAX_SHOWN_VALUE else text[: _MAX_SHOWN_VALUE - 3] + "..."
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a value read from JSON."""
     if value is None:
         return "null"
     if isinstance(value, bool):

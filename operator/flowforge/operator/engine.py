@@ -367,11 +367,9 @@ class Engine:
             return
         if claim.job_uid in self._recorded_jobs:
             return
-        found = await self.launcher.uids.recorded(epoch=self.fence().epoch, uid=claim.job_uid)
-        if found is None:
-            named = self.launcher.uids.named(namespace=claim.namespace, name=claim.job_name)
-            unknown = named is None or named == claim.job_uid  # recorded under another epoch
-            self._ignore_pod(pod, PodIgnored.UNKNOWN if unknown else PodIgnored.UID)
+        found = await self.launcher.job_of_pod(claim)
+        if isinstance(found, PodIgnored):
+            self._ignore_pod(pod, found)
             return
         run_id, job = found
         verdict = pod_verdict(

@@ -28,6 +28,7 @@ from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import AttemptOutcome, refused_outcome
 from flowforge.domain.kueue import queueing
+from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
 from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
@@ -269,6 +270,18 @@ class JobLauncher:
         self.forgeries.forget_run(context.run_id)
         self.uids.forget_run(context.run_id)
         self.files.forget(context)
+
+    async def job_of_pod(self, claim: JobClaim) -> tuple[int, JobIdentity] | PodIgnored:
+        """The run and attempt of the Job a Pod claims, if this process recorded that Job
+        under the current epoch (waiting for a record being written); else why the Pod
+        decides nothing: a Job unknown here (or recorded under another epoch), or another
+        uid than the one recorded for that Job's name."""
+        found = await self.uids.recorded(epoch=self._fence().epoch, uid=claim.job_uid)
+        if found is not None:
+            return found
+        named = self.uids.named(namespace=claim.namespace, name=claim.job_name)
+        unknown = named is None or named == claim.job_uid
+        return PodIgnored.UNKNOWN if unknown else PodIgnored.UID
 
     def attempt_over(self, context: RunContext, job: JobRef) -> None:
         """The attempt's outcome is recorded: no pending-timeout check of its Pod, and its

@@ -349,13 +349,13 @@ class Reconciler:
             run = known[identity.run_uid]
             if run is None or (identity.task_key, identity.attempt) in run.running:
                 continue  # a run this store does not know is not ours to clean up
-            if outcome is None and (identity.task_key, identity.attempt) in run.succeeded:
-                continue  # its Pod's success is recorded; the Job completes a moment later
             recorded = run.recorded.get((identity.task_key, identity.attempt))
             if not self._engine.launcher.check(
                 run.context, identity, act="cleanup", recorded_uid=recorded
             ):
                 continue
+            if outcome is None and (identity.task_key, identity.attempt) in run.succeeded:
+                continue  # its Pod's success is recorded; the Job completes a moment later
             if outcome is None:
                 metrics.RECONCILE_FIXES.labels("orphan_job_stopped").inc()
             await self._engine.kube.delete_job(

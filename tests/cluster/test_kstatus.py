@@ -176,3 +176,46 @@ def test_the_chart_renders_the_argocd_keys_deploy_argocd_ships(helm: Helm) -> No
             assert yaml.safe_load(config_map["data"][key]) == yaml.safe_load(text), key
         else:
             assert config_map["data"][key].rstrip() == text.rstrip(), key
+
+
+async def test_a_run_deleted_and_reapplied_with_its_idempotency_key_creates_no_job(
+    cluster: Cluster, operator: OperatorProcess, driver: RunDriver
+) -> None:
+    """Argo CD's self-heal, by hand: `kubectl apply` a run with a key, delete it once it
+    succeeded, apply the same file again: the new object is a duplicate with no Job."""
+    await driver.publish(_one_task("once", OK))
+    manifest = yaml.safe_dump(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "WorkflowRun",
+            "metadata": {"name": "migrate-2026-11", "namespace": driver.namespace},
+            "spec": {"workflow": "once", "idempotencyKey": "migrate-2026-11"},
+        }
+    )
+    await asyncio.to_thread(kubectl, cluster, "apply", "-f", "-", stdin=manifest)
+    await driver.wait_phase("migrate-2026-11", {"Succeeded"}, operator=operator)
+    first_uid = driver.run("migrate-2026-11")["metadata"]["uid"]
+    assert len(driver.jobs("migrate-2026-11")) == 1
+
+    await asyncio.to_thread(
+        kubectl, cluster, "delete", "-n", driver.namespace, "workflowrun/migrate-2026-11"
+    )
+    await wait_gone(operator, driver, "migrate-2026-11", timeout=60)
+    await asyncio.to_thread(kubectl, cluster, "apply", "-f", "-", stdin=manifest)
+    await driver.wait_phase("migrate-2026-11", {"Succeeded"}, operator=operator)
+
+    again = driver.run("migrate-2026-11")
+    assert again["metadata"]["uid"] != first_uid
+    assert again["status"]["duplicateOf"] == {
+        "name": "migrate-2026-11",
+        "uid": first_uid,
+        "phase": "Succeeded",
+    }
+    owners = [
+        reference.uid
+        for job in driver.jobs("migrate-2026-11")
+        for reference in job.metadata.owner_references or []
+    ]
+    assert again["metadata"]["uid"] not in owners
+    reasons = {c["type"]: c["reason"] for c in again["status"]["conditions"]}
+    assert reasons["Duplicate"] == "IdempotencyKey"

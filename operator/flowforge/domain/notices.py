@@ -140,6 +140,16 @@ def run_finished(phase: RunPhase) -> Notice:
     )
 
 
+def run_duplicate(phase: RunPhase) -> Notice:
+    """A duplicate (spec.idempotencyKey) took its original's final phase without executing."""
+    return Notice(
+        f"Run{phase.value}",
+        f"duplicate of an earlier run with the same spec.idempotencyKey, which ended "
+        f"{phase.value}: this run did not execute",
+        warning=phase is not RunPhase.SUCCEEDED,
+    )
+
+
 # why a Job that claims one of the run's attempts is not the run's own
 _NOT_OURS = {
     "namespace": "it is in another namespace than the run",

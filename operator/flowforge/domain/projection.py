@@ -29,6 +29,7 @@ from flowforge.domain.run import (
     CompensationSummary,
     Condition,
     ConditionStatus,
+    DuplicateOf,
     QueueStatus,
     RunProgress,
     RunStatus,
@@ -126,6 +127,8 @@ class StatusInput:
     queue: QueueStatus | None = None
     # a person's action that recovered the halted rollback (who, what, why), once accepted
     recovered_by: str | None = None
+    # the earlier run with the same spec.idempotencyKey: this run does not execute
+    duplicate_of: DuplicateOf | None = None
 
 
 def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime:
@@ -151,6 +154,7 @@ def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime
         (STALLED, True): finished,
         (COMPLETED, True): finished,
         (COMPLETED, False): started,
+        ("Duplicate", True): started,
     }.get((kind, holds))
     return since or status.now
 
@@ -298,13 +302,14 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         progressing_reason = "Cancelling"
     else:
         progressing_reason = "Finished" if finished else "TasksRunning"
+    duplicate = _phase_message(status) if status.duplicate_of is not None else None
     return [
         _condition(
             status,
             kind="Ready",
             holds=phase is RunPhase.SUCCEEDED,
             reason=phase.value,
-            message=f"{counts.succeeded} of {counts.total} tasks succeeded",
+            message=duplicate or f"{counts.succeeded} of {counts.total} tasks succeeded",
         ),
         _condition(
             status,
@@ -320,6 +325,7 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             holds=phase is RunPhase.FAILED,
             reason="TaskFailed" if counts.failed else "NoTaskFailed",
             message=status.failure_message
+            or duplicate
             or f"{counts.failed} tasks failed, {counts.skipped} skipped",
         ),
         _condition(
@@ -332,6 +338,7 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         *_kstatus_conditions(status),
         *_rollback_conditions(status),
         *_queue_conditions(status),
+        *_duplicate_conditions(status),
     ]
 
 
@@ -353,8 +360,38 @@ def _queue_conditions(status: StatusInput) -> list[Condition]:
     ]
 
 
+def duplicate_message(original: DuplicateOf, *, finished: bool) -> str:
+    """What a duplicate run says: whose result it shows, or waits for."""
+    if finished:
+        return (
+            f"duplicate of run {original.name} (the same spec.idempotencyKey), which ended "
+            f"{original.phase.value}: this run did not execute"
+        )
+    return (
+        f"duplicate of run {original.name} (the same spec.idempotencyKey): waiting for its "
+        "result; this run does not execute"
+    )
+
+
+def _duplicate_conditions(status: StatusInput) -> list[Condition]:
+    if status.duplicate_of is None:
+        return []
+    return [
+        _condition(
+            status,
+            kind="Duplicate",
+            holds=True,
+            reason="IdempotencyKey",
+            message=_phase_message(status),
+        )
+    ]
+
+
 def _phase_message(status: StatusInput) -> str:
     counts = status.counts
+    if status.duplicate_of is not None:
+        finished = status.phase in TERMINAL_RUN_PHASES
+        return duplicate_message(status.duplicate_of, finished=finished)
     rollback_failure = compensation_failure(status.compensation)
     after = f"; {rollback_failure}" if rollback_failure else ""
     if status.phase is RunPhase.SUCCEEDED and counts.condition_false:
@@ -408,6 +445,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         tasks_truncated=not small,
         compensation=compensation_summary(status),
         queue=status.queue if status.phase is RunPhase.QUEUED else None,
+        duplicate_of=status.duplicate_of,
         message=_phase_message(status)[:4096],
     )
     body: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)

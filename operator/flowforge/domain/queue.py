@@ -40,6 +40,8 @@ class QueueReason(StrEnum):
     WORKFLOW_CONCURRENCY = "WorkflowConcurrency"
     NAMESPACE_RUN_LIMIT = "NamespaceRunLimit"
     REPLACING = "Replacing"
+    # a duplicate (spec.idempotencyKey) waits for its original's result; it never runs
+    IDEMPOTENCY_KEY = "IdempotencyKey"
 
 
 @dataclass(frozen=True)
@@ -139,5 +141,7 @@ def queue_message(reason: QueueReason, *, position: int, queued: int, limit: int
         QueueReason.WORKFLOW_CONCURRENCY: f"spec.concurrency.maxRuns ({limit}) of its workflow",
         QueueReason.NAMESPACE_RUN_LIMIT: f"the namespace's maxRunningRuns ({limit})",
         QueueReason.REPLACING: "an older run of its key being cancelled to make room",
+        QueueReason.IDEMPOTENCY_KEY: "the result of the earlier run with the same "
+        "spec.idempotencyKey (this run will not execute)",
     }[reason]
     return f"waiting for {held}: position {position} of {queued} queued in the namespace"

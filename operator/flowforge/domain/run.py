@@ -37,6 +37,8 @@ MAX_PRIORITY = 1_000_000
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # a WorkflowRun's metadata.name: a DNS-1123 subdomain
 RUN_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# a commit, a release, a date: letters, digits and - _ . : / inside, alphanumeric at both ends
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.:/]*[A-Za-z0-9])?$"
 
 
 # a parameter's value: any JSON (its definition's declarations say which)
@@ -84,6 +86,18 @@ class RunSpec(_WireModel):
         "namespace that this run retries, with identical parameters: the tasks of that run "
         "whose work still stands are reused instead of run again. Checked at creation; "
         "cannot change after creation.",
+    )
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Executes the workflow at most once per key in the namespace: a run whose "
+        "key matches an earlier run there (one not yet pruned from the history) does not "
+        "execute; it is that run's duplicate (status.duplicateOf) and shows its result, "
+        "waiting for it when it has not finished. A retry (spec.retryOf) always executes. "
+        "For a run kept in git, so that re-creating it (a self-heal) does not run it again. "
+        "Cannot change after creation.",
     )
     cancel: bool = Field(
         default=False,
@@ -267,13 +281,22 @@ class QueueStatus(_WireModel):
 
     reason: str = Field(
         max_length=64,
-        description="The limit that holds it: WorkflowConcurrency, NamespaceRunLimit or "
-        "Replacing (an older run of its key is being cancelled for it).",
+        description="The limit that holds it: WorkflowConcurrency, NamespaceRunLimit, "
+        "Replacing (an older run of its key is being cancelled for it) or IdempotencyKey (a "
+        "duplicate waiting for the result of the run with the same spec.idempotencyKey).",
     )
     position: int = Field(
         ge=1, description="1 for the run that starts next among the namespace's queued runs."
     )
     message: str = Field(default="", max_length=1024, description="The limit, spelled out.")
+
+
+class DuplicateOf(_WireModel):
+    """The run whose result a duplicate shows (the same spec.idempotencyKey)."""
+
+    name: str = Field(max_length=253, description="The original run's name.")
+    uid: str = Field(max_length=64, description="The original run's metadata.uid.")
+    phase: RunPhase = Field(description="The original run's phase when last projected.")
 
 
 class RunStatus(_WireModel):
@@ -324,6 +347,11 @@ class RunStatus(_WireModel):
     )
     queue: QueueStatus | None = Field(
         default=None, description="Present while the run is Queued: the limit and its position."
+    )
+    duplicate_of: DuplicateOf | None = Field(
+        default=None,
+        description="Present when the run did not execute because an earlier run of the "
+        "namespace has the same spec.idempotencyKey: that run, whose result this one shows.",
     )
     message: str = Field(
         default="", max_length=4096, description="Human-readable explanation of the phase."

@@ -76,6 +76,12 @@ _RUN_SPEC_RULES = [
         "message": "spec.version cannot change once set",
         "fieldPath": ".version",
     },
+    {
+        "rule": "has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && "
+        "(!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",
+        "message": "spec.idempotencyKey cannot change after creation",
+        "fieldPath": ".idempotencyKey",
+    },
 ]
 _IMMUTABLE_WORKFLOW = [{"rule": "self == oldSelf", "message": "spec.workflow is immutable"}]
 _DEFINITION_SPEC_RULES = [

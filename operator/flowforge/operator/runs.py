@@ -174,6 +174,7 @@ class RunCache:
             priority=int(spec.get("priority") or 0),
             max_parallel_tasks=spec.get("maxParallelTasks"),
             submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
+            idempotency_key=spec.get("idempotencyKey"),
         )
         context = RunContext(
             run_id=created.run.id,

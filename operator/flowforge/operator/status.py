@@ -27,7 +27,7 @@ from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.kueue import queueing
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.queue import queue_message
-from flowforge.domain.run import CompensationStep, QueueStatus, TaskSummary
+from flowforge.domain.run import CompensationStep, DuplicateOf, QueueStatus, TaskSummary
 from flowforge.domain.states import (
     TERMINAL_RUN_PHASES,
     CompensationState,
@@ -211,6 +211,10 @@ class StatusWriter:
         # only a run that ends Failed or Cancelled is ever rolled back: no steps before
         rolled_back = record.compensating or record.phase in ROLLBACK_PHASES
         steps = await rollback_steps(self._pool, context.run_id) if rolled_back else []
+        duplicate = None
+        if record.duplicate_of is not None:
+            original = await get_run(self._pool, record.duplicate_of)
+            duplicate = DuplicateOf(name=original.name, uid=original.uid, phase=original.phase)
         failure = None
         if counts.failed:
             failed = [s.name for s in summaries if s.state is ShownTaskState.FAILED]
@@ -243,6 +247,7 @@ class StatusWriter:
                 queue=await self._queue(context) if record.phase is RunPhase.QUEUED else None,
                 observed_generation=self._generations.get(context.run_id),
                 recovered_by=await recovery_note(self._pool, context.run_id) if steps else None,
+                duplicate_of=duplicate,
             )
         )
 

@@ -49,7 +49,8 @@ serialization failure or deadlock.
 
 The moves, one module each
 --------------------------
-``runs.create_run`` (the whole graph at once; reuse for a retry, ``reuse.py``),
+``runs.create_run`` (the whole graph at once; reuse for a retry, ``reuse.py``; a duplicate
+of an earlier run's ``spec.idempotencyKey`` gets none, ``duplicates.py``),
 ``dispatch.dispatch_due``, ``outcomes.record_outcome`` (success, failure with retry, skip
 downstream, a compensator's outcome), ``cancel.cancel_run``, ``moves.settle_run`` (finish,
 start the rollback or its next compensator). Every one returns a ``Decision``; the

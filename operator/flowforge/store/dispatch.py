@@ -69,6 +69,10 @@ async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
             skip=run_id,
         )
         own = Decision(recorded=True)
+        for other in others:  # a duplicate whose original has finished: it took its phase
+            if other.run_id == run_id:
+                own = other.decision
+        others = tuple(other for other in others if other.run_id != run_id)
         if run_id in admission.admitted:
             started = await dispatch_locked(connection, fence=fence, run_id=run_id)
             own = dataclasses.replace(

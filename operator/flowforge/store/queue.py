@@ -35,6 +35,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.queue import ConcurrencyPolicy, NamespaceLimits, QueueReason
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
+from flowforge.store.duplicates import finish_waiting_duplicates_locked
 from flowforge.store.events import append_event
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.stopping import replace_locked
@@ -106,9 +107,10 @@ LIMITS_QUERY = (
     "FROM flowforge_namespace_limits WHERE namespace = %s"
 )
 
+# (a duplicate of an unfinished run waits in the queue too, but never leaves it by a slot)
 QUEUED_QUERY = f"""
 SELECT id, name, concurrency_key, max_runs, concurrency_policy, queue_reason FROM flowforge_run
-WHERE namespace = %s AND phase = '{RunPhase.QUEUED}'
+WHERE namespace = %s AND phase = '{RunPhase.QUEUED}' AND duplicate_of IS NULL
 ORDER BY priority DESC, submitted_at, id
 LIMIT {QUEUE_WINDOW}
 """
@@ -404,6 +406,9 @@ async def serve_locked(
     a queued Replace run whose key is full cancels the oldest running runs of it (with
     ``settle``; they roll back, and the last one's finish starts it), and the held runs
     whose reason or place changed are re-projected."""
+    duplicates = await finish_waiting_duplicates_locked(
+        connection, fence=fence, namespace=namespace
+    )
     admission = await admit_locked(
         connection, fence=fence, namespace=namespace, replace=settle is not None, changed=changed
     )
@@ -419,7 +424,7 @@ async def serve_locked(
             settled = await settle(connection, fence=fence, run_id=victim)
             replaced.append(RunDecision(run_id=victim, decision=decision.then(settled)))
     started = await start_admitted(connection, fence=fence, admission=admission, skip=skip)
-    return admission, (*replaced, *started)
+    return admission, (*duplicates, *replaced, *started)
 
 
 async def rebalance_locked(

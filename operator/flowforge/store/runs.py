@@ -39,6 +39,7 @@ from flowforge.domain.states import (
 from flowforge.domain.undo import undoes_attempted
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
+from flowforge.store.duplicates import mark_duplicate_locked, original_locked
 from flowforge.store.errors import RunNotFoundError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
@@ -49,7 +50,7 @@ from flowforge.store.transaction import in_transaction
 
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
-    "cancel_requested, created_at, finished_at, pruned_at, recovering"
+    "cancel_requested, created_at, finished_at, pruned_at, recovering, duplicate_of"
 )
 
 FIND_RUN_QUERY = (
@@ -73,6 +74,8 @@ class RunRecord:
     pruned_at: datetime | None
     # a person recovered its halted rollback, which runs again (flowforge.store.actions)
     recovering: bool = False
+    # the earlier run with the same spec.idempotencyKey whose result this one shows
+    duplicate_of: int | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
@@ -101,6 +104,7 @@ async def create_run(
     priority: int = 0,
     max_parallel_tasks: int | None = None,
     submitted_at: datetime | None = None,
+    idempotency_key: str | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
     for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
@@ -109,7 +113,8 @@ async def create_run(
     workflow leave room and no queued run is ahead of it (``queue.py``), else ``Queued``
     with its ``priority`` (first come first served within one: ``submitted_at``, the
     object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
-    definition's)."""
+    definition's). A run with an ``idempotency_key`` that an earlier run of the namespace
+    has is that run's duplicate and never executes (``duplicates.py``)."""
     spec = definition.spec
     # the run's shape (UserError when the parameters do not fit: admission refuses those)
     expansion = expand(spec, parameters or {})
@@ -119,11 +124,14 @@ async def create_run(
     async def decide(connection: Connection) -> CreatedRun:
         await check_fence(connection, fence)
         await lock_namespace(connection, namespace)
+        original = None
+        if idempotency_key is not None and not retry_of:
+            original = await original_locked(connection, namespace=namespace, key=idempotency_key)
         cursor = await connection.execute(
             "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
             "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
-            "submitted_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "coalesce(%s, now())) "
+            "submitted_at, idempotency_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now()), %s) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
             (
@@ -139,6 +147,7 @@ async def create_run(
                 None if spec.concurrency is None else spec.concurrency.max_runs,
                 None if spec.concurrency is None else spec.concurrency.policy,
                 submitted_at,
+                idempotency_key,
             ),
         )
         row = await cursor.fetchone()
@@ -146,6 +155,12 @@ async def create_run(
             existing = await _find(connection, namespace=namespace, name=name, uid=uid)
             return CreatedRun(run=existing, created=False)
         run = RunRecord.from_row(row)
+        if original is not None:  # it never executes: no task rows
+            await mark_duplicate_locked(connection, fence=fence, run_id=run.id, original=original)
+            return CreatedRun(
+                run=await _find(connection, namespace=namespace, name=name, uid=uid),
+                created=True,
+            )
         reused: frozenset[str] = frozenset()
         if retry_of:
             reused = await reused_for(

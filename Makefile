@@ -71,7 +71,7 @@ test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue image promt
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
 
 test-unit: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest tests/unit

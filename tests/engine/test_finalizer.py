@@ -50,6 +50,25 @@ async def test_the_operator_adds_its_finalizer_once_the_run_s_rows_exist(
     assert current["metadata"]["finalizers"] == [FINALIZER]
 
 
+async def test_a_run_without_compensators_gets_no_finalizer_and_its_deletion_cancels_it(
+    harness: Harness,
+) -> None:
+    """Nothing to roll back, nothing to wait for: no finalizer patch (one write less per
+    run); the object goes at once and its DELETED event cancels the run in the store."""
+    run = await harness.start("plain", [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}])
+    current = body(harness, "plain")
+    assert current is not None
+    await observe_run(harness.engine, current)
+    assert "finalizers" not in current["metadata"]
+
+    await harness.engine.run_deleted(current)
+    await harness.settle_background()
+
+    record = await harness.run(run)
+    assert record.phase is RunPhase.CANCELLED
+    assert (await harness.states(run))["b"] == TaskState.CANCELLED
+
+
 async def test_a_run_deleted_mid_run_rolls_back_before_its_object_goes(harness: Harness) -> None:
     run = await started(harness, "mid")
     await harness.finish("reserve")

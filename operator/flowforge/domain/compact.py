@@ -74,6 +74,11 @@ class CompactSpec:
     def task_count(self) -> int:
         return len(self._tasks)
 
+    @property
+    def has_compensators(self) -> bool:
+        """Whether a run of it can roll back (its deletion then waits for that)."""
+        return self.task_count > self.forward_count
+
     def task(self, key: str) -> CompactTask:
         """The task with ``key``; KeyError when there is none."""
         return self._tasks[key]

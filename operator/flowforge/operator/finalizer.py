@@ -1,13 +1,16 @@
 """The WorkflowRun finalizer: deleting a run waits until its rollback has settled.
 
 ``observe_run`` is what the leader does with a WorkflowRun it sees (a watch event or the
-reconciler's list). A run whose rows exist gets FlowForge's finalizer (``FINALIZER``, a JSON
-patch of ``metadata.finalizers``), so deleting it leaves the object, and the Jobs it owns
-(the garbage collector waits for the owner), in place. Once the object has a
-``deletionTimestamp`` the run is cancelled with its rollback, and the finalizer is removed
-only when the store has finished the run (every triggered compensator resolved): each
-status patch of the run and every reconciler pass look again, so a deletion left stuck by a
-restart finishes too. ``flowforge.io/force-delete: "true"`` (or a foreground deletion,
+reconciler's list). A run whose rows exist and whose definition has compensators gets
+FlowForge's finalizer (``FINALIZER``, a JSON patch of ``metadata.finalizers``), so deleting
+it leaves the object, and the Jobs it owns (the garbage collector waits for the owner), in
+place. A run without compensators has no rollback to wait for and gets none (one write
+less per run): deleting it removes the object at once, its Jobs go by garbage collection,
+and the DELETED event (or the reconciler, for a missed one) records it cancelled. Once the
+object has a ``deletionTimestamp`` the run is cancelled with its rollback, and the finalizer
+is removed only when the store has finished the run (every triggered compensator resolved):
+each status patch of the run and every reconciler pass look again, so a deletion left stuck
+by a restart finishes too. ``flowforge.io/force-delete: "true"`` (or a foreground deletion,
 where Kubernetes deletes the Jobs first) skips the rollback and lets the object go at once.
 A standby operator never gets here (only the leader's handlers and reconciler call it).
 """
@@ -41,7 +44,10 @@ async def observe_run(engine: Engine, body: Mapping[str, Any]) -> None:
         await _deleting(engine, body)
         return
     await engine.start_run(body)  # its rows exist once this returns
-    if FINALIZER not in (metadata.get("finalizers") or []):
+    if FINALIZER in (metadata.get("finalizers") or []):
+        return
+    context = await engine.runs.by_uid(namespace=metadata["namespace"], uid=metadata["uid"])
+    if context is not None and context.definition.spec.has_compensators:
         await _patch(engine, metadata, add_finalizer(metadata))
 
 

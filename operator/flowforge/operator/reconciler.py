@@ -414,15 +414,16 @@ class _Sweep:
 
 def _needs_observing(body: Mapping[str, Any], stored: ListedRun) -> bool:
     """Whether a listed object the store holds needs more than a look: it is being deleted,
-    its cancel is not recorded yet, or its run is active and lacks FlowForge's finalizer."""
+    its cancel is not recorded yet, or its run is active, has compensators and lacks
+    FlowForge's finalizer."""
     metadata = body["metadata"]
     if metadata.get("deletionTimestamp"):
         return True
     if stored.phase in TERMINAL_RUN_PHASES:
         return False
     cancel = bool((body.get("spec") or {}).get("cancel"))
-    return (cancel and not stored.cancel_requested) or FINALIZER not in (
-        metadata.get("finalizers") or []
+    return (cancel and not stored.cancel_requested) or (
+        stored.compensators and FINALIZER not in (metadata.get("finalizers") or [])
     )
 
 

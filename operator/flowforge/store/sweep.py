@@ -31,7 +31,9 @@ from flowforge.domain.states import (
 from flowforge.store.connection import Pool
 
 LISTED_RUNS_QUERY = """
-SELECT run.namespace, run.uid, run.id, run.phase, run.cancel_requested
+SELECT run.namespace, run.uid, run.id, run.phase, run.cancel_requested,
+       EXISTS (SELECT 1 FROM flowforge_task AS task
+               WHERE task.run_id = run.id AND task.role = 'compensation')
 FROM unnest(%s::text[], %s::text[], %s::text[]) AS listed (namespace, name, uid)
 JOIN flowforge_run AS run
   ON run.namespace = listed.namespace AND run.name = listed.name AND run.uid = listed.uid
@@ -83,6 +85,8 @@ class ListedRun:
     run_id: int
     phase: RunPhase
     cancel_requested: bool
+    # its deletion waits for a rollback (FlowForge's finalizer holds it): it has compensators
+    compensators: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +138,12 @@ async def listed_runs(
         rows = await cursor.fetchall()
     return {
         (str(namespace), str(uid)): ListedRun(
-            run_id=int(run_id), phase=RunPhase(phase), cancel_requested=bool(cancel)
+            run_id=int(run_id),
+            phase=RunPhase(phase),
+            cancel_requested=bool(cancel),
+            compensators=bool(compensators),
         )
-        for namespace, uid, run_id, phase, cancel in rows
+        for namespace, uid, run_id, phase, cancel, compensators in rows
     }
 
 

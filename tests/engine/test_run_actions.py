@@ -143,3 +143,37 @@ async def test_an_action_without_a_recorded_actor_or_run_is_refused(harness: Har
     assert [s["result"] for s in statuses] == ["Refused", "Refused"]
     assert "no actor" in statuses[0]["message"] and "actor" not in statuses[0]
     assert 'no WorkflowRun "nowhere"' in statuses[1]["message"]
+
+
+async def test_a_paused_run_creates_no_job_until_resumed_and_shows_it_is_paused(
+    harness: Harness,
+) -> None:
+    run = await harness.start("held", CHAIN)
+    await process_action(harness.engine, _action(harness, "held", {"action": "Pause"}))
+    created = len(harness.kube.created)
+
+    await harness.finish("provision")  # running when paused: it finishes, deploy waits
+
+    assert len(harness.kube.created) == created
+    await wait_until(
+        lambda: any(
+            condition["type"] == "Paused" and condition["status"] == "True"
+            for condition in (harness.kube.runs[(NAMESPACE, "held")].get("status") or {}).get(
+                "conditions", []
+            )
+        ),
+        what="the run's status says it is paused",
+    )
+    shown = harness.kube.runs[(NAMESPACE, "held")]["status"]
+    reasons = {condition["type"]: condition["reason"] for condition in shown["conditions"]}
+    assert reasons["Reconciling"] == "Paused"
+    assert shown["message"].startswith("paused:")
+
+    resume = _action(harness, "held", {"action": "Resume"})
+    await process_action(harness.engine, resume)
+
+    status = harness.kube.actions[(NAMESPACE, resume["metadata"]["name"])]["status"]
+    assert status["result"] == "Accepted"
+    assert len(harness.kube.created) == created + 1
+    assert harness.job_of("deploy")
+    assert (await harness.run(run)).paused_at is None

@@ -189,7 +189,7 @@ async def test_an_action_the_operator_does_not_support_yet_is_refused(
 ) -> None:
     run = await _halted(store, fence)
 
-    result, message, _, _ = await _act(store, fence, run, RunActionKind.PAUSE)
+    result, message, _, _ = await _act(store, fence, run, RunActionKind.APPROVE)
 
     assert result is ActionResult.REFUSED and "not supported" in message
 

@@ -33,6 +33,7 @@ from flowforge.store import (
     cancel,
     definitions,
     dispatch,
+    duplicates,
     events,
     kueue_admission,
     outcomes,
@@ -209,6 +210,16 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "queue.QUEUED_QUERY": (
         queue.QUEUED_QUERY,
+        lambda p: (NAMESPACE,),
+        needs("flowforge_run_queue_idx"),
+    ),
+    "duplicates.ORIGINAL_QUERY": (
+        duplicates.ORIGINAL_QUERY,
+        lambda p: (NAMESPACE, "release-1"),
+        needs("flowforge_run_idempotency_key"),
+    ),
+    "duplicates.FINISH_WAITING_QUERY": (
+        duplicates.FINISH_WAITING_QUERY,
         lambda p: (NAMESPACE,),
         needs("flowforge_run_queue_idx"),
     ),

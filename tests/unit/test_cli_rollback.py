@@ -1,5 +1,5 @@
-"""``flowforge rollback retry|skip RUN COMPENSATOR``: the WorkflowRunAction it creates, and
-what it refuses before asking the cluster."""
+"""``flowforge rollback retry|skip RUN COMPENSATOR`` and ``flowforge pause|resume RUN``: the
+WorkflowRunAction each creates, and what it refuses before asking the cluster."""
 
 from __future__ import annotations
 
@@ -43,3 +43,14 @@ def test_skip_without_a_reason_is_refused_naming_the_field() -> None:
 
     with pytest.raises(CommandError, match=r"spec\.reason: is required for SkipCompensator"):
         action_body(args)
+
+
+@pytest.mark.parametrize(("verb", "kind"), [("pause", "Pause"), ("resume", "Resume")])
+def test_pause_and_resume_create_their_action_on_the_run(verb: str, kind: str) -> None:
+    args = build_parser().parse_args([verb, "deploy-4711", "--reason", "freeze window"])
+
+    body = action_body(args)
+
+    assert args.command_name == verb
+    assert body["metadata"] == {"generateName": f"deploy-4711-{verb}-"}
+    assert body["spec"] == {"run": "deploy-4711", "action": kind, "reason": "freeze window"}

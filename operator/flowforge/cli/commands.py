@@ -391,12 +391,33 @@ def _register_runs(subparsers: Subcommands) -> None:
         parser.set_defaults(
             handler=LazyHandler("flowforge.cli.rollback:rollback_action"),
             command_name=f"rollback {verb}",
+            action_verb=verb,
         )
         parser.add_argument("run", metavar="RUN")
         parser.add_argument("compensator", metavar="COMPENSATOR")
         parser.add_argument(
             "--reason", default="", help="why (kept in the run's history; required for skip)"
         )
+        add_kube_options(parser)
+        add_output_option(parser, forms=("json", "yaml", "name"), detail="(the action)")
+
+    for verb, help_text in (
+        ("pause", "pause a run: no task or compensator starts until it is resumed"),
+        ("resume", "resume a paused run (a cancel asked meanwhile is applied then)"),
+    ):
+        parser = subparsers.add_parser(
+            verb,
+            help=help_text,
+            description=f"{help_text}. Creates a WorkflowRunAction as you (admission records "
+            "you as its actor and checks the pause verb on the run); running Jobs finish.",
+        )
+        parser.set_defaults(
+            handler=LazyHandler("flowforge.cli.rollback:rollback_action"),
+            command_name=verb,
+            action_verb=verb,
+        )
+        parser.add_argument("run", metavar="RUN")
+        parser.add_argument("--reason", default="", help="why (kept in the run's history)")
         add_kube_options(parser)
         add_output_option(parser, forms=("json", "yaml", "name"), detail="(the action)")
 

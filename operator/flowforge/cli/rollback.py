@@ -1,8 +1,9 @@
-"""``flowforge rollback retry|skip RUN COMPENSATOR``: finish a halted rollback.
+"""``flowforge rollback retry|skip RUN COMPENSATOR`` (finish a halted rollback) and
+``flowforge pause|resume RUN``.
 
 Each creates a WorkflowRunAction (``flowforge.domain.run_actions``) through the Kubernetes
-API as the user, so admission records them as the actor and checks their ``recover`` verb on
-the run; the operator applies it once and writes the result to its status
+API as the user, so admission records them as the actor and checks their ``recover`` (or
+``pause``) verb on the run; the operator applies it once and writes the result to its status
 (``kubectl get wfa`` shows it; ``flowforge describe run`` the history).
 """
 
@@ -19,13 +20,20 @@ from flowforge.domain.api import API_VERSION, GROUP, VERSION
 from flowforge.domain.run_actions import KIND, PLURAL, RunActionKind, parse_action
 from flowforge.kube.errors import kubernetes_errors
 
-_ACTIONS = {"retry": RunActionKind.RETRY_COMPENSATOR, "skip": RunActionKind.SKIP_COMPENSATOR}
+_ACTIONS = {
+    "retry": RunActionKind.RETRY_COMPENSATOR,
+    "skip": RunActionKind.SKIP_COMPENSATOR,
+    "pause": RunActionKind.PAUSE,
+    "resume": RunActionKind.RESUME,
+}
 
 
 def action_body(args: argparse.Namespace) -> dict[str, Any]:
     """The WorkflowRunAction ``args`` ask for; a CommandError naming what is wrong."""
-    kind = _ACTIONS[args.rollback_command]
-    spec: dict[str, Any] = {"run": args.run, "action": kind.value, "compensator": args.compensator}
+    kind = _ACTIONS[args.action_verb]
+    spec: dict[str, Any] = {"run": args.run, "action": kind.value}
+    if getattr(args, "compensator", None):
+        spec["compensator"] = args.compensator
     if args.reason:
         spec["reason"] = args.reason
     _, errors = parse_action(spec)
@@ -34,7 +42,7 @@ def action_body(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"generateName": f"{args.run[:40]}-{args.rollback_command}-"},
+        "metadata": {"generateName": f"{args.run[:40]}-{args.action_verb}-"},
         "spec": spec,
     }
 
@@ -50,12 +58,17 @@ def rollback_action(args: argparse.Namespace) -> int:
             )
     name = str(created["metadata"]["name"])
     what = f"{PLURAL[:-1]}.{GROUP}/{name}"
+    target = (
+        f"{body['spec']['compensator']} of {args.run}"
+        if "compensator" in body["spec"]
+        else args.run
+    )
     emit(
         args.output,
         data=lambda: created,
         table=lambda _wide: (
             f"{what} created: {body['spec']['action']} "
-            f"{args.compensator} of {args.run} (kubectl get wfa {name} shows the result)\n"
+            f"{target} (kubectl get wfa {name} shows the result)\n"
         ),
         names=lambda: [what],
     )

@@ -52,6 +52,11 @@ class EventKind(StrEnum):
     COMPENSATION_RESUMED = "compensation.resumed"
     # a rollback a person recovered has settled; the run stays as it ended
     RUN_ROLLBACK_RECOVERED = "run.rollback_recovered"
+    # a person paused the run (nothing new starts) and resumed it; a cancel asked while it
+    # was paused waits for the resume (detail: its reason)
+    RUN_PAUSED = "run.paused"
+    RUN_RESUMED = "run.resumed"
+    RUN_CANCEL_DEFERRED = "run.cancel_deferred"
 
     @classmethod
     def run_finished(cls, phase: RunPhase) -> EventKind:

@@ -140,6 +140,13 @@ def run_finished(phase: RunPhase) -> Notice:
     )
 
 
+def cancel_deferred(*, reason: str) -> Notice:
+    return Notice(
+        "CancelDeferred",
+        f"cancel asked ({reason}) while the run is paused: it is applied when the run is resumed",
+    )
+
+
 def run_duplicate(phase: RunPhase) -> Notice:
     """A duplicate (spec.idempotencyKey) took its original's final phase without executing."""
     return Notice(

@@ -129,6 +129,13 @@ class StatusInput:
     recovered_by: str | None = None
     # the earlier run with the same spec.idempotencyKey: this run does not execute
     duplicate_of: DuplicateOf | None = None
+    # since when a person has paused it (nothing starts), and a cancel kept for its resume
+    paused_at: datetime | None = None
+    deferred_cancel: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None and self.phase not in TERMINAL_RUN_PHASES
 
 
 def _transition_time(status: StatusInput, *, kind: str, holds: bool) -> datetime:
@@ -248,6 +255,8 @@ def reconciling_reason(status: StatusInput) -> str:
         return "Pending"
     if status.phase is RunPhase.QUEUED:
         return "Queued"
+    if status.paused:
+        return "Paused"
     if status.compensating:
         return "Compensating"
     if status.cancel_requested:
@@ -296,6 +305,8 @@ def run_conditions(status: StatusInput) -> list[Condition]:
     counts = status.counts
     if phase is RunPhase.QUEUED:
         progressing_reason = "Queued"
+    elif status.paused:
+        progressing_reason = "Paused"
     elif status.compensating:
         progressing_reason = "Compensating"
     elif status.cancel_requested and not finished:
@@ -339,6 +350,26 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         *_rollback_conditions(status),
         *_queue_conditions(status),
         *_duplicate_conditions(status),
+        *_pause_conditions(status),
+    ]
+
+
+def _pause_conditions(status: StatusInput) -> list[Condition]:
+    """While a person has paused the run: ``Paused``, since when, and a cancel it keeps."""
+    if not status.paused or status.paused_at is None:
+        return []
+    message = "paused by a WorkflowRunAction: no task or compensator starts until Resume"
+    if status.deferred_cancel:
+        message += f"; a cancel ({status.deferred_cancel}) is applied when it is resumed"
+    return [
+        Condition(
+            type="Paused",
+            status=ConditionStatus.TRUE,
+            reason="PausedByAction",
+            message=message,
+            last_transition_time=status.paused_at,
+            observed_generation=status.observed_generation,
+        )
     ]
 
 
@@ -405,6 +436,8 @@ def _phase_message(status: StatusInput) -> str:
         return f"cancelled: {counts.succeeded} succeeded, {counts.cancelled} cancelled" + after
     if status.phase is RunPhase.QUEUED:
         return f"queued: {status.queue.message}" if status.queue else "queued"
+    if status.paused:
+        return f"paused: {progress_text(counts, rollback=status.compensation)}"
     if status.compensating:
         return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
     text = f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"

@@ -24,8 +24,13 @@ person (the reason is required). Either way the compensators the halt skipped ar
 again and the rollback goes on in its order; the run stays ``Failed``, and when the rollback
 has settled its history says it finished after a person acted. A person's moves are not the
 engine's (``flowforge.domain.states``), so they have a table of their own
-(:data:`RECOVERY_TRANSITIONS`). Approve, Reject, Pause and Resume are refused until the
-engine has approval gates and pausing.
+(:data:`RECOVERY_TRANSITIONS`).
+
+**Pause and Resume.** While a run is paused no task and no compensator starts (released
+tasks wait ``ready``, a triggered rollback waits with its compensators pending); running Jobs
+finish and their outcomes are recorded, timeouts keep counting, and a run whose work is all
+done still finishes. A cancel asked while it is paused (``spec.cancel``) is kept and applied
+when it is resumed. Approve and Reject are refused until the engine has approval gates.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ VERBS: Mapping[RunActionKind, str] = MappingProxyType(
 RECOVERY_ACTIONS: Final = frozenset(
     {RunActionKind.RETRY_COMPENSATOR, RunActionKind.SKIP_COMPENSATOR}
 )
+PAUSE_ACTIONS: Final = frozenset({RunActionKind.PAUSE, RunActionKind.RESUME})
 _NEEDS_COMPENSATOR = RECOVERY_ACTIONS
 _NEEDS_TASK = frozenset({RunActionKind.APPROVE, RunActionKind.REJECT})
 _NEEDS_REASON = frozenset({RunActionKind.REJECT, RunActionKind.SKIP_COMPENSATOR})
@@ -242,4 +248,16 @@ def recovery_refusal(
         return f'the run has no compensator "{compensator}"'
     if compensator not in failed:
         return f'the rollback halted at "{failed[0]}", not at "{compensator}"'
+    return None
+
+
+def pause_refusal(*, action: RunActionKind, phase: RunPhase, paused: bool) -> str | None:
+    """Why a Pause or Resume cannot be applied to a run in ``phase`` (``paused``: whether it
+    is paused now); None when it can."""
+    if phase in TERMINAL_RUN_PHASES:
+        return f"the run has finished ({phase.value}): there is nothing to {action.value.lower()}"
+    if action is RunActionKind.PAUSE and paused:
+        return "the run is paused already"
+    if action is RunActionKind.RESUME and not paused:
+        return "the run is not paused"
     return None

@@ -248,6 +248,8 @@ class StatusWriter:
                 observed_generation=self._generations.get(context.run_id),
                 recovered_by=await recovery_note(self._pool, context.run_id) if steps else None,
                 duplicate_of=duplicate,
+                paused_at=record.paused_at,
+                deferred_cancel=record.deferred_cancel,
             )
         )
 

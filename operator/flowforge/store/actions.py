@@ -12,7 +12,8 @@ fresh attempts (its own ``retries + 1``, read from the run's stored definition);
 **SkipCompensator**: it is skipped, by a person, with the reason. Then the compensators
 the halt skipped (triggered ones: their ``undo_of`` is set) are pending again, and the
 run is ``recovering``: its rollback runs again while it keeps the phase it ended in
-(``settle._recovered`` records when the rollback settled).
+(``settle._recovered`` records when the rollback settled). **Pause** and **Resume**:
+``pausing.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flowforge.domain import notices
 from flowforge.domain.decision import Decision
 from flowforge.domain.history import EventKind
 from flowforge.domain.run_actions import (
+    PAUSE_ACTIONS,
     RECOVERY_ACTIONS,
     ActionResult,
     Actor,
@@ -36,6 +38,7 @@ from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
 from flowforge.store.moves import locked_move
+from flowforge.store.pausing import pause_or_resume_locked
 from flowforge.store.settle import settle_locked
 
 PROCESSED_QUERY = f"""
@@ -104,7 +107,12 @@ async def apply_action(
             )
             outcome.append(ActionOutcome(result, str(seen[1] or ""), Decision.lost(), True))
             return Decision.lost()
-        refusal, decision = await _judge(connection, fence=fence, run_id=run_id, action=action)
+        if action.action in PAUSE_ACTIONS:
+            refusal, decision = await pause_or_resume_locked(
+                connection, fence=fence, run_id=run_id, action=action, actor=actor
+            )
+        else:
+            refusal, decision = await _judge(connection, fence=fence, run_id=run_id, action=action)
         accepted = refusal is None
         message = refusal or _accepted_message(action)
         detail: dict[str, Any] = {
@@ -133,7 +141,9 @@ async def apply_action(
         noted = Decision(recorded=True, notices=(notice,))
         if not accepted:  # a refusal changes nothing: the run is not even settled
             return noted
-        return noted.then(await settle_locked(connection, fence=fence, run_id=run_id))
+        return noted.then(decision).then(
+            await settle_locked(connection, fence=fence, run_id=run_id)
+        )
 
     decision = await locked_move(pool, fence=fence, run_id=run_id, move=move)
     if not outcome:  # the run is not in the store
@@ -142,6 +152,10 @@ async def apply_action(
 
 
 def _accepted_message(action: RunAction) -> str:
+    if action.action is RunActionKind.PAUSE:
+        return "paused: no task or compensator starts until the run is resumed"
+    if action.action is RunActionKind.RESUME:
+        return "resumed: what was held starts now (and a cancel asked meanwhile is applied)"
     if action.action is RunActionKind.RETRY_COMPENSATOR:
         return f"compensator {action.compensator} runs again; the rollback goes on"
     return f"compensator {action.compensator} skipped: {action.reason}; the rollback goes on"

@@ -5,7 +5,8 @@ attempts end ``cancelled``, recorded before their Jobs are deleted) under id-ord
 locks, and settles the run, which triggers the compensators of what succeeded. When the
 WorkflowRun object itself is gone (``rollback=False``) no Job of the run can exist any
 more (the garbage collector removes every Job it owns), so the compensators that have not
-finished are skipped too and the run finishes ``Cancelled`` at once.
+finished are skipped too and the run finishes ``Cancelled`` at once. A run a person paused
+keeps the cancel for its resume (``pausing.py``), unless its object is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_task_events
 from flowforge.store.lease import Fence
 from flowforge.store.moves import locked_move
+from flowforge.store.pausing import defer_cancel_locked
 from flowforge.store.stopping import request_cancel
 
 ABANDON_QUERY = f"""
@@ -49,6 +51,12 @@ async def cancel_run(
         if row is None or RunPhase(row[0]) in TERMINAL_RUN_PHASES:
             return Decision.lost()
         decision = Decision.lost()
+        if rollback and not row[1]:  # a paused run keeps the cancel for its resume
+            deferred = await defer_cancel_locked(
+                connection, fence=fence, run_id=run_id, reason=reason
+            )
+            if deferred is not None:
+                return deferred
         if not row[1]:
             decision = await request_cancel(connection, fence=fence, run_id=run_id, reason=reason)
         if not rollback:

@@ -59,7 +59,8 @@ RECORD_SUCCESS_QUERY = f"""
 WITH {FENCE_CTE}, run AS (
     -- a run under a task limit dispatches nothing here: the locked dispatch that follows
     -- the commit does, within its limits (queue.py)
-    SELECT phase = '{RunPhase.RUNNING}' AND NOT cancel_requested AS active,
+    -- (a paused run starts nothing: its released tasks wait ready, pausing.py)
+    SELECT phase = '{RunPhase.RUNNING}' AND NOT cancel_requested AND NOT paused AS active,
            max_parallel_tasks IS NOT NULL OR EXISTS (
                SELECT 1 FROM flowforge_namespace_limits AS limits
                WHERE limits.namespace = flowforge_run.namespace

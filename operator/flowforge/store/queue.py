@@ -57,6 +57,7 @@ DISPATCH_QUERY = f"""
 WITH run AS (
     SELECT id, namespace, max_parallel_tasks FROM flowforge_run
     WHERE id = %(run)s AND phase = '{RunPhase.RUNNING}' AND NOT cancel_requested
+      AND NOT paused
     FOR NO KEY UPDATE
 ), limits AS (
     SELECT max_running_tasks, max_parallel_tasks FROM flowforge_namespace_limits

@@ -50,7 +50,8 @@ from flowforge.store.transaction import in_transaction
 
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
-    "cancel_requested, created_at, finished_at, pruned_at, recovering, duplicate_of"
+    "cancel_requested, created_at, finished_at, pruned_at, recovering, duplicate_of, "
+    "paused_at, deferred_cancel"
 )
 
 FIND_RUN_QUERY = (
@@ -76,6 +77,10 @@ class RunRecord:
     recovering: bool = False
     # the earlier run with the same spec.idempotencyKey whose result this one shows
     duplicate_of: int | None = None
+    # since when a person has paused it (None: not paused), and a cancel that waits for
+    # its resume (the reason; flowforge.store.pausing)
+    paused_at: datetime | None = None
+    deferred_cancel: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:

@@ -135,14 +135,14 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     """Inside a transaction that passed the fence check: lock the run and settle it.
     ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, cancel_requested, namespace, recovering FROM flowforge_run "
-        "WHERE id = %s FOR NO KEY UPDATE",
+        "SELECT phase, compensating, cancel_requested, namespace, recovering, paused "
+        "FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
     if row is None:
         return Decision.lost()
-    compensating, cancel_requested = bool(row[1]), bool(row[2])
+    compensating, cancel_requested, paused = bool(row[1]), bool(row[2]), bool(row[5])
     if RunPhase(row[0]) in TERMINAL_RUN_PHASES:
         if not row[4]:
             return Decision.lost()
@@ -151,7 +151,9 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
             connection, fence=fence, run_id=run_id, cancel=cancel_requested, ended=True
         )
     if compensating:
-        return await _next_step(connection, fence=fence, run_id=run_id, cancel=cancel_requested)
+        return await _next_step(
+            connection, fence=fence, run_id=run_id, cancel=cancel_requested, paused=paused
+        )
     counts = await forward_counts_locked(connection, run_id)
     if counts.unresolved:
         holding = await connection.execute(HOLD_UNRESOLVED_QUERY, {"run": run_id})
@@ -163,13 +165,22 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
         return Decision.lost()
     if phase is RunPhase.SUCCEEDED:
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
-    return await _start_rollback(connection, fence=fence, run_id=run_id, phase=phase, counts=counts)
+    return await _start_rollback(
+        connection, fence=fence, run_id=run_id, phase=phase, counts=counts, paused=paused
+    )
 
 
 async def _start_rollback(
-    connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase, counts: TaskCounts
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    phase: RunPhase,
+    counts: TaskCounts,
+    paused: bool,
 ) -> Decision:
-    """Trigger the compensators of the tasks that succeeded, and start the first."""
+    """Trigger the compensators of the tasks that succeeded, and start the first (unless a
+    person paused the run: its resume does)."""
     triggered = (
         await _trigger(connection, fence=fence, run_id=run_id)
         if counts.succeeded or await _attempted(connection, run_id=run_id)
@@ -190,7 +201,13 @@ async def _start_rollback(
     )
     started = Decision(recorded=True, notices=(notices.rollback_started(triggered),))
     return started.then(
-        await _next_step(connection, fence=fence, run_id=run_id, cancel=phase is RunPhase.CANCELLED)
+        await _next_step(
+            connection,
+            fence=fence,
+            run_id=run_id,
+            cancel=phase is RunPhase.CANCELLED,
+            paused=paused,
+        )
     )
 
 
@@ -232,10 +249,17 @@ async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tupl
 
 
 async def _next_step(
-    connection: Connection, *, fence: Fence, run_id: int, cancel: bool, ended: bool = False
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    cancel: bool,
+    ended: bool = False,
+    paused: bool = False,
 ) -> Decision:
-    """Start the compensator whose turn it is; finish the run when none is left (or, for a
-    run that had ``ended`` and whose rollback a person recovered, record that it settled)."""
+    """Start the compensator whose turn it is (not while a person has paused the run);
+    finish the run when none is left (or, for a run that had ``ended`` and whose rollback a
+    person recovered, record that it settled)."""
     cursor = await connection.execute(NEXT_STEP_QUERY, {"run": run_id})
     row = await cursor.fetchone()
     if row is None:
@@ -248,7 +272,7 @@ async def _next_step(
         phase = RunPhase.CANCELLED if cancel else RunPhase.FAILED
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
     task_id, key, attempt, timeout, not_before, due, one_running = row
-    if one_running:
+    if one_running or paused:
         return Decision.lost()
     if not due:
         return Decision(recorded=True, wake_at=not_before)

@@ -71,7 +71,10 @@ test: $(STAMP) $(NODE_STAMP) $(UI_STAMP) chromium controlplane kueue image promt
 	$(PY) -m ruff format --check operator tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest tests --durations=30
+	@# the tests without a cluster (pure, PostgreSQL, the engine harness) two at a time, each
+	@# worker its own PostgreSQL server; then the ones on the real control plane, one by one
+	$(PY) -m pytest tests/unit tests/store tests/engine -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest tests --ignore=tests/unit --ignore=tests/store --ignore=tests/engine --durations=30
 
 test-unit: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest tests/unit

@@ -23,7 +23,7 @@ printf '[gotools %s] building %s (a few minutes cold)\n' "$(date +%H:%M:%S)" "$n
 (
   cd "$src"
   CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-    go build -trimpath -o "$dest/$name.tmp" .
+    go build -trimpath -o "$dest/$name.tmp.$$" .
 )
-mv "$dest/$name.tmp" "$dest/$name"
+mv "$dest/$name.tmp.$$" "$dest/$name"  # atomic: two test workers may build at once
 echo "$dest/$name"

@@ -87,7 +87,7 @@ async def test_the_read_api_reads_the_recorded_uid_only_in_its_scope(
     found = {}
     try:
         for namespace in (NAMESPACE, "team-b"):
-            async with scoped_reader(server, [namespace]) as connection:
+            async with scoped_reader(server, [namespace], namespace_uids={}) as connection:
                 found[namespace] = await recorded_job_uid_on(
                     connection, run_id=run_id, task_key="a", attempt=1
                 )

@@ -45,8 +45,10 @@ class StoredDefinition:
 
 
 async def publish_definition(
-    pool: Pool, *, namespace: str, definition: DefinitionSpec
+    pool: Pool, *, namespace: str, definition: DefinitionSpec, namespace_uid: str | None = None
 ) -> PublishedDefinition:
+    """Publish ``definition`` in ``namespace`` (whose uid, when known, is recorded with it:
+    readers show it only while the namespace of that name has this uid, migration 15)."""
     fingerprint = definition.fingerprint
     # building the graph validates it: nothing cyclic or dangling gets a row
     definition.graph.topological_order()
@@ -55,12 +57,20 @@ async def publish_definition(
     async def decide(connection: Connection) -> PublishedDefinition:
         inserted = await connection.execute(
             """
-            INSERT INTO flowforge_definition (namespace, workflow, version, fingerprint, document)
-            VALUES (%s, %s, %s, %s, %s)
+            INSERT INTO flowforge_definition
+                (namespace, workflow, version, fingerprint, document, namespace_uid)
+            VALUES (%s, %s, %s, %s, %s, %s)
             ON CONFLICT ON CONSTRAINT flowforge_definition_identity DO NOTHING
             RETURNING id, published_at
             """,
-            (namespace, definition.workflow, definition.version, fingerprint, document),
+            (
+                namespace,
+                definition.workflow,
+                definition.version,
+                fingerprint,
+                document,
+                namespace_uid,
+            ),
         )
         row = await inserted.fetchone()
         if row is not None:

@@ -101,6 +101,7 @@ async def create_run(
     priority: int = 0,
     max_parallel_tasks: int | None = None,
     submitted_at: datetime | None = None,
+    namespace_uid: str | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
     for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
@@ -109,7 +110,8 @@ async def create_run(
     workflow leave room and no queued run is ahead of it (``queue.py``), else ``Queued``
     with its ``priority`` (first come first served within one: ``submitted_at``, the
     object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
-    definition's)."""
+    definition's). ``namespace_uid``: the uid of the namespace the object is in (migration
+    15: readers show the run only while the namespace of that name has this uid)."""
     spec = definition.spec
     # the run's shape (UserError when the parameters do not fit: admission refuses those)
     expansion = expand(spec, parameters or {})
@@ -122,8 +124,8 @@ async def create_run(
         cursor = await connection.execute(
             "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
             "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
-            "submitted_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "coalesce(%s, now())) "
+            "submitted_at, namespace_uid) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now()), %s) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
             (
@@ -139,6 +141,7 @@ async def create_run(
                 None if spec.concurrency is None else spec.concurrency.max_runs,
                 None if spec.concurrency is None else spec.concurrency.policy,
                 submitted_at,
+                namespace_uid,
             ),
         )
         row = await cursor.fetchone()

@@ -7,19 +7,14 @@ what it compares with, so they must answer the newest uid recorded for the attem
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
 from flowforge.domain.history import EventKind
-from flowforge.store import roles
 from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due, record_job_created
 from flowforge.store.lease import Fence
-from flowforge.store.pool import open_pool
 from flowforge.store.queries import (
     job_created_attempts,
     recorded_job_uid,
@@ -68,7 +63,7 @@ async def test_the_newest_recorded_uid_of_each_attempt_is_read_back(
 
 
 async def test_the_read_api_reads_the_recorded_uid_only_in_its_scope(
-    store: Pool, fence: Fence, store_dsn: str, login_role_dsn: Callable[..., str]
+    store: Pool, fence: Fence, server_pool: Pool
 ) -> None:
     """The log endpoint picks the Pod by this uid, read as the server within its scope."""
     run_id = (await start_run(store, fence, TASKS)).run.id
@@ -77,21 +72,11 @@ async def test_the_read_api_reads_the_recorded_uid_only_in_its_scope(
         store, fence=fence, run_id=run_id, task_key="a", attempt=1, job="j-a", uid="uid-a",
         created=True,
     )  # fmt: skip
-    server_dsn = login_role_dsn("ff_test_server", member_of=roles.SERVER)
-    with psycopg.connect(store_dsn, autocommit=True) as admin:
-        admin.execute(
-            "INSERT INTO flowforge_reporting_grant (grantee, namespace) "
-            "VALUES ('ff_test_server', '*')"
-        )
-    server = await open_pool(server_dsn, min_size=1, max_size=1)
     found = {}
-    try:
-        for namespace in (NAMESPACE, "team-b"):
-            async with scoped_reader(server, [namespace], namespace_uids={}) as connection:
-                found[namespace] = await recorded_job_uid_on(
-                    connection, run_id=run_id, task_key="a", attempt=1
-                )
-    finally:
-        await server.close()
+    for namespace in (NAMESPACE, "team-b"):
+        async with scoped_reader(server_pool, [namespace], namespace_uids={}) as connection:
+            found[namespace] = await recorded_job_uid_on(
+                connection, run_id=run_id, task_key="a", attempt=1
+            )
 
     assert found == {NAMESPACE: "uid-a", "team-b": None}

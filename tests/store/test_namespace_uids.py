@@ -6,7 +6,6 @@ before uids were recorded are shown as before. The recorded uid cannot be rewrit
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -18,7 +17,6 @@ from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.lease import Fence
-from flowforge.store.pool import open_pool
 from flowforge.store.runs import create_run
 from tests.store.conftest import DIAMOND, NAMESPACE, definition
 
@@ -65,21 +63,6 @@ async def history(store: Pool, fence: Fence) -> dict[str, int]:
     }
 
 
-@pytest.fixture
-async def server(store_dsn: str, login_role_dsn: Any) -> AsyncIterator[Pool]:
-    dsn = login_role_dsn("ff_test_server", member_of=roles.SERVER)
-    with psycopg.connect(store_dsn, autocommit=True) as admin:
-        admin.execute(
-            "INSERT INTO flowforge_reporting_grant (grantee, namespace) "
-            "VALUES ('ff_test_server', '*')"
-        )
-    pool = await open_pool(dsn, min_size=1, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
 async def what_is_shown(server: Pool, namespace_uids: dict[str, str]) -> dict[str, Any]:
     async with scoped_reader(server, [NAMESPACE], namespace_uids=namespace_uids) as connection:
         runs = await browse.list_runs(connection, namespaces=[NAMESPACE])
@@ -99,9 +82,9 @@ async def what_is_shown(server: Pool, namespace_uids: dict[str, str]) -> dict[st
 
 
 async def test_the_new_namespace_is_never_shown_the_old_ones_runs_or_definitions(
-    history: dict[str, int], server: Pool
+    history: dict[str, int], server_pool: Pool
 ) -> None:
-    now = await what_is_shown(server, {NAMESPACE: NEW_UID})
+    now = await what_is_shown(server_pool, {NAMESPACE: NEW_UID})
 
     assert now == {
         "runs": ["etl", "legacy"],
@@ -113,26 +96,26 @@ async def test_the_new_namespace_is_never_shown_the_old_ones_runs_or_definitions
 
 
 async def test_while_the_old_namespace_existed_it_saw_its_own(
-    history: dict[str, int], server: Pool
+    history: dict[str, int], server_pool: Pool
 ) -> None:
-    then = await what_is_shown(server, {NAMESPACE: OLD_UID})
+    then = await what_is_shown(server_pool, {NAMESPACE: OLD_UID})
 
     assert then["runs"] == then["found"] == then["workflows"] == ["legacy", "payroll"]
 
 
 async def test_a_namespace_that_exists_no_more_shows_only_rows_without_a_uid(
-    history: dict[str, int], server: Pool
+    history: dict[str, int], server_pool: Pool
 ) -> None:
-    gone = await what_is_shown(server, {})
+    gone = await what_is_shown(server_pool, {})
 
     assert gone["runs"] == gone["found"] == gone["workflows"] == ["legacy"]
 
 
 async def test_without_the_uids_setting_no_row_with_a_uid_is_shown(
-    history: dict[str, int], server: Pool
+    history: dict[str, int], server_pool: Pool
 ) -> None:
     """A transaction that did not go through the scoped reader fails closed."""
-    async with server.connection() as connection, connection.transaction():
+    async with server_pool.connection() as connection, connection.transaction():
         await roles.scope_namespaces(connection, [NAMESPACE])
         runs = await browse.list_runs(connection, namespaces=[NAMESPACE])
 
@@ -158,7 +141,7 @@ async def test_without_the_uids_setting_no_row_with_a_uid_is_shown(
     ],
 )
 async def test_the_operators_role_cannot_move_old_rows_into_the_new_namespace(
-    statement: str, words: str, history: dict[str, int], login_role_dsn: Any, server: Pool
+    statement: str, words: str, history: dict[str, int], login_role_dsn: Any, server_pool: Pool
 ) -> None:
     operator = login_role_dsn("ff_test_operator", member_of=roles.OPERATOR)
     with (
@@ -167,4 +150,4 @@ async def test_the_operators_role_cannot_move_old_rows_into_the_new_namespace(
     ):
         connection.execute(statement.encode())
 
-    assert (await what_is_shown(server, {NAMESPACE: NEW_UID}))["runs"] == ["etl", "legacy"]
+    assert (await what_is_shown(server_pool, {NAMESPACE: NEW_UID}))["runs"] == ["etl", "legacy"]

@@ -2,10 +2,11 @@
 -- Publishing (store/definitions.py) only INSERTs, by content; nothing in FlowForge updates
 -- or deletes a definition row, yet the operator's role holds UPDATE on every engine table
 -- (migration 4), so a stolen operator DSN could rewrite what a version runs. A row trigger
--- refuses any UPDATE that changes a published row's content or identity (id, namespace,
--- workflow, version, fingerprint, document, published_at), to every role, the owner and
--- superusers included (only disabling the trigger, which needs the owner, gets past it);
--- an UPDATE that changes none of them passes. DELETE and TRUNCATE are refused to every role
+-- refuses any UPDATE that changes a published row (its content, identity, publication time,
+-- and any column a later migration adds: nothing of a published definition ever changes),
+-- to every role, the owner and superusers included (only disabling the trigger, which needs
+-- the owner, gets past it; a later migration that must backfill a column does so); an
+-- UPDATE that changes nothing passes. DELETE and TRUNCATE are refused to every role
 -- without the privileges of flowforge_retention (none deletes definitions today; privileges
 -- already refuse the operator and the webhook, the trigger stops the owner and a mistaken
 -- grant too), as for flowforge_event (migration 4).
@@ -14,11 +15,7 @@ CREATE FUNCTION flowforge_definition_immutable() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        IF (OLD.id, OLD.namespace, OLD.workflow, OLD.version, OLD.fingerprint, OLD.document,
-            OLD.published_at)
-           IS DISTINCT FROM
-           (NEW.id, NEW.namespace, NEW.workflow, NEW.version, NEW.fingerprint, NEW.document,
-            NEW.published_at) THEN
+        IF pg_catalog.to_jsonb(OLD) IS DISTINCT FROM pg_catalog.to_jsonb(NEW) THEN
             RAISE EXCEPTION 'flowforge_definition is immutable: % v% in namespace % is published and may not be changed (role %)',
                 OLD.workflow, OLD.version, OLD.namespace, current_user
                 USING ERRCODE = 'insufficient_privilege',

@@ -5,42 +5,14 @@
 -- as it was when the row was written; readers show a row only when it matches the uid the
 -- namespace has now (store/browse.py). NULL: written before this migration, or by a writer
 -- that did not know the uid (shown as before: which namespace it belonged to is unknown).
--- Numbered 15 (not 13) so that a parallel branch's 13 does not collide (migrate.py allows gaps).
+-- (13 is left free for a parallel branch: migrate.py allows gaps.)
 ALTER TABLE flowforge_definition
     ADD COLUMN namespace_uid text CHECK (namespace_uid <> '');
 ALTER TABLE flowforge_run
     ADD COLUMN namespace_uid text CHECK (namespace_uid <> '');
 
--- A published definition's namespace uid is part of its identity: immutable like the rest
--- (migration 14's trigger function, now comparing it too).
-CREATE OR REPLACE FUNCTION flowforge_definition_immutable() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        IF (OLD.id, OLD.namespace, OLD.workflow, OLD.version, OLD.fingerprint, OLD.document,
-            OLD.published_at, OLD.namespace_uid)
-           IS DISTINCT FROM
-           (NEW.id, NEW.namespace, NEW.workflow, NEW.version, NEW.fingerprint, NEW.document,
-            NEW.published_at, NEW.namespace_uid) THEN
-            RAISE EXCEPTION 'flowforge_definition is immutable: % v% in namespace % is published and may not be changed (role %)',
-                OLD.workflow, OLD.version, OLD.namespace, current_user
-                USING ERRCODE = 'insufficient_privilege',
-                      HINT = 'publish a new version instead';
-        END IF;
-        RETURN NEW;
-    END IF;
-    IF NOT pg_catalog.pg_has_role(current_user, 'flowforge_retention', 'USAGE') THEN
-        RAISE EXCEPTION 'flowforge_definition is immutable: % refused for role %', TG_OP,
-            current_user
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'only members of flowforge_retention delete published definitions';
-    END IF;
-    IF TG_LEVEL = 'ROW' THEN
-        RETURN OLD;
-    END IF;
-    RETURN NULL;
-END;
-$$;
+-- A published definition's namespace uid never changes: migration 14's trigger refuses any
+-- change of a published row, this column included.
 
 -- A run's namespace uid never changes once written: a row trigger refuses the change to
 -- every role (the operator updates runs all the time, never this column).

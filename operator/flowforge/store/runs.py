@@ -158,6 +158,7 @@ async def create_run(
                 definition=definition,
                 retry_of=retry_of,
                 requested_by=requested_by,
+                namespace_uid=namespace_uid,
             )
         await _insert_graph(
             connection,

@@ -8,8 +8,11 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from flowforge.domain.validation import parse_definition
 from flowforge.kube.errors import KubernetesRefusal, KubernetesUnavailable
-from flowforge.operator.runs import NamespaceUids
+from flowforge.operator.runs import NamespaceUids, RunRefusedError
+from flowforge.store.definitions import publish_definition
+from flowforge.store.queries import find_run_id_by_uid
 from flowforge.store.runs import get_run
 from tests.engine.conftest import NAMESPACE, Harness
 
@@ -87,3 +90,35 @@ async def test_an_apiserver_that_does_not_answer_is_not_a_missing_namespace() ->
 
     with pytest.raises(KubernetesUnavailable):  # the creation is retried, never made uid-less
         await NamespaceUids(down).uid("team-a")
+
+
+async def test_a_run_never_runs_a_definition_of_an_earlier_namespace_of_the_same_name(
+    harness: Harness,
+) -> None:
+    """The old team-a published payroll v5 (its configs, images); team-a was deleted and
+    re-created by someone else, who applies a run naming payroll v5."""
+    document = {
+        "workflow": "payroll",
+        "version": 1,
+        "taskTypes": {"py": {"image": "registry.example/payroll:1"}},
+        "tasks": [{"key": "pay", "type": "py", "config": {"bank": "secret"}}],
+    }
+    await publish_definition(
+        harness.pool,
+        namespace=NAMESPACE,
+        definition=parse_definition(document),
+        namespace_uid="uid-of-the-old-team-a",
+    )
+    harness.kube.namespaces[NAMESPACE] = "uid-of-the-new-team-a"
+    body = harness.stored_run("steal", workflow="payroll")
+
+    with pytest.raises(RunRefusedError, match="published in an earlier namespace named team-a"):
+        await harness.engine.start_run(body)
+
+    assert (
+        await find_run_id_by_uid(harness.pool, namespace=NAMESPACE, uid=body["metadata"]["uid"])
+        is None
+    )
+    assert harness.kube.created == []
+    message = harness.kube.runs[(NAMESPACE, "steal")]["status"]["message"]
+    assert "publish the workflow here under a new version" in message

@@ -114,6 +114,19 @@ async def no_namespace_uid(namespace: str) -> str | None:
     return None
 
 
+def _same_namespace(definition: StoredDefinition, namespace_uid: str | None) -> None:
+    """A run never runs a definition published in an earlier namespace of the same name (one
+    deleted since, perhaps someone else's): it is refused (unknown uids match)."""
+    recorded = definition.namespace_uid
+    if recorded is not None and namespace_uid is not None and recorded != namespace_uid:
+        spec = definition.spec
+        raise RunRefusedError(
+            f"{spec.workflow} v{spec.version} was published in an earlier namespace named "
+            f"{definition.namespace}, deleted since; publish the workflow here under a new "
+            "version"
+        )
+
+
 class RunCache:
     def __init__(
         self,
@@ -194,8 +207,10 @@ class RunCache:
             context, phase = await self._load(existing)
             return Sighting(context=context, created=False, phase=phase)
         spec = body.get("spec") or {}
+        namespace_uid = await self._namespace_uid(namespace)
         try:
             definition = await self._load_definition(namespace, spec)
+            _same_namespace(definition, namespace_uid)
             # the run's shape: what admission checked, decided again on what is stored
             parameters = dict(expand(definition.spec, spec.get("parameters") or {}).parameters)
         except (UserError, StoredDefinitionInvalidError) as error:
@@ -214,7 +229,7 @@ class RunCache:
             priority=int(spec.get("priority") or 0),
             max_parallel_tasks=spec.get("maxParallelTasks"),
             submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
-            namespace_uid=await self._namespace_uid(namespace),
+            namespace_uid=namespace_uid,
         )
         context = RunContext(
             run_id=created.run.id,

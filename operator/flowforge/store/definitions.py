@@ -42,6 +42,8 @@ class StoredDefinition:
     spec: DefinitionSpec
     fingerprint: str
     published_at: datetime
+    # the uid its namespace had when it was published (None: not recorded, migration 15)
+    namespace_uid: str | None = None
 
 
 async def publish_definition(
@@ -144,8 +146,10 @@ def _revalidate(
     return spec
 
 
-def _stored(namespace: str, row: tuple[int, str, int, str, object, datetime]) -> StoredDefinition:
-    definition_id, workflow, version, fingerprint, document, published_at = row
+def _stored(
+    namespace: str, row: tuple[int, str, int, str, object, datetime, str | None]
+) -> StoredDefinition:
+    definition_id, workflow, version, fingerprint, document, published_at, namespace_uid = row
     spec = _revalidate(
         namespace=namespace,
         workflow=workflow,
@@ -159,11 +163,13 @@ def _stored(namespace: str, row: tuple[int, str, int, str, object, datetime]) ->
         spec=spec,
         fingerprint=fingerprint,
         published_at=published_at,
+        namespace_uid=namespace_uid,
     )
 
 
 _SELECT = (
-    "SELECT id, workflow, version, fingerprint, document, published_at FROM flowforge_definition "
+    "SELECT id, workflow, version, fingerprint, document, published_at, namespace_uid "
+    "FROM flowforge_definition "
 )
 LOAD_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s AND version = %s"
 LOAD_NEWEST_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s ORDER BY version DESC LIMIT 1"
@@ -192,8 +198,8 @@ async def load_definition_by_id(pool: Pool, definition_id: int) -> StoredDefinit
 async def load_definition_by_id_on(connection: Connection, definition_id: int) -> StoredDefinition:
     """As ``load_definition_by_id``, on the caller's connection (inside its transaction)."""
     cursor = await connection.execute(
-        "SELECT namespace, id, workflow, version, fingerprint, document, published_at "
-        "FROM flowforge_definition WHERE id = %s",
+        "SELECT namespace, id, workflow, version, fingerprint, document, published_at, "
+        "namespace_uid FROM flowforge_definition WHERE id = %s",
         (definition_id,),
     )
     row = await cursor.fetchone()

@@ -85,7 +85,7 @@ async def test_the_pending_publisher_publishes_stored_objects_only(
 ) -> None:
     kube = KubeClient.connect(kubeconfig=str(cluster.kubeconfig), threads=2)
     try:
-        publish = PendingPublisher(pool=webhook_store, kube=kube)
+        publish = PendingPublisher(pool=webhook_store, kube=kube, namespace_uid=kube.namespace_uid)
         assert await publish(namespace=namespace, workflow="etl") is False
         assert apply(cluster, namespace, definition(), dry_run=True).returncode == 0
         assert await publish(namespace=namespace, workflow="etl") is False  # nothing stored

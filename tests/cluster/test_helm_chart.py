@@ -656,6 +656,7 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_calls(
             ("create", "events"),
             ("create", "configmaps"),
             ("get", "configmaps"),
+            ("get", "namespaces"),  # its uid, recorded with runs and definitions
         ]
         for verb, resource in granted:
             assert _can(cluster, operator, verb, resource, None), (verb, resource)

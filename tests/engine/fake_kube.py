@@ -42,6 +42,8 @@ class FakeKube:
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_map_calls = 0  # creations asked for, AlreadyExists included
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.namespaces: dict[str, str | None] = {}  # name -> uid (None: there is none)
+        self.namespace_reads = 0
         self.policies: dict[str, list[dict[str, Any]]] = {}
         self.actions: dict[tuple[str, str], dict[str, Any]] = {}  # WorkflowRunActions
         self.events: list[RunEvent] = []
@@ -96,6 +98,11 @@ class FakeKube:
         del self.jobs[(namespace, name)]
         self.deleted.append(name)
         return True
+
+    async def namespace_uid(self, namespace: str) -> str | None:
+        """Each namespace's uid (a test deletes and re-creates one by changing it)."""
+        self.namespace_reads += 1
+        return self.namespaces.setdefault(namespace, str(uuid.uuid4()))
 
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         self.job_reads += 1

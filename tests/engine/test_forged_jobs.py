@@ -22,7 +22,7 @@ from flowforge.operator import metrics
 from flowforge.operator.launcher import FORGERY_NOTICES_PER_RUN, ForgeryNotices
 from flowforge.store.events import run_history
 from flowforge.store.queries import recorded_jobs
-from tests.engine.conftest import NAMESPACE, Harness
+from tests.engine.conftest import NAMESPACE, Harness, wait_until
 
 pytestmark = pytest.mark.store
 
@@ -125,11 +125,13 @@ async def test_the_reconciler_neither_deletes_nor_reads_a_copy(harness: Harness)
     assert len(forged_notices(harness)) == 2  # one per forged Job
 
 
-async def test_a_squatter_with_the_attempts_name_is_never_adopted(harness: Harness) -> None:
+def squat(harness: Harness, attempts: int) -> list[str]:
+    """Before each of the first ``attempts`` Job creations, someone creates a Job of that
+    name first, not owned by the run (the name is predictable from the run's uid)."""
     squatted: list[str] = []
 
     async def squat_first(manifest: Mapping[str, Any]) -> None:
-        if not squatted:  # someone created a Job of that name first, not owned by the run
+        if len(squatted) < attempts:
             metadata = manifest["metadata"]
             squatted.append(metadata["name"])
             job = copy.deepcopy(dict(manifest)) | {"status": {}}
@@ -138,28 +140,73 @@ async def test_a_squatter_with_the_attempts_name_is_never_adopted(harness: Harne
             harness.kube.jobs[(metadata["namespace"], metadata["name"])] = job
 
     harness.kube.before_create = squat_first
-    run = await harness.start("squat", ONE_TASK)
-    [name] = squatted
-    assert await recorded_jobs(harness.pool, run.run_id) == {}
+    return squatted
 
-    finished = harness.kube.finish(name, succeeded=True)
+
+async def attempt_failures(harness: Harness, run_id: int) -> list[tuple[str, int | None, str]]:
+    return [
+        (e.kind, e.attempt, e.detail["reason"])
+        for e in await run_history(harness.pool, run_id)
+        if e.kind in (EventKind.TASK_ATTEMPT_FAILED, EventKind.TASK_FAILED)
+    ]
+
+
+async def test_a_squatter_with_the_attempts_name_is_never_adopted_and_does_not_hang_it(
+    harness: Harness,
+) -> None:
+    squatted = squat(harness, 1)
+    run = await harness.start("squat", ONE_TASK)
+    await harness.settle_background()
+    [name] = squatted
+
+    finished = harness.kube.finish(name, succeeded=True)  # the squatter "succeeds"
     await harness.engine.on_job_event(finished, "MODIFIED")
-    await harness.reconciler.pass_once()  # neither adopted nor deleted: the attempt waits
+    await harness.reconciler.pass_once()  # neither adopted nor deleted
     await harness.settle_background()
 
-    assert (await harness.states(run))["only"] == TaskState.RUNNING
-    assert await outcome_events(harness, run.run_id) == []
+    # the attempt failed at once, saying why; its retry's Job has a name of its own
+    assert await attempt_failures(harness, run.run_id) == [
+        (EventKind.TASK_ATTEMPT_FAILED, 1, "JobNameTaken")
+    ]
+    await wait_until(  # the backoff (0.05 s) wakes the run up
+        lambda: any("-only-2-" in created for created in harness.kube.created),
+        what="attempt 2's Job",
+    )
+    assert not [
+        e
+        for e in await outcome_events(harness, run.run_id)
+        if e[0] != EventKind.TASK_ATTEMPT_FAILED
+    ]
+    retry = harness.job_of("only", attempt=2)
+    assert retry != name and retry in harness.kube.created
+    recorded = await recorded_jobs(harness.pool, run.run_id)
+    assert recorded == {("only", 2): harness.kube.jobs[(NAMESPACE, retry)]["metadata"]["uid"]}
     assert (NAMESPACE, name) in harness.kube.jobs and harness.kube.deleted == []
     [notice] = forged_notices(harness)
     assert "the run is not its controller owner" in notice
-
-    del harness.kube.jobs[(NAMESPACE, name)]  # the namespace's owner removes it
-    await harness.reconciler.pass_once()  # the name is free: the run's own Job is created
-    assert name in harness.kube.created
-    [(_, uid)] = (await recorded_jobs(harness.pool, run.run_id)).items()
-    assert uid == harness.kube.jobs[(NAMESPACE, name)]["metadata"]["uid"]
-    await harness.finish("only")
+    await harness.finish("only", attempt=2)
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
+
+
+async def test_squatting_every_attempts_name_fails_the_task_instead_of_hanging_it(
+    harness: Harness,
+) -> None:
+    squatted = squat(harness, 2)  # ONE_TASK allows one retry: two attempts
+    run = await harness.start("squat-all", ONE_TASK)
+
+    async def task_failed() -> bool:
+        return (await harness.states(run))["only"] == TaskState.FAILED
+
+    await wait_until(task_failed, what="the task's failure")  # after the retry's backoff
+
+    assert len(squatted) == 2
+    assert await attempt_failures(harness, run.run_id) == [
+        (EventKind.TASK_ATTEMPT_FAILED, 1, "JobNameTaken"),
+        (EventKind.TASK_FAILED, 2, "JobNameTaken"),
+    ]
+    assert (await harness.run(run)).phase is RunPhase.FAILED
+    assert await recorded_jobs(harness.pool, run.run_id) == {}
+    assert harness.kube.deleted == []
 
 
 async def test_a_job_put_in_place_of_a_vanished_one_is_no_outcome_of_it(

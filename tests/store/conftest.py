@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -17,12 +18,14 @@ from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeRea
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
+from flowforge.store import roles
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.dispatch import dispatch_due
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence, acquire_lease, current_lease, release_lease
 from flowforge.store.outcomes import RECORD_SUCCESS_QUERY, record_outcome
+from flowforge.store.pool import open_pool
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, create_run
 
@@ -57,6 +60,23 @@ def definition(
     if description:
         document["description"] = description
     return parse_definition(document)
+
+
+@pytest.fixture
+async def server_pool(store_dsn: str, login_role_dsn: Any) -> AsyncIterator[Pool]:
+    """A pool of a ``flowforge_server`` login granted every namespace (what it reads is
+    what its transaction is scoped to, ``browse.scoped_reader``)."""
+    dsn = login_role_dsn("ff_test_server", member_of=roles.SERVER)
+    with psycopg.connect(store_dsn, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO flowforge_reporting_grant (grantee, namespace) "
+            "VALUES ('ff_test_server', '*')"
+        )
+    pool = await open_pool(dsn, min_size=1, max_size=2)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture

@@ -109,7 +109,10 @@ async def test_versions_are_listed_and_the_newest_found(store: Pool) -> None:
 
 
 async def _tamper(store: Pool, statement: str) -> None:
-    async with store.connection() as connection:
+    """A superuser's edit by hand, past the immutability trigger (migration 14): loading
+    re-validates the row all the same."""
+    async with store.connection() as connection, connection.transaction():
+        await connection.execute(b"SET LOCAL session_replication_role = replica")
         await connection.execute(statement.encode())
 
 

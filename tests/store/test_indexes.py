@@ -386,6 +386,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (NAMESPACE, "wf-3-run"),
         needs("flowforge_run_identity", "flowforge_definition_pkey"),
     ),
+    "reuse.SOURCE_QUERY": (
+        reuse.SOURCE_QUERY,
+        lambda p: (NAMESPACE, "wf-3-run", "a-namespace-uid", "a-namespace-uid"),
+        needs("flowforge_run_identity", "flowforge_definition_pkey"),
+    ),
     "reuse.LIST_QUERY": (
         reuse.LIST_QUERY,
         lambda p: (NAMESPACE, None, None, 100),

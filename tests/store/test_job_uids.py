@@ -11,11 +11,17 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from flowforge.domain.history import EventKind
+from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import dispatch_due, record_job_created
 from flowforge.store.lease import Fence
-from flowforge.store.queries import job_created_attempts, recorded_job_uid, recorded_jobs
-from tests.store.conftest import start_run
+from flowforge.store.queries import (
+    job_created_attempts,
+    recorded_job_uid,
+    recorded_job_uid_on,
+    recorded_jobs,
+)
+from tests.store.conftest import NAMESPACE, start_run
 
 pytestmark = pytest.mark.store
 
@@ -54,3 +60,23 @@ async def test_the_newest_recorded_uid_of_each_attempt_is_read_back(
     assert await recorded_job_uid(store, run_id=run_id, task_key="b", attempt=1) == "uid-b"
     assert await recorded_job_uid(store, run_id=run_id, task_key="c", attempt=1) is None
     assert await recorded_job_uid(store, run_id=run_id, task_key="a", attempt=2) is None
+
+
+async def test_the_read_api_reads_the_recorded_uid_only_in_its_scope(
+    store: Pool, fence: Fence, server_pool: Pool
+) -> None:
+    """The log endpoint picks the Pod by this uid, read as the server within its scope."""
+    run_id = (await start_run(store, fence, TASKS)).run.id
+    await dispatch_due(store, fence=fence, run_id=run_id)
+    await record_job_created(
+        store, fence=fence, run_id=run_id, task_key="a", attempt=1, job="j-a", uid="uid-a",
+        created=True,
+    )  # fmt: skip
+    found = {}
+    for namespace in (NAMESPACE, "team-b"):
+        async with scoped_reader(server_pool, [namespace], namespace_uids={}) as connection:
+            found[namespace] = await recorded_job_uid_on(
+                connection, run_id=run_id, task_key="a", attempt=1
+            )
+
+    assert found == {NAMESPACE: "uid-a", "team-b": None}

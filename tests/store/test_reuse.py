@@ -68,6 +68,7 @@ async def _create(
     *,
     retry_of: str | None = None,
     uid: str | None = None,
+    namespace_uid: str | None = None,
 ) -> RunRecord:
     created = await create_run(
         store,
@@ -78,6 +79,7 @@ async def _create(
         definition=stored,
         parameters={"date": "2026-11-30"},
         retry_of=retry_of,
+        namespace_uid=namespace_uid,
     )
     return created.run
 
@@ -233,6 +235,36 @@ async def test_nothing_is_reused_across_definition_versions_or_without_a_source(
     assert (await _states(store, unknown.id))["a"] == (TaskState.READY, 0)
     assert [e.kind for e in await run_history(store, unknown.id)] == [EventKind.RUN_CREATED]
     assert await reusable_tasks(store, namespace=NAMESPACE, run_name="no-such-run") == set()
+
+
+async def test_nothing_is_reused_from_a_run_of_an_earlier_namespace_of_the_same_name(
+    store: Pool, fence: Fence
+) -> None:
+    """Migration 15: the namespace was deleted and re-created (another uid); a retry naming
+    a run of the old one (same definition content, same parameters) reuses none of its work,
+    while a retry within one namespace, or of a run from before uids, still does."""
+    stored = await _publish(store, DIAMOND, workflow="moved")
+
+    async def failed_run(name: str, namespace_uid: str | None) -> None:
+        old = await _create(store, fence, stored, name, namespace_uid=namespace_uid)
+        await _finish(store, fence, old, "a", ok=True)
+        await _finish(store, fence, old, "b", ok=False)
+
+    await failed_run("old-owner", "uid-old")
+    await failed_run("legacy", None)
+    await failed_run("same-owner", "uid-new")
+    reused = {}
+    for source in ("old-owner", "legacy", "same-owner"):
+        retry = await _create(
+            store, fence, stored, f"{source}-retry", retry_of=source, namespace_uid="uid-new"
+        )
+        reused[source] = (await _states(store, retry.id))["a"][0]
+
+    assert reused == {
+        "old-owner": TaskState.READY,
+        "legacy": TaskState.SUCCEEDED,
+        "same-owner": TaskState.SUCCEEDED,
+    }
 
 
 async def test_creating_the_retry_again_changes_nothing(store: Pool, fence: Fence) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.policy import Policy, PolicySpec, definition_violations
 from flowforge.domain.run_files import VOLUME_NAME
 from flowforge.domain.states import TaskRole
@@ -145,6 +146,55 @@ def test_the_schema_refuses_what_the_apiserver_would(
     found = errors_of(template)
     assert [p for p, _ in found] == [path], found
     assert words in found[0][1]
+
+
+SECRET_PARAMETER = {
+    "name": "FLOWFORGE_PARAM_TOKEN",
+    "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("template", "path"),
+    [
+        ({"env": [{"name": "A", "value": "1"}, SECRET_PARAMETER]},
+         "spec.taskTypes[py].env[1].name"),
+        ({"env": [{"name": "FLOWFORGE_PARAM_DATE", "value": "2026-01-01"}]},
+         "spec.taskTypes[py].env[0].name"),
+        ({"envFrom": [{"secretRef": {"name": "api"}, "prefix": "FLOWFORGE_PARAM_"}]},
+         "spec.taskTypes[py].envFrom[0].prefix"),
+    ],
+)  # fmt: skip
+def test_a_template_env_named_like_a_run_parameter_is_refused(
+    template: dict[str, Any], path: str
+) -> None:
+    # else a run's parameter ``token`` would replace the secret's value in the Job
+    found = errors_of(template)
+
+    assert [p for p, _ in found] == [path], found
+    assert "FLOWFORGE_PARAM_* is where a run's parameters go; rename it" in found[0][1]
+    with pytest.raises(InvalidDefinitionError, match="FLOWFORGE_PARAM_"):
+        parse_definition(spec_with(template))  # also on load: a published one stops running
+
+
+def test_names_that_no_parameter_can_take_stay_allowed() -> None:
+    allowed = {
+        "env": [{"name": "FLOWFORGE_PARAMS", "value": "1"}, {"name": "MY_FLOWFORGE_PARAM_X"}],
+        "envFrom": [{"secretRef": {"name": "api"}, "prefix": "API_"}],
+        "initContainers": [{"name": "proxy", "image": "envoy:1", "env": [SECRET_PARAMETER]}],
+    }
+    job = job_of(allowed, parameters={"token": "from-the-run", "params": "x"})
+    pod = job["spec"]["template"]["spec"]
+
+    assert errors_of(allowed) == []
+    env = {entry["name"]: entry for entry in pod["containers"][0]["env"]}
+    assert env["FLOWFORGE_PARAMS"] == {"name": "FLOWFORGE_PARAMS", "value": "1"}
+    assert env["FLOWFORGE_PARAM_TOKEN"] == {
+        "name": "FLOWFORGE_PARAM_TOKEN",
+        "value": "from-the-run",
+    }
+    # an init container gets no parameters: its env is the template's own
+    assert pod["initContainers"][0]["env"] == [SECRET_PARAMETER]
 
 
 def violations(template: dict[str, Any], **policy: Any) -> list[str]:

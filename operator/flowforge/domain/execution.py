@@ -115,6 +115,8 @@ class OutcomeReason(StrEnum):
     LOST = "JobVanished"
     CANCELLED = "Cancelled"
     JOB_REFUSED = "JobRefused"  # the apiserver refused the Job for good (invalid, forbidden)
+    # a Job FlowForge did not create (the run is not its controller) holds the attempt's name
+    JOB_NAME_TAKEN = "JobNameTaken"
     # the Pod did not start within pendingTimeoutSeconds; the Pod's own reason
     UNSCHEDULABLE = "Unschedulable"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
@@ -244,6 +246,19 @@ def refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
         succeeded=False,
         reason=OutcomeReason.JOB_REFUSED,
         message=f"Job {job} was refused: {message}",
+        finished_at=now,
+    )
+
+
+def name_taken_outcome(*, job: str, now: datetime) -> AttemptOutcome:
+    """The attempt's Job name is held by a Job the run does not control. It is never adopted
+    nor deleted (it is someone else's), and waiting for the name could be forever: the attempt
+    fails, and a retry's Job has another name (the attempt is part of it)."""
+    return AttemptOutcome(
+        succeeded=False,
+        reason=OutcomeReason.JOB_NAME_TAKEN,
+        message=f"a Job named {job} that the run does not control already exists; "
+        "it was left alone and this attempt's Job was not created",
         finished_at=now,
     )
 

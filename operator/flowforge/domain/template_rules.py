@@ -5,9 +5,15 @@ fields, or a key of a map (a structural schema has no ``propertyNames``), or a s
 label and annotation keys, the 256 KiB of annotations an object may carry, tolerations
 (``Exists`` takes no value; an empty key needs ``Exists``; ``tolerationSeconds`` only with
 ``NoExecute``), an env entry with both ``value`` and ``valueFrom``, volume and container names
-that clash, mounts of volumes that do not exist, and FlowForge's own volume and mount path
-(`flowforge.domain.run_files`). Whatever is left, the apiserver's dry-run in
-admission answers (`flowforge.admission.dryrun`).
+that clash, mounts of volumes that do not exist, FlowForge's own volume and mount path
+(`flowforge.domain.run_files`), and the task container's env names of the run's parameters
+(``FLOWFORGE_PARAM_*``, also as an ``envFrom`` prefix): FlowForge sets those from the run, so
+a run's author could otherwise replace a value the template's author set (a ``secretKeyRef``
+included). Refusing the definition is safer than letting either side win silently: the
+template's author learns at ``kubectl apply``, no run can shadow a secret, and a definition
+published before this rule fails its re-validation on load instead of running with the
+parameter in place of the secret. Whatever is left, the apiserver's dry-run in admission
+answers (`flowforge.admission.dryrun`).
 
 Runs on a spec whose shape is valid; paths are rendered by `schema.format_path`.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from flowforge.domain.caps import PARAMETER_ENV_PREFIX
 from flowforge.domain.k8s_grammar import qualified_name_problem
 from flowforge.domain.run_files import MOUNT_PATH, VOLUME_NAME, reserved_mount_path
 
@@ -53,6 +60,7 @@ def _template(template: Mapping[str, Any], at: tuple[PathPart, ...]) -> Iterator
             yield (*at, "volumes", index, "name"), f"{VOLUME_NAME!r} is the run's files' volume"
     volume_names = {volume["name"] for volume in volumes}
     yield from _container(template, at, volume_names=volume_names)
+    yield from _parameter_names(template, at)
     for index, mount in enumerate(template.get("volumeMounts") or ()):
         if reserved_mount_path(mount["mountPath"]):
             yield (
@@ -134,6 +142,18 @@ def _container(
             )
     paths = [mount["mountPath"] for mount in mounts]
     yield from _duplicates(paths, (*at, "volumeMounts"), "mountPath", field="mountPath")
+
+
+def _parameter_names(template: Mapping[str, Any], at: tuple[PathPart, ...]) -> Iterator[Problem]:
+    """The task container's env may not name a run parameter's variable, which FlowForge
+    sets from the run (`flowforge.kube.jobs`) and which would replace the template's."""
+    reserved = f"{PARAMETER_ENV_PREFIX}* is where a run's parameters go; rename it"
+    for index, entry in enumerate(template.get("env") or ()):
+        if entry["name"].startswith(PARAMETER_ENV_PREFIX):
+            yield (*at, "env", index, "name"), f"{entry['name'][:60]!r}: {reserved}"
+    for index, source in enumerate(template.get("envFrom") or ()):
+        if (source.get("prefix") or "").startswith(PARAMETER_ENV_PREFIX):
+            yield (*at, "envFrom", index, "prefix"), f"{source['prefix'][:60]!r}: {reserved}"
 
 
 def _duplicates(

@@ -210,6 +210,15 @@ class KubeClient(ConfigMapCalls):
             raise
         return True
 
+    async def namespace_uid(self, namespace: str) -> str | None:
+        try:
+            response = await self._call(self._core.read_namespace, namespace)
+        except KubernetesError as error:
+            if error.not_found:
+                return None
+            raise
+        return str(_json(response)["metadata"]["uid"])
+
     async def read_job(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             response = await self._call(self._batch.read_namespaced_job, name, namespace)

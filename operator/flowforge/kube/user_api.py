@@ -17,6 +17,7 @@ from urllib.parse import quote
 import aiohttp
 
 from flowforge.domain.api import API_VERSION, RUN_PLURAL
+from flowforge.domain.observed_pod import CONTROLLER_UID_LABEL, JobClaim, job_claim
 from flowforge.kube.errors import (
     TOO_MANY_REQUESTS,
     KubernetesError,
@@ -26,7 +27,11 @@ from flowforge.kube.errors import (
 
 TIMEOUT_SECONDS: Final = 15.0
 MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
-JOB_NAME_LABEL: Final = "job-name"
+
+
+def _controlled_by(pod: Mapping[str, Any], namespace: str, job_uid: str) -> bool:
+    claim = job_claim(pod)
+    return isinstance(claim, JobClaim) and (claim.namespace, claim.job_uid) == (namespace, job_uid)
 
 
 def _error(status: int, body: bytes) -> KubernetesError:
@@ -125,18 +130,21 @@ class UserApi:
         return await self._json("POST", self._runs_path(namespace), token=token, body=body)
 
     async def job_log(
-        self, *, token: str, namespace: str, job: str, container: str, max_bytes: int
+        self, *, token: str, namespace: str, job_uid: str, container: str, max_bytes: int
     ) -> tuple[str, bool] | None:
-        """The log of the newest Pod of Job ``job`` and whether it was cut at ``max_bytes``;
-        None when the Job has no Pod (any more)."""
+        """The log of the newest Pod that the Job with uid ``job_uid`` (the one FlowForge
+        recorded for the attempt) controls, and whether it was cut at ``max_bytes``; None
+        when it has no Pod (any more). A ``job-name`` label, or a controller-uid label on a
+        Pod that the Job does not control, is only a claim anyone who may create a Pod here
+        can make: the Pod's controller ownerReference must name the uid too."""
         pods = await self._json(
             "GET",
             f"/api/v1/namespaces/{quote(namespace)}/pods",
             token=token,
-            params={"labelSelector": f"{JOB_NAME_LABEL}={job}", "limit": "20"},
+            params={"labelSelector": f"{CONTROLLER_UID_LABEL}={job_uid}", "limit": "20"},
         )
         items = sorted(
-            pods.get("items") or [],
+            (pod for pod in pods.get("items") or [] if _controlled_by(pod, namespace, job_uid)),
             key=lambda pod: str(pod.get("metadata", {}).get("creationTimestamp") or ""),
         )
         if not items:

@@ -52,7 +52,7 @@ from flowforge.operator.kueue import Admissions
 from flowforge.operator.launcher import AttemptHooks, JobLauncher, attempt_identity
 from flowforge.operator.leadership import Leadership
 from flowforge.operator.notifier import Notifier
-from flowforge.operator.runs import RunCache, RunContext, RunRefusedError
+from flowforge.operator.runs import NamespaceUids, RunCache, RunContext, RunRefusedError
 from flowforge.operator.settings import OperatorSettings
 from flowforge.operator.status import StatusWriter
 from flowforge.operator.watchdog import Watchdog
@@ -90,7 +90,8 @@ class Engine:
         self.kube = kube
         self.settings = settings
         self.leadership = leadership
-        self.runs = RunCache(pool)
+        self.namespaces = NamespaceUids(kube.namespace_uid)
+        self.runs = RunCache(pool, namespace_uid=self.namespaces.uid)
         self.failures = Failures(on_deposed=leadership.lose)
         self.background = Background(failures=self.failures, fire=self.on_deferred, clock=clock)
         self.delays = CreationDelays(policy=settings.job_creation_retry)

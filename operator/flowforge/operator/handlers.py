@@ -107,7 +107,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     )
     engine = Engine(pool=pool, kube=kube, settings=config, leadership=leadership)
     # a run may be seen before its definition's watch event: publish from the stored object
-    engine.runs.publish_pending = PendingPublisher(pool=pool, kube=kube)
+    engine.runs.publish_pending = PendingPublisher(
+        pool=pool, kube=kube, namespace_uid=engine.namespaces.uid
+    )
     reconciler = Reconciler(engine, interval=config.reconcile_interval_seconds)
 
     async def gained(fence: Fence) -> None:
@@ -242,7 +244,8 @@ async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
 async def _publish(engine: Engine, body: Mapping[str, Any]) -> None:
     metadata = body["metadata"]
     current = body.get("status") or {}
-    outcome = await publish_object(engine.pool, body)
+    namespace_uid = await engine.namespaces.uid(metadata["namespace"])
+    outcome = await publish_object(engine.pool, body, namespace_uid=namespace_uid)
     status = outcome.status(metadata.get("generation"), shown=current)
     if any(current.get(field) != value for field, value in status.items()):
         await engine.kube.patch_definition_status(

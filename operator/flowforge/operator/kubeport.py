@@ -61,6 +61,10 @@ class KubePort(Protocol):
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    async def namespace_uid(self, namespace: str) -> str | None:
+        """The uid the namespace has now; None when there is no such namespace."""
+        ...
+
     async def list_runs(
         self, *, namespace: str | None, limit: int, continue_token: str | None
     ) -> ListPage:

@@ -2,7 +2,8 @@
 told apart from every other Job.
 
 A Job's name is a function of (run, task, attempt, role), so creating it twice is harmless
-(AlreadyExists counts as created when the existing Job's controller is the run) and the
+(AlreadyExists counts as created when the existing Job's controller is the run; a Job of
+that name the run does not control fails the attempt, ``JobNameTaken``) and the
 reconciler can always tell which Job an attempt should have. A ``task.job_created`` event
 with the Job's uid follows every creation: that is how a Job that vanished is told from one
 that was never created, and the run's own Job from a copy. Labels and annotations are only
@@ -26,7 +27,7 @@ from typing import Any
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
-from flowforge.domain.execution import AttemptOutcome, refused_outcome
+from flowforge.domain.execution import AttemptOutcome, name_taken_outcome, refused_outcome
 from flowforge.domain.kueue import queueing
 from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
@@ -356,14 +357,15 @@ class JobLauncher:
         if received is not None:
             metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
         if not job.created and job.controller_uid != context.uid:
-            # the name is taken by a Job that is not the run's: never adopted; the attempt
-            # waits (the reconciler tries again) until the name is free
+            # the name is taken by a Job that is not the run's: never adopted nor deleted;
+            # the attempt fails (waiting for the name could hang the task forever)
+            ref = JobRef(item.task_key, item.attempt, item.role)
             claimed = dataclasses.replace(
-                attempt_identity(context, JobRef(item.task_key, item.attempt, item.role)),
-                uid=job.uid,
-                controller_uid=job.controller_uid,
+                attempt_identity(context, ref), uid=job.uid, controller_uid=job.controller_uid
             )
             self.report_forgery(context, claimed, cause="owner", act="adopt")
+            now = datetime.now(UTC)
+            await self._hooks.fail(context, ref, name_taken_outcome(job=request.name, now=now))
             return
         if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()

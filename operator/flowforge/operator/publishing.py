@@ -10,7 +10,7 @@ same `kubectl apply` as its definition).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,12 +53,20 @@ class PublishOutcome:
         return status
 
 
-async def publish_object(pool: Pool, body: Mapping[str, Any]) -> PublishOutcome:
-    """Publish a stored WorkflowDefinition object (idempotent by content)."""
+async def publish_object(
+    pool: Pool, body: Mapping[str, Any], *, namespace_uid: str | None
+) -> PublishOutcome:
+    """Publish a stored WorkflowDefinition object (idempotent by content) with the uid its
+    namespace has now."""
     metadata = body["metadata"]
     try:
         definition = parse_definition(body.get("spec") or {})
-        await publish_definition(pool, namespace=metadata["namespace"], definition=definition)
+        await publish_definition(
+            pool,
+            namespace=metadata["namespace"],
+            definition=definition,
+            namespace_uid=namespace_uid,
+        )
     except UserError as error:  # the database not answering is not a refusal: it propagates
         logger.warning("WorkflowDefinition %s not published: %s", metadata.get("name"), error)
         return PublishOutcome(definition=None, message=f"{NOT_PUBLISHED}: {error}"[:4000])
@@ -73,9 +81,16 @@ def _version_of(obj: Mapping[str, Any]) -> int:
 class PendingPublisher:
     """Publishes the stored, not yet published versions of one workflow on demand."""
 
-    def __init__(self, *, pool: Pool, kube: KubeClient) -> None:
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        kube: KubeClient,
+        namespace_uid: Callable[[str], Awaitable[str | None]],
+    ) -> None:
         self._pool = pool
         self._kube = kube
+        self._namespace_uid = namespace_uid
 
     async def __call__(self, *, namespace: str, workflow: str) -> bool:
         """True when at least one version of ``workflow`` got published now or before."""
@@ -86,5 +101,8 @@ class PendingPublisher:
             and not (obj.get("metadata") or {}).get("deletionTimestamp")
         ]
         objects.sort(key=_version_of)
-        outcomes = [await publish_object(self._pool, obj) for obj in objects]
+        namespace_uid = await self._namespace_uid(namespace)
+        outcomes = [
+            await publish_object(self._pool, obj, namespace_uid=namespace_uid) for obj in objects
+        ]
         return any(outcome.definition is not None for outcome in outcomes)

@@ -11,11 +11,11 @@ system of record for everything that moves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION
 from flowforge.domain.compact import RunDefinition
@@ -23,6 +23,7 @@ from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name, parse_timestamp
 from flowforge.domain.expansion import expand
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
+from flowforge.kube.errors import KubernetesRefusal
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import (
     StoredDefinition,
@@ -81,9 +82,61 @@ class PublishPending(Protocol):
     def __call__(self, *, namespace: str, workflow: str) -> Awaitable[bool]: ...
 
 
+class NamespaceUids:
+    """The uid each namespace has now, recorded with the runs and definitions written there
+    (migration 15: readers show a row only while its namespace has that uid), read from the
+    apiserver and kept ``ttl`` seconds. A namespace re-created within that gets its first
+    rows with the old uid: hidden from its readers, never shown to another namespace's. A
+    refusal to read it (RBAC without ``get namespaces``) records no uid (the row is then
+    shown as rows from before migration 15 are) and is logged once."""
+
+    def __init__(self, read: Callable[[str], Awaitable[str | None]], *, ttl: float = 10.0) -> None:
+        self._read = read
+        self._known: TTLCache[str, str | None] = TTLCache(maxsize=10_000, ttl=ttl)
+        self._refused = False
+
+    async def uid(self, namespace: str) -> str | None:
+        if namespace in self._known:
+            return self._known[namespace]
+        try:
+            found = await self._read(namespace)
+        except KubernetesRefusal as error:
+            if not self._refused:
+                logger.warning("namespace uids are not recorded: %s", error.message)
+                self._refused = True
+            return None
+        self._known[namespace] = found
+        return found
+
+
+async def no_namespace_uid(namespace: str) -> str | None:
+    """For a RunCache that records no namespace uid (its rows are shown as older ones)."""
+    return None
+
+
+def _same_namespace(definition: StoredDefinition, namespace_uid: str | None) -> None:
+    """A run never runs a definition published in an earlier namespace of the same name (one
+    deleted since, perhaps someone else's): it is refused (unknown uids match)."""
+    recorded = definition.namespace_uid
+    if recorded is not None and namespace_uid is not None and recorded != namespace_uid:
+        spec = definition.spec
+        raise RunRefusedError(
+            f"{spec.workflow} v{spec.version} was published in an earlier namespace named "
+            f"{definition.namespace}, deleted since; publish the workflow here under a new "
+            "version"
+        )
+
+
 class RunCache:
-    def __init__(self, pool: Pool, *, definition_tasks: int = DEFINITION_CACHE_TASKS) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        definition_tasks: int = DEFINITION_CACHE_TASKS,
+        namespace_uid: Callable[[str], Awaitable[str | None]] = no_namespace_uid,
+    ) -> None:
         self._pool = pool
+        self._namespace_uid = namespace_uid
         # publishes a workflow's stored but unpublished definitions (set by the operator)
         self.publish_pending: PublishPending | None = None
         self._by_uid: dict[str, RunContext] = {}
@@ -154,8 +207,10 @@ class RunCache:
             context, phase = await self._load(existing)
             return Sighting(context=context, created=False, phase=phase)
         spec = body.get("spec") or {}
+        namespace_uid = await self._namespace_uid(namespace)
         try:
             definition = await self._load_definition(namespace, spec)
+            _same_namespace(definition, namespace_uid)
             # the run's shape: what admission checked, decided again on what is stored
             parameters = dict(expand(definition.spec, spec.get("parameters") or {}).parameters)
         except (UserError, StoredDefinitionInvalidError) as error:
@@ -175,6 +230,7 @@ class RunCache:
             max_parallel_tasks=spec.get("maxParallelTasks"),
             submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
             idempotency_key=spec.get("idempotencyKey"),
+            namespace_uid=namespace_uid,
         )
         context = RunContext(
             run_id=created.run.id,

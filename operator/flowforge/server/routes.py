@@ -23,6 +23,7 @@ from flowforge.server.access import Caller
 from flowforge.server.errors import ApiError
 from flowforge.server.state import ServerState
 from flowforge.store import browse
+from flowforge.store.queries import recorded_job_uid_on
 
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_NAME: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -190,12 +191,15 @@ async def attempt_log(
     async with state.reader([namespace]) as connection:
         run = await reads.find(connection, namespace=namespace, name=name)
         definition = await state.definition(connection, run.definition_id)
-    key = definition.compensator_of.get(task) if compensator else task
-    if key is None or task not in definition.levels:
-        raise ApiError(
-            404,
-            f'run "{name}" has no task "{task}"' + (" with a compensator" if compensator else ""),
-        )
+        key = definition.compensator_of.get(task) if compensator else task
+        if key is None or task not in definition.levels:
+            raise ApiError(
+                404,
+                f'run "{name}" has no task "{task}"'
+                + (" with a compensator" if compensator else ""),
+            )
+        # the Job FlowForge created and recorded, never one found by its name or label
+        job_uid = await recorded_job_uid_on(connection, run_id=run.id, task_key=key, attempt=number)
     job = job_name(
         run_name=run.name,
         run_uid=run.uid,
@@ -203,10 +207,12 @@ async def attempt_log(
         attempt=number,
         role=TaskRole.COMPENSATION if compensator else TaskRole.FORWARD,
     )
+    if job_uid is None:
+        raise ApiError(404, f"no Job of attempt {number} was recorded (Job {job})")
     found = await state.user_api.job_log(
         token=caller.token,
         namespace=namespace,
-        job=job,
+        job_uid=job_uid,
         container=CONTAINER_NAME,
         max_bytes=MAX_LOG_BYTES,
     )

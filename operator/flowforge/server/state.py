@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -42,12 +42,27 @@ class ServerState:
     _namespaces: tuple[float, list[str]] = (0.0, [])
     graphs: GraphCache = field(default_factory=GraphCache)
 
-    @asynccontextmanager
-    async def reader(self, namespaces: Sequence[str]) -> AsyncIterator[Connection]:
-        """A read-only transaction of the store scoped to ``namespaces``; the store's
-        failures are 503s."""
+    async def namespace_uids(self, namespaces: Sequence[str]) -> dict[str, str]:
+        """The uid each of ``namespaces`` has now, read from the apiserver (never cached: a
+        namespace re-created a moment ago must not be shown its predecessor's runs)."""
         try:
-            async with scoped_reader(self.pool, namespaces) as connection:
+            return await self.reviews.namespace_uids(namespaces)
+        except Exception as error:
+            raise ApiError(503, f"cannot read the namespaces' uids: {error}") from error
+
+    @asynccontextmanager
+    async def reader(
+        self, namespaces: Sequence[str], *, namespace_uids: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Connection]:
+        """A read-only transaction of the store scoped to ``namespaces``, showing only the
+        runs and definitions of each as it is now (``namespace_uids``, read when not given);
+        the store's failures are 503s."""
+        if namespace_uids is None:
+            namespace_uids = await self.namespace_uids(namespaces)
+        try:
+            async with scoped_reader(
+                self.pool, namespaces, namespace_uids=namespace_uids
+            ) as connection:
                 yield connection
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
             raise ApiError(503, f"the store is unavailable: {error}") from error

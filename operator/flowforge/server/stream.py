@@ -47,9 +47,14 @@ class RunStream:
         self._states: dict[str, str] = {}
         self._marker = 0
         self._run_id = 0
+        # the namespace's uid when the stream began: the run shown is of that namespace
+        self._namespace_uids: dict[str, str] = {}
 
     async def snapshot(self) -> tuple[bytes, bool]:
-        async with self._state.reader([self._namespace]) as connection:
+        self._namespace_uids = await self._state.namespace_uids([self._namespace])
+        async with self._state.reader(
+            [self._namespace], namespace_uids=self._namespace_uids
+        ) as connection:
             loaded = await reads.load(connection, namespace=self._namespace, name=self._name)
         self._states = loaded.states
         self._marker = loaded.run.marker
@@ -73,7 +78,9 @@ class RunStream:
 
     async def change(self) -> tuple[bytes | None, bool]:
         """The next change event (None: nothing changed) and whether the run is final."""
-        async with self._state.reader([self._namespace]) as connection:
+        async with self._state.reader(
+            [self._namespace], namespace_uids=self._namespace_uids
+        ) as connection:
             marker = await browse.change_marker(connection, self._run_id)
             if marker == self._marker:
                 return None, False

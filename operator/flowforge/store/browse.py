@@ -11,11 +11,18 @@ counts, a run's task states and its compensators ``flowforge_task_progress_idx``
 compensator's task by ``flowforge_task_identity``); a run's events and its change marker
 ``flowforge_event_run_idx``. Row-level security compares each row's ``namespace`` column
 (migration 8), so none of these looks a run up per row.
+
+A namespace deleted and re-created under its name is another namespace: runs and
+definitions carry the uid of the namespace they were written in (migration 15), and the
+reader shows those of a namespace only while it has that uid (``scoped_reader``'s
+``namespace_uids``, the uids the caller read from the apiserver just before); the rest of a
+run's rows are reached only through a run shown.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -32,12 +39,36 @@ MAX_EVENTS = 500
 MAX_DEFINITION_ROWS = 2000
 
 
+# the uid each namespace of a reader's transaction has now: {"name": "uid"} (a JSON object)
+NAMESPACE_UIDS_SETTING = "flowforge.namespace_uids"
+
+
+def _current(alias: str) -> str:
+    """SQL: the row of ``alias`` belongs to its namespace as it is now. A row written with
+    the uid of a namespace since deleted (its name now another namespace's, or nobody's) is
+    not; a row without a uid (migration 15) is. Without the setting (not a scoped reader)
+    no row with a uid is."""
+    return (
+        f"({alias}.namespace_uid IS NULL OR {alias}.namespace_uid = "
+        f"(nullif(current_setting('{NAMESPACE_UIDS_SETTING}', true), '')::jsonb "
+        f"->> {alias}.namespace))"
+    )
+
+
 @asynccontextmanager
-async def scoped_reader(pool: Pool, namespaces: Sequence[str]) -> AsyncIterator[Connection]:
-    """A read-only transaction that sees only ``namespaces`` (for a server login)."""
+async def scoped_reader(
+    pool: Pool, namespaces: Sequence[str], *, namespace_uids: Mapping[str, str]
+) -> AsyncIterator[Connection]:
+    """A read-only transaction that sees only ``namespaces`` (for a server login), and of
+    them only the runs and definitions written while each had the uid ``namespace_uids``
+    names (a namespace missing there exists no more: none of its rows with a uid)."""
     async with pool.connection() as connection, connection.transaction():
         await connection.execute("SET TRANSACTION READ ONLY")
         await scope_namespaces(connection, namespaces)
+        await connection.execute(
+            "SELECT set_config(%s, %s, true)",
+            (NAMESPACE_UIDS_SETTING, json.dumps(dict(namespace_uids))),
+        )
         yield connection
 
 
@@ -93,7 +124,7 @@ JOIN flowforge_definition AS definition ON definition.id = run.definition_id
 
 LIST_RUNS_QUERY = f"""
 SELECT {_RUN_COLUMNS}
-WHERE run.namespace = ANY(%(namespaces)s)
+WHERE run.namespace = ANY(%(namespaces)s) AND {_current("run")}
   AND (%(workflow)s::text IS NULL OR definition.workflow = %(workflow)s)
   AND (%(phase)s::text IS NULL OR run.phase = %(phase)s)
   AND (%(before)s::bigint IS NULL OR run.id < %(before)s)
@@ -101,7 +132,8 @@ ORDER BY run.id DESC LIMIT %(limit)s
 """
 FIND_RUN_QUERY = f"""
 SELECT {_RUN_COLUMNS}
-WHERE run.namespace = %(namespace)s AND run.name = %(name)s ORDER BY run.id DESC LIMIT 1
+WHERE run.namespace = %(namespace)s AND run.name = %(name)s AND {_current("run")}
+ORDER BY run.id DESC LIMIT 1
 """
 
 
@@ -138,10 +170,10 @@ async def find_run(connection: Connection, *, namespace: str, name: str) -> RunR
 async def namespaces_with_data(connection: Connection, candidates: Sequence[str]) -> list[str]:
     """Those of ``candidates`` holding a run or a definition (one probe of an index each)."""
     cursor = await connection.execute(
-        "SELECT candidate FROM unnest(%s::text[]) AS candidate "
-        "WHERE EXISTS (SELECT FROM flowforge_run WHERE namespace = candidate) "
-        "OR EXISTS (SELECT FROM flowforge_definition WHERE namespace = candidate) "
-        "ORDER BY candidate",
+        "SELECT candidate FROM unnest(%s::text[]) AS candidate WHERE EXISTS "
+        f"(SELECT FROM flowforge_run AS r WHERE r.namespace = candidate AND {_current('r')}) "
+        "OR EXISTS (SELECT FROM flowforge_definition AS d "
+        f"WHERE d.namespace = candidate AND {_current('d')}) ORDER BY candidate",
         (list(candidates),),
     )
     return [str(name) for (name,) in await cursor.fetchall()]
@@ -303,8 +335,8 @@ async def definition_versions(
     cursor = await connection.execute(
         "SELECT id, workflow, version, fingerprint, published_at, "
         "jsonb_array_length(coalesce(document -> 'tasks', '[]'::jsonb)) "
-        "FROM flowforge_definition WHERE namespace = %(namespace)s "
-        "AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
+        "FROM flowforge_definition AS d WHERE namespace = %(namespace)s "
+        f"AND {_current('d')} AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
         "ORDER BY workflow, version DESC LIMIT %(limit)s",
         {"namespace": namespace, "workflow": workflow, "limit": MAX_DEFINITION_ROWS},
     )

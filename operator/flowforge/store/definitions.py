@@ -42,11 +42,15 @@ class StoredDefinition:
     spec: DefinitionSpec
     fingerprint: str
     published_at: datetime
+    # the uid its namespace had when it was published (None: not recorded, migration 15)
+    namespace_uid: str | None = None
 
 
 async def publish_definition(
-    pool: Pool, *, namespace: str, definition: DefinitionSpec
+    pool: Pool, *, namespace: str, definition: DefinitionSpec, namespace_uid: str | None = None
 ) -> PublishedDefinition:
+    """Publish ``definition`` in ``namespace`` (whose uid, when known, is recorded with it:
+    readers show it only while the namespace of that name has this uid, migration 15)."""
     fingerprint = definition.fingerprint
     # building the graph validates it: nothing cyclic or dangling gets a row
     definition.graph.topological_order()
@@ -55,12 +59,20 @@ async def publish_definition(
     async def decide(connection: Connection) -> PublishedDefinition:
         inserted = await connection.execute(
             """
-            INSERT INTO flowforge_definition (namespace, workflow, version, fingerprint, document)
-            VALUES (%s, %s, %s, %s, %s)
+            INSERT INTO flowforge_definition
+                (namespace, workflow, version, fingerprint, document, namespace_uid)
+            VALUES (%s, %s, %s, %s, %s, %s)
             ON CONFLICT ON CONSTRAINT flowforge_definition_identity DO NOTHING
             RETURNING id, published_at
             """,
-            (namespace, definition.workflow, definition.version, fingerprint, document),
+            (
+                namespace,
+                definition.workflow,
+                definition.version,
+                fingerprint,
+                document,
+                namespace_uid,
+            ),
         )
         row = await inserted.fetchone()
         if row is not None:
@@ -134,8 +146,10 @@ def _revalidate(
     return spec
 
 
-def _stored(namespace: str, row: tuple[int, str, int, str, object, datetime]) -> StoredDefinition:
-    definition_id, workflow, version, fingerprint, document, published_at = row
+def _stored(
+    namespace: str, row: tuple[int, str, int, str, object, datetime, str | None]
+) -> StoredDefinition:
+    definition_id, workflow, version, fingerprint, document, published_at, namespace_uid = row
     spec = _revalidate(
         namespace=namespace,
         workflow=workflow,
@@ -149,11 +163,13 @@ def _stored(namespace: str, row: tuple[int, str, int, str, object, datetime]) ->
         spec=spec,
         fingerprint=fingerprint,
         published_at=published_at,
+        namespace_uid=namespace_uid,
     )
 
 
 _SELECT = (
-    "SELECT id, workflow, version, fingerprint, document, published_at FROM flowforge_definition "
+    "SELECT id, workflow, version, fingerprint, document, published_at, namespace_uid "
+    "FROM flowforge_definition "
 )
 LOAD_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s AND version = %s"
 LOAD_NEWEST_QUERY = _SELECT + "WHERE namespace = %s AND workflow = %s ORDER BY version DESC LIMIT 1"
@@ -182,8 +198,8 @@ async def load_definition_by_id(pool: Pool, definition_id: int) -> StoredDefinit
 async def load_definition_by_id_on(connection: Connection, definition_id: int) -> StoredDefinition:
     """As ``load_definition_by_id``, on the caller's connection (inside its transaction)."""
     cursor = await connection.execute(
-        "SELECT namespace, id, workflow, version, fingerprint, document, published_at "
-        "FROM flowforge_definition WHERE id = %s",
+        "SELECT namespace, id, workflow, version, fingerprint, document, published_at, "
+        "namespace_uid FROM flowforge_definition WHERE id = %s",
         (definition_id,),
     )
     row = await cursor.fetchone()

@@ -300,8 +300,17 @@ async def recorded_job_uid(pool: Pool, *, run_id: int, task_key: str, attempt: i
     """The uid of the Job created for the attempt (None: none recorded, or recorded before
     uids were)."""
     async with pool.connection() as connection:
-        cursor = await connection.execute(RECORDED_JOB_UID_QUERY, (run_id, task_key, attempt))
-        row = await cursor.fetchone()
+        return await recorded_job_uid_on(
+            connection, run_id=run_id, task_key=task_key, attempt=attempt
+        )
+
+
+async def recorded_job_uid_on(
+    connection: Connection, *, run_id: int, task_key: str, attempt: int
+) -> str | None:
+    """As ``recorded_job_uid``, on the caller's connection (the read API's scoped reader)."""
+    cursor = await connection.execute(RECORDED_JOB_UID_QUERY, (run_id, task_key, attempt))
+    row = await cursor.fetchone()
     return None if row is None else str(row[0])
 
 

@@ -43,6 +43,14 @@ JOIN flowforge_definition AS definition ON definition.id = run.definition_id
 WHERE run.namespace = %s AND run.name = %s
 ORDER BY run.id DESC LIMIT 1
 """
+# the source of a retry: its namespace the retry's namespace as it is now (migration 15:
+# a run of a deleted namespace whose name was taken again is another namespace's). A run
+# without a recorded uid, or a retry whose namespace's uid is not known, matches by name
+SOURCE_QUERY = FIND_BY_NAME_QUERY.replace(
+    "AND run.name = %s",
+    "AND run.name = %s AND (run.namespace_uid IS NULL OR %s::text IS NULL "
+    "OR run.namespace_uid = %s::text)",
+)
 
 LIST_QUERY = """
 SELECT run.id, run.namespace, run.name, run.uid, run.phase, run.compensating,
@@ -155,11 +163,17 @@ async def reused_for(
     definition: StoredDefinition,
     retry_of: str,
     requested_by: str | None = None,
+    namespace_uid: str | None = None,
 ) -> frozenset[str]:
     """Inside the transaction creating run ``run_id`` as a retry of the run named
-    ``retry_of``: the forward tasks it reuses (empty for another definition version); the
-    ``run.retry_of`` event records who asked (``requestedBy``)."""
-    source = await _find_by_name(connection, namespace=definition.namespace, name=retry_of)
+    ``retry_of``: the forward tasks it reuses (empty for another definition version, and
+    when that run belongs to an earlier namespace of the same name than ``namespace_uid``);
+    the ``run.retry_of`` event records who asked (``requestedBy``)."""
+    cursor = await connection.execute(
+        SOURCE_QUERY, (definition.namespace, retry_of, namespace_uid, namespace_uid)
+    )
+    row = await cursor.fetchone()
+    source = None if row is None else NamedRun.from_row(row)
     if source is None or source.id == run_id:
         return frozenset()
     if source.definition_id != definition.id:

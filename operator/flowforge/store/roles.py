@@ -25,6 +25,10 @@ A deployer makes one login role per component and grants it the group, e.g.::
 History (``flowforge_event``) is append-only: a row trigger refuses UPDATE, and statement
 triggers refuse DELETE and TRUNCATE to every role that does not have the privileges of
 ``flowforge_retention`` (privileges already refuse them to all but retention and the owner).
+A published definition (``flowforge_definition``) is immutable (migration 14): a row
+trigger refuses every UPDATE that changes any of its columns, to every role, the owner
+included, and DELETE and TRUNCATE are refused as for history. The operator's UPDATE
+privilege on the table therefore cannot change what a published version runs.
 
 Threat model of the reporting roles
 -----------------------------------

@@ -110,6 +110,7 @@ async def create_run(
     max_parallel_tasks: int | None = None,
     submitted_at: datetime | None = None,
     idempotency_key: str | None = None,
+    namespace_uid: str | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
     for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
@@ -119,7 +120,9 @@ async def create_run(
     with its ``priority`` (first come first served within one: ``submitted_at``, the
     object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
     definition's). A run with an ``idempotency_key`` that an earlier run of the namespace
-    has is that run's duplicate and never executes (``duplicates.py``)."""
+    has is that run's duplicate and never executes (``duplicates.py``). ``namespace_uid``:
+    the uid of the namespace the object is in (migration 15: readers show the run only
+    while the namespace of that name has this uid)."""
     spec = definition.spec
     # the run's shape (UserError when the parameters do not fit: admission refuses those)
     expansion = expand(spec, parameters or {})
@@ -135,8 +138,8 @@ async def create_run(
         cursor = await connection.execute(
             "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
             "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
-            "submitted_at, idempotency_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-            "coalesce(%s, now()), %s) "
+            "submitted_at, idempotency_key, namespace_uid) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+            "%s, %s, %s, %s, coalesce(%s, now()), %s, %s) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
             (
@@ -153,6 +156,7 @@ async def create_run(
                 None if spec.concurrency is None else spec.concurrency.policy,
                 submitted_at,
                 idempotency_key,
+                namespace_uid,
             ),
         )
         row = await cursor.fetchone()
@@ -175,6 +179,7 @@ async def create_run(
                 definition=definition,
                 retry_of=retry_of,
                 requested_by=requested_by,
+                namespace_uid=namespace_uid,
             )
         await _insert_graph(
             connection,

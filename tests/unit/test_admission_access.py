@@ -247,3 +247,22 @@ async def test_only_creation_is_checked_and_a_malformed_object_is_left_to_admiss
     cyclic["tasks"][0]["dependsOn"] = ["load"]
     request = create("WorkflowDefinition", cyclic)
     assert (await decide_definition_access(request, user=ALICE, checks=access)).allowed
+
+
+async def test_a_sidecar_image_outside_the_registries_is_refused_at_admission() -> None:
+    spec = definition_spec()
+    spec["taskTypes"]["py"]["image"] = "ghcr.io/acme/app:1"
+    spec["taskTypes"]["py"]["initContainers"] = [
+        {"name": "proxy", "image": "evil.io/proxy:1", "restartPolicy": "Always"}
+    ]
+    policy = {"metadata": {"name": "p"}, "spec": {"registries": ["ghcr.io"]}}
+    verdict = await decide_definition_access(
+        create("WorkflowDefinition", spec),
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[policy]),
+    )
+    assert not verdict.allowed and verdict.code == 403
+    assert "spec.taskTypes.py.initContainers[0].image: registry evil.io is not allowed" in (
+        verdict.message
+    )
+    assert "spec.taskTypes.py.image" not in verdict.message

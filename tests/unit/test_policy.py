@@ -237,3 +237,39 @@ def test_a_config_passes_exactly_when_it_fits_the_depth_cap(depth: int, cap: int
     spec = definition(tasks=[{"key": "a", "type": "py", "config": config}])
     found = definition_violations(spec, [policy(caps={"maxConfigDepth": cap})])
     assert (not found) == (depth <= cap)
+
+
+def test_init_container_and_sidecar_images_are_held_to_the_registries() -> None:
+    spec = definition(
+        {
+            "image": "ghcr.io/acme/app:1",
+            "initContainers": [
+                {"name": "fetch", "image": "evil.io/fetch:1"},
+                {"name": "proxy", "image": "ghcr.io/acme/proxy:1", "restartPolicy": "Always"},
+                {"name": "miner", "image": "busybox", "restartPolicy": "Always"},
+            ],
+        }
+    )
+    assert messages(spec, policy(registries=["ghcr.io/acme/*"])) == [
+        "spec.taskTypes.py.initContainers[0].image: registry evil.io is not allowed by policy "
+        "team-a/flowforge (image evil.io/fetch; allowed: ghcr.io/acme/*)",
+        "spec.taskTypes.py.initContainers[2].image: registry docker.io is not allowed by "
+        "policy team-a/flowforge (image docker.io/library/busybox; allowed: ghcr.io/acme/*)",
+    ]
+    assert messages(spec, policy()) == []  # any registry by default
+
+
+@pytest.mark.parametrize("image", [None, "", 7, "EVIL.io/../x", "ghcr.io/acme/app\n"])
+def test_an_init_container_image_that_is_no_reference_is_refused(image: object) -> None:
+    """Hostile documents that never passed the schema (a stored definition, a newer
+    writer): an image missing, empty, of another type or no reference is refused."""
+    template = (
+        definition()
+        .task_types["py"]
+        .model_copy(update={"init_containers": ({"name": "x", "image": image},)})
+    )
+    spec = definition().model_copy(update={"task_types": {"py": template}})
+    assert messages(spec, policy(registries=["docker.io"])) == [
+        "spec.taskTypes.py.initContainers[0].image: is not a valid image reference (policy "
+        "team-a/flowforge allows only some registries)"
+    ]

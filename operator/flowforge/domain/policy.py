@@ -16,31 +16,23 @@ the policy that refuses it, e.g.
 
 from __future__ import annotations
 
-import fnmatch
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from flowforge.domain.caps import config_text, nesting_depth
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
+from flowforge.domain.policy_images import (
+    ANY,
+    ImageReference,
+    parse_image,
+    registry_allowed,
+    template_images,
+)
 from flowforge.domain.policy_pods import pod_security_findings, required_node_labels
 from flowforge.domain.policy_spec import PodSecurityRules, PolicyCaps, PolicySpec, TolerationRule
 
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
-ANY: Final = "*"
-
-# A container image reference as the kubelet reads it (the distribution reference grammar).
-_DOMAIN = (
-    r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    r"(?::[0-9]+)?"
-)
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE = re.compile(
-    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-)
-_DEFAULT_REGISTRY: Final = "docker.io"
 
 
 @dataclass(frozen=True)
@@ -76,40 +68,6 @@ class Violation:
         return f"{self.path}: {self.message}"
 
 
-@dataclass(frozen=True)
-class ImageReference:
-    registry: str
-    repository: str  # registry/path, without tag or digest
-
-
-def parse_image(image: str) -> ImageReference | None:
-    """The registry and repository of ``image``, normalised as the kubelet pulls it
-    (``busybox`` is ``docker.io/library/busybox``); None when it is not a valid reference."""
-    match = _IMAGE.fullmatch(image)
-    if match is None:
-        return None
-    domain, path = match.group("domain"), match.group("path")
-    if domain is not None and not ("." in domain or ":" in domain or domain == "localhost"):
-        if domain != domain.lower():
-            return None  # an upper-case first component is neither a host nor a path
-        path, domain = f"{domain}/{path}", None
-    registry = (domain or _DEFAULT_REGISTRY).lower()
-    if registry == _DEFAULT_REGISTRY and "/" not in path:
-        path = f"library/{path}"
-    return ImageReference(registry=registry, repository=f"{registry}/{path}")
-
-
-def registry_allowed(reference: ImageReference, patterns: Iterable[str]) -> bool:
-    """A pattern without ``/`` matches the registry host, one with ``/`` the repository
-    (``ghcr.io/acme/*``); globs as in fnmatch, case-insensitive for the host."""
-    for pattern in patterns:
-        lowered = pattern.lower() if "/" not in pattern else pattern
-        subject = reference.repository if "/" in pattern else reference.registry
-        if fnmatch.fnmatchcase(subject, lowered):
-            return True
-    return False
-
-
 def _tolerated(toleration: Mapping[str, Any], rule: TolerationRule) -> bool:
     key = str(toleration.get("key") or "")
     if rule.key != ANY and rule.key != key:
@@ -136,26 +94,12 @@ def template_violations(
 ) -> list[Violation]:
     """What the policies refuse in one task type's template (``path`` names it)."""
     found: list[Violation] = []
-    reference = parse_image(template.image)
+    images = list(template_images(template, path=path))
     account = template.service_account_name or DEFAULT_SERVICE_ACCOUNT
     for policy in policies:
         spec, by = policy.spec, policy.describe()
-        if reference is None:
-            if spec.registries != [ANY]:
-                found.append(
-                    Violation(
-                        f"{path}.image",
-                        f"is not a valid image reference ({by} allows only some registries)",
-                    )
-                )
-        elif not registry_allowed(reference, spec.registries):
-            found.append(
-                Violation(
-                    f"{path}.image",
-                    f"registry {reference.registry} is not allowed by {by} (image "
-                    f"{reference.repository}; allowed: {', '.join(spec.registries) or 'none'})",
-                )
-            )
+        for at, image in images:
+            found.extend(_image_violations(image, at=at, registries=spec.registries, by=by))
         if account not in spec.service_accounts:
             named = "" if template.service_account_name else " (none named: the default)"
             found.append(
@@ -192,6 +136,23 @@ def template_violations(
             for at, what in pod_security_findings(template, path=path, rules=spec.pod_security)
         )
     return found
+
+
+def _image_violations(image: object, *, at: str, registries: list[str], by: str) -> list[Violation]:
+    if registries == [ANY]:
+        return []
+    reference = parse_image(image) if isinstance(image, str) else None
+    if reference is None:
+        return [Violation(at, f"is not a valid image reference ({by} allows only some registries)")]
+    if registry_allowed(reference, registries):
+        return []
+    return [
+        Violation(
+            at,
+            f"registry {reference.registry} is not allowed by {by} (image "
+            f"{reference.repository}; allowed: {', '.join(registries) or 'none'})",
+        )
+    ]
 
 
 def _affinity_violations(

@@ -19,6 +19,7 @@ from flowforge.domain.policy import (
     parameter_violations,
     parse_image,
     policies_or_default,
+    priority_violations,
     registry_allowed,
 )
 from flowforge.domain.validation import parse_definition
@@ -273,3 +274,96 @@ def test_an_init_container_image_that_is_no_reference_is_refused(image: object) 
         "spec.taskTypes.py.initContainers[0].image: is not a valid image reference (policy "
         "team-a/flowforge allows only some registries)"
     ]
+
+
+def kueue_definition(**kueue: Any) -> DefinitionSpec:
+    """Task type ``own`` names its own queue and class, ``inherits`` takes the defaults."""
+    own = {key: kueue.pop(key) for key in ("queueName", "workloadPriorityClass") if key in kueue}
+    return parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "taskTypes": {"own": {"image": "x", **own}, "inherits": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "own"}, {"key": "b", "type": "inherits"}],
+            **kueue,
+        }
+    )
+
+
+def test_kueue_queues_and_priority_classes_are_refused_where_they_are_named() -> None:
+    strict = policy(queues=["team-a-*"], workloadPriorityClasses=["batch-*"])
+    spec = kueue_definition(queueName="team-b-gpu", workloadPriorityClass="critical")
+    assert messages(spec, strict) == [
+        "spec.taskTypes.own.queueName: LocalQueue 'team-b-gpu' is not allowed by policy "
+        "team-a/flowforge",
+        "spec.taskTypes.own.workloadPriorityClass: WorkloadPriorityClass 'critical' is not "
+        "allowed by policy team-a/flowforge",
+    ]
+    # the definition's defaults are named once, however many task types take them
+    inherited = parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "queueName": "shared",
+            "workloadPriorityClass": "urgent",
+            "taskTypes": {"a": {"image": "x"}, "b": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "a"}, {"key": "b", "type": "b"}],
+        }
+    )
+    assert messages(inherited, strict) == [
+        "spec.queueName: LocalQueue 'shared' is not allowed by policy team-a/flowforge",
+        "spec.workloadPriorityClass: WorkloadPriorityClass 'urgent' is not allowed by policy "
+        "team-a/flowforge",
+    ]
+    ok = kueue_definition(queueName="team-a-cpu", workloadPriorityClass="batch-low")
+    assert messages(ok, strict) == []
+    assert messages(spec, policy()) == []  # any queue and class by default
+
+
+def test_a_policy_may_require_every_task_type_to_queue_through_kueue() -> None:
+    required = policy(queueRequired=True)
+    spec = kueue_definition(queueName="team-a")
+    assert messages(spec, required) == [
+        "spec.taskTypes.inherits.queueName: names no Kueue queue (nor does spec.queueName); "
+        "policy team-a/flowforge requires one"
+    ]
+    both = parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "queueName": "team-a",
+            "taskTypes": {"a": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "a"}],
+        }
+    )
+    assert messages(both, required) == []
+
+
+@pytest.mark.parametrize(
+    ("priority", "refused"),
+    [(10, False), (11, True), (-1_000_000, False), (10**30, True), (-(10**30), False)],
+)
+def test_a_runs_priority_above_the_policys_max_is_refused(priority: int, refused: bool) -> None:
+    found = [str(v) for v in priority_violations(priority, [policy(maxPriority=10)])]
+    expected = [
+        f"spec.priority: priority {priority} is higher than policy team-a/flowforge allows "
+        "(maxPriority 10)"
+    ]
+    assert found == (expected if refused else [])
+    assert priority_violations(priority, [policy()]) == []  # no maxPriority: no limit here
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"maxPriority": 1_000_001},
+        {"maxPriority": "high"},
+        {"queues": [""]},
+        {"queues": "team-a"},
+        {"workloadPriorityClasses": ["x" * 513]},
+        {"queueRequired": [True]},
+    ],
+)
+def test_hostile_kueue_and_priority_policy_fields_are_refused(spec: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        PolicySpec.model_validate(spec)

@@ -36,7 +36,9 @@ from flowforge.domain.policy import (
     named_service_accounts,
     parameter_violations,
     policies_or_default,
+    priority_violations,
 )
+from flowforge.domain.run import MAX_PRIORITY
 from flowforge.kube.access_review import (
     CREATE_JOBS,
     AccessReviewUnavailable,
@@ -110,6 +112,7 @@ async def _decide_access(
     namespace: str,
     definition: DefinitionSpec,
     parameters: Mapping[str, str],
+    priority: int | None,
     action: str,
 ) -> Verdict:
     if user is None:
@@ -144,6 +147,8 @@ async def _decide_access(
     in_force = policies_or_default(policies, namespace=namespace)
     violations = definition_violations(definition, in_force)
     violations += parameter_violations(parameters, in_force)
+    if priority is not None:
+        violations += priority_violations(priority, in_force)
     lines += [str(violation) for violation in violations]
     if not lines:
         return Verdict.allow()
@@ -155,6 +160,13 @@ async def _decide_access(
         + "\n".join(listed),
         code=CODE_FORBIDDEN,
     )
+
+
+def _priority(spec: Mapping[str, Any]) -> int:
+    """The run's ``spec.priority`` (0 when omitted, as the schema defaults it; a value of
+    another type, which the schema refuses, is judged as the highest there is)."""
+    value = spec.get("priority", 0)
+    return value if type(value) is int else MAX_PRIORITY
 
 
 def _spec(obj: Mapping[str, Any] | None) -> Any:
@@ -178,6 +190,7 @@ async def decide_definition_access(
         namespace=request.namespace,
         definition=definition,
         parameters={},
+        priority=None,
         action="publish this WorkflowDefinition",
     )
 
@@ -186,7 +199,8 @@ async def decide_run_access(
     request: AdmissionRequest, *, user: UserInfo | None, checks: AccessChecks
 ) -> Verdict:
     """On CREATE: whoever starts the run may create Jobs and use each ServiceAccount of its
-    definition, and definition and parameters pass the namespace's policies as they are now."""
+    definition, and definition, parameters and priority pass the namespace's policies as
+    they are now."""
     if request.operation != "CREATE":
         return Verdict.allow()
     spec = _spec(request.new_object)
@@ -216,5 +230,6 @@ async def decide_run_access(
         namespace=request.namespace,
         definition=definition,
         parameters=parameters,
+        priority=_priority(spec),
         action=f"run workflow {workflow!r} version {version}",
     )

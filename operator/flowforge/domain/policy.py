@@ -16,11 +16,13 @@ the policy that refuses it, e.g.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from flowforge.domain.caps import config_text, nesting_depth
+from flowforge.domain.kueue import QueueDefaults, queueing
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
 from flowforge.domain.policy_images import (
     ANY,
@@ -138,6 +140,66 @@ def template_violations(
     return found
 
 
+def _queue_violations(
+    spec: QueueDefaults, type_name: str, *, path: str, policies: Sequence[Policy]
+) -> list[Violation]:
+    """The Kueue queue and WorkloadPriorityClass a task type's Jobs get (its own, else the
+    definition's), each refused at the field that names it."""
+    template = spec.task_types[type_name]
+    queued = queueing(spec, type_name)
+    queue_at = f"{path}.queueName" if template.queue_name else "spec.queueName"
+    class_at = (
+        f"{path}.workloadPriorityClass"
+        if template.workload_priority_class
+        else "spec.workloadPriorityClass"
+    )
+    found: list[Violation] = []
+    for policy in policies:
+        rules, by = policy.spec, policy.describe()
+        if queued is None:
+            if rules.queue_required:
+                found.append(
+                    Violation(
+                        f"{path}.queueName",
+                        f"names no Kueue queue (nor does spec.queueName); {by} requires one",
+                    )
+                )
+            continue
+        if not _glob(queued.queue_name, rules.queues):
+            found.append(
+                Violation(queue_at, f"LocalQueue {queued.queue_name!r} is not allowed by {by}")
+            )
+        if queued.priority_class is not None and not _glob(
+            queued.priority_class, rules.workload_priority_classes
+        ):
+            found.append(
+                Violation(
+                    class_at,
+                    f"WorkloadPriorityClass {queued.priority_class!r} is not allowed by {by}",
+                )
+            )
+    return found
+
+
+def _glob(value: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
+
+
+def task_type_violations(
+    spec: QueueDefaults, type_name: str, policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies refuse in the Jobs of one task type: its template (every image,
+    ServiceAccount, tolerations, node choice, Pod-security loosenings) and its Kueue queue
+    and priority class. The one check admission runs for each task type of a definition and
+    the operator runs again before it creates each Job (``spec``: the definition, full or
+    compact)."""
+    path = f"spec.taskTypes.{type_name}"
+    template = spec.task_types[type_name]
+    return template_violations(template, path=path, policies=policies) + _queue_violations(
+        spec, type_name, path=path, policies=policies
+    )
+
+
 def _image_violations(image: object, *, at: str, registries: list[str], by: str) -> list[Violation]:
     if registries == [ANY]:
         return []
@@ -205,11 +267,9 @@ def definition_violations(
     """
     found: list[Violation] = []
     for name in sorted(definition.task_types):
-        found.extend(
-            template_violations(
-                definition.task_types[name], path=f"spec.taskTypes.{name}", policies=policies
-            )
-        )
+        for violation in task_type_violations(definition, name, policies):
+            if violation not in found:  # spec.queueName, shared by task types
+                found.append(violation)
     found += _over(
         policies, "max_tasks", actual=len(definition.tasks), path="spec.tasks", what="tasks"
     )
@@ -260,6 +320,19 @@ def parameter_violations(
     return found
 
 
+def priority_violations(priority: int, policies: Sequence[Policy]) -> list[Violation]:
+    """What the policies refuse in a run's ``spec.priority``: more than a ``maxPriority``."""
+    return [
+        Violation(
+            "spec.priority",
+            f"priority {priority} is higher than {policy.describe()} allows "
+            f"(maxPriority {policy.spec.max_priority})",
+        )
+        for policy in policies
+        if policy.spec.max_priority is not None and priority > policy.spec.max_priority
+    ]
+
+
 def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
     """(field path, ServiceAccount) for every task type naming one other than ``default``:
     the requester must be allowed to ``use`` each (a Pod naming none runs as ``default``,
@@ -290,5 +363,7 @@ __all__ = [
     "parameter_violations",
     "parse_image",
     "policies_or_default",
+    "priority_violations",
     "registry_allowed",
+    "task_type_violations",
 ]

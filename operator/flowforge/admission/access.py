@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from flowforge.admission.review import (
     CODE_FORBIDDEN,
     MAX_LISTED_ERRORS,
@@ -30,13 +28,12 @@ from flowforge.admission.review import (
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
-    Policy,
-    PolicySpec,
     definition_violations,
     named_service_accounts,
     parameter_violations,
     policies_or_default,
     priority_violations,
+    read_policies,
 )
 from flowforge.domain.run import MAX_PRIORITY
 from flowforge.kube.access_review import (
@@ -68,30 +65,6 @@ class AccessChecks:
     reviewer: AccessReviewer
     list_policies: ListPolicies
     load_definition: LoadDefinition
-
-
-def read_policies(
-    objects: Sequence[Mapping[str, Any]], *, namespace: str
-) -> tuple[list[Policy], list[str]]:
-    """The namespace's policies, and a problem for each object that cannot be read (a policy
-    that cannot be read refuses everything: it fails closed)."""
-    policies: list[Policy] = []
-    problems: list[str] = []
-    for obj in objects:
-        metadata = obj.get("metadata") or {}
-        name = str(metadata.get("name") or "?")
-        try:
-            spec = PolicySpec.model_validate(obj.get("spec") or {})
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"])
-            problems.append(
-                f"FlowForgePolicy {namespace}/{name} is invalid (spec.{where}: {first['msg']}); "
-                "nothing runs in this namespace until a cluster admin fixes it"
-            )
-            continue
-        policies.append(Policy(namespace=namespace, name=name, spec=spec))
-    return policies, problems
 
 
 def _missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:

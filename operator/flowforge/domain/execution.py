@@ -115,6 +115,8 @@ class OutcomeReason(StrEnum):
     LOST = "JobVanished"
     CANCELLED = "Cancelled"
     JOB_REFUSED = "JobRefused"  # the apiserver refused the Job for good (invalid, forbidden)
+    # the namespace's FlowForgePolicy, as it is when the Job is about to be made, refuses it
+    POLICY_REFUSED = "PolicyRefused"
     # the Pod did not start within pendingTimeoutSeconds; the Pod's own reason
     UNSCHEDULABLE = "Unschedulable"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
@@ -244,6 +246,17 @@ def refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
         succeeded=False,
         reason=OutcomeReason.JOB_REFUSED,
         message=f"Job {job} was refused: {message}",
+        finished_at=now,
+    )
+
+
+def policy_refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
+    """The namespace's policy refuses the attempt's Job now (it was tightened after the run
+    was admitted): the Job is never created."""
+    return AttemptOutcome(
+        succeeded=False,
+        reason=OutcomeReason.POLICY_REFUSED,
+        message=f"Job {job} was not created: {message}",
         finished_at=now,
     )
 

@@ -58,6 +58,15 @@ def job_creation_delayed(
     )
 
 
+def policy_refused(*, task_key: str, attempt: int, job: str, message: str) -> Notice:
+    return Notice(
+        "PolicyRefused",
+        f"task {task_key} attempt {attempt}: Job {job} not created, the namespace's policy "
+        f"refuses it now: {message}",
+        warning=True,
+    )
+
+
 def compensation_started(*, task_key: str, compensates: str, attempt: int, job: str) -> Notice:
     return Notice(
         "CompensationStarted",

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pydantic import ValidationError
+
 from flowforge.domain.caps import config_text, nesting_depth
 from flowforge.domain.kueue import QueueDefaults, queueing
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
@@ -35,6 +37,8 @@ from flowforge.domain.policy_pods import pod_security_findings, required_node_la
 from flowforge.domain.policy_spec import PodSecurityRules, PolicyCaps, PolicySpec, TolerationRule
 
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
+# violations a refused Job's message names (its attempt's message stays short)
+MAX_NAMED_VIOLATIONS: Final = 5
 
 
 @dataclass(frozen=True)
@@ -345,6 +349,55 @@ def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
     )
 
 
+def read_policies(
+    objects: Sequence[Mapping[str, Any]], *, namespace: str
+) -> tuple[list[Policy], list[str]]:
+    """The namespace's policies, and a problem for each object that cannot be read (a policy
+    that cannot be read refuses everything: it fails closed)."""
+    policies: list[Policy] = []
+    problems: list[str] = []
+    for obj in objects:
+        metadata = obj.get("metadata") or {}
+        name = str(metadata.get("name") or "?")
+        try:
+            spec = PolicySpec.model_validate(obj.get("spec") or {})
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            problems.append(
+                f"FlowForgePolicy {namespace}/{name} is invalid (spec.{where}: {first['msg']}); "
+                "nothing runs in this namespace until a cluster admin fixes it"
+            )
+            continue
+        policies.append(Policy(namespace=namespace, name=name, spec=spec))
+    return policies, problems
+
+
+def job_refusal(
+    spec: QueueDefaults,
+    type_name: str,
+    *,
+    namespace: str,
+    policies: Sequence[Policy],
+    problems: Sequence[str],
+) -> str | None:
+    """Why the namespace's policies, as they are now, refuse a Job of the task type (None
+    when they allow it): a policy that cannot be read refuses every Job, else each violation
+    of ``task_type_violations`` (the check admission ran) is named."""
+    lines = list(problems) or [
+        str(violation)
+        for violation in task_type_violations(
+            spec, type_name, policies_or_default(policies, namespace=namespace)
+        )
+    ]
+    if not lines:
+        return None
+    shown = lines[:MAX_NAMED_VIOLATIONS]
+    if len(lines) > MAX_NAMED_VIOLATIONS:
+        shown.append(f"... and {len(lines) - MAX_NAMED_VIOLATIONS} more")
+    return "; ".join(shown)
+
+
 def policies_or_default(policies: Sequence[Policy], *, namespace: str) -> list[Policy]:
     return list(policies) or [Policy.default(namespace)]
 
@@ -359,11 +412,13 @@ __all__ = [
     "TolerationRule",
     "Violation",
     "definition_violations",
+    "job_refusal",
     "named_service_accounts",
     "parameter_violations",
     "parse_image",
     "policies_or_default",
     "priority_violations",
+    "read_policies",
     "registry_allowed",
     "task_type_violations",
 ]

@@ -25,7 +25,8 @@ TASK_OUTCOMES = Counter(
 JOB_CREATION_FAILURES = Counter(
     "flowforge_job_creation_failures_total",
     "Job creations the apiserver did not take: refused for good (the attempt failed) or "
-    "delayed (tried again later)",
+    "delayed (tried again later); and policy: the namespace's policy refused the Job before "
+    "it was sent (the attempt failed PolicyRefused)",
     ["kind"],
     registry=REGISTRY,
 )

@@ -165,6 +165,16 @@ _WOULD = {
 }
 
 
+def forged_config_map(*, name: str, uid: str, task_key: str, attempt: int) -> Notice:
+    """The run's ConfigMap was deleted and re-created by someone else (another uid)."""
+    return Notice(
+        "ForgedConfigMap",
+        f"ConfigMap {name} (uid {uid}) is not the one this run created: someone deleted and "
+        f"re-created it; task {task_key} attempt {attempt} fails rather than mount it",
+        warning=True,
+    )
+
+
 def forged_job(
     *,
     namespace: str,

@@ -38,7 +38,7 @@ from flowforge.operator.creation_delays import CreationDelays, transient
 from flowforge.operator.job_policy import NamespacePolicies
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
-from flowforge.operator.run_files import RunFiles
+from flowforge.operator.run_files import ForgedConfigMap, RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
@@ -357,6 +357,12 @@ class JobLauncher:
             await self.files.ensure(context)
             job = await self._kube.create_job(build_job(request))
         except KubernetesError as error:
+            if isinstance(error, ForgedConfigMap):
+                metrics.FORGED_JOBS.labels("mount").inc()
+                notice = notices.forged_config_map(
+                    name=error.name, uid=error.found, task_key=item.task_key, attempt=item.attempt
+                )
+                self._notifier.post(context, notice)
             await self._not_created(context, item, name=request.name, error=error)
             return
         self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))

@@ -8,7 +8,8 @@ namespace's policies as the operator's watch of FlowForgePolicy objects last del
 (``update``, from ``Engine.policy_changed``). A namespace not seen yet is read at once; an
 entry read under another leadership epoch (this process was not the leader, so it skipped
 the watch's events) or older than ``MAX_AGE_SECONDS`` (a missed event) is read again.
-Concurrent readers of one namespace share one LIST.
+Concurrent readers of one namespace share one LIST, and a copy judges each task type of a
+definition (by fingerprint) once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from flowforge.domain.policy import Policy, job_refusal, read_policies
@@ -28,6 +29,8 @@ from flowforge.operator.runs import RunContext
 MAX_AGE_SECONDS: Final = 60.0
 # namespaces remembered (beyond it the oldest are read again)
 _REMEMBERED_NAMESPACES: Final = 10_000
+# verdicts remembered per namespace's copy (beyond it they are judged afresh)
+_REMEMBERED_VERDICTS: Final = 1_000
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class _Seen:
     problems: list[str]
     epoch: int
     at: float
+    # (definition fingerprint, task type) -> the verdict: a fan-out's Jobs of one task type
+    # are judged once per copy of the policies
+    verdicts: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
 class NamespacePolicies:
@@ -62,13 +68,18 @@ class NamespacePolicies:
         """Why the namespace's policies refuse a Job of the run's task type now (None: they
         allow it)."""
         seen = await self._current(context.namespace)
-        return job_refusal(
-            context.definition.spec,
-            type_name,
-            namespace=context.namespace,
-            policies=seen.policies,
-            problems=seen.problems,
-        )
+        key = (context.definition.fingerprint, type_name)
+        if key not in seen.verdicts:
+            if len(seen.verdicts) >= _REMEMBERED_VERDICTS:
+                seen.verdicts.clear()
+            seen.verdicts[key] = job_refusal(
+                context.definition.spec,
+                type_name,
+                namespace=context.namespace,
+                policies=seen.policies,
+                problems=seen.problems,
+            )
+        return seen.verdicts[key]
 
     async def _current(self, namespace: str) -> _Seen:
         seen = self._seen.get(namespace)

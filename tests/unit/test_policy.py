@@ -15,6 +15,7 @@ from flowforge.domain.policy import (
     Policy,
     PolicySpec,
     definition_violations,
+    job_refusal,
     named_service_accounts,
     parameter_violations,
     parse_image,
@@ -367,3 +368,37 @@ def test_a_runs_priority_above_the_policys_max_is_refused(priority: int, refused
 def test_hostile_kueue_and_priority_policy_fields_are_refused(spec: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         PolicySpec.model_validate(spec)
+
+
+def test_a_jobs_refusal_names_each_violation_and_an_unreadable_policy_refuses_all() -> None:
+    spec = definition(
+        {
+            "image": "evil.io/a:1",
+            "initContainers": [
+                {"name": f"c{index}", "image": f"evil.io/c{index}:1"} for index in range(6)
+            ],
+        }
+    )
+    strict = [policy(registries=["ghcr.io"])]
+    refusal = job_refusal(spec, "py", namespace="team-a", policies=strict, problems=[])
+    assert refusal is not None
+    assert refusal.startswith("spec.taskTypes.py.image: registry evil.io is not allowed")
+    assert "spec.taskTypes.py.initContainers[3].image" in refusal
+    assert refusal.endswith("; ... and 2 more")  # 7 violations, 5 named
+    assert job_refusal(definition(), "py", namespace="team-a", policies=[], problems=[]) is None
+    broken = "FlowForgePolicy team-a/p is invalid (spec.caps: ...); nothing runs"
+    assert (
+        job_refusal(definition(), "py", namespace="team-a", policies=[], problems=[broken])
+        == broken
+    )
+
+
+def test_the_jobs_check_and_admissions_are_one_check() -> None:
+    """Every violation admission names for a task type is what a Job of it is refused for."""
+    spec = kueue_definition(queueName="team-b", workloadPriorityClass="urgent")
+    strict = [policy(queues=["team-a"], workloadPriorityClasses=["low"], registries=["ghcr.io"])]
+    for name in spec.task_types:
+        expected = [str(v) for v in definition_violations(spec, strict) if f".{name}." in v.path]
+        refusal = job_refusal(spec, name, namespace="team-a", policies=strict, problems=[])
+        assert refusal is not None
+        assert all(line in refusal for line in expected) and expected

@@ -2,12 +2,18 @@
 
 A FlowForgePolicy is written by cluster admins only (as a ResourceQuota is): the chart's
 tenant roles may read it, never write it. It lists what the Jobs of a namespace's workflows
-may use: ServiceAccounts, image registries (globs), tolerations and node selectors, and caps
+may use: ServiceAccounts, image registries (globs, every image of the Pod), tolerations and
+node selectors, Kueue queues and WorkloadPriorityClasses, a run's highest priority, and caps
 that lower (never raise) the hard limits of `flowforge.domain.caps`.
 
 Every policy of a namespace applies (their intersection). A namespace with none gets
-`DEFAULT_POLICY`: only the `default` ServiceAccount, any registry, no tolerations and no
-nodeSelector, the hard caps.
+``Policy.default``: only the `default` ServiceAccount, any registry, no tolerations and no
+nodeSelector, any queue and priority class, the hard caps.
+
+Admission judges a definition's task types (``definition_violations``) and a run's
+parameters and priority; the operator judges each Job again before it creates it
+(``job_refusal``), with the same ``task_type_violations``, against the policies as they are
+then.
 
 Evaluation returns every violation, each naming the field of the definition (or run) and
 the policy that refuses it, e.g.

@@ -11,6 +11,10 @@ verdict or a cleanup is accepted only for the Job in the run's namespace with th
 uid (before one is recorded: the attempt's name, with the run as controller owner). Any
 other Job is a forgery: ignored, counted, and reported on the run (once per forged Job, and
 a few times an hour per run at most).
+
+Before each Job is sent, the namespace's policy as it is now judges it (`job_policy`: a
+refusal fails the attempt ``PolicyRefused``, no Job is made) and the run's ConfigMap is
+checked to be the one the run created (`run_files`: by uid).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from flowforge.domain.api import API_VERSION, GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
 from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
@@ -175,6 +176,20 @@ async def test_an_unschedulable_pod_fails_after_the_pending_timeout(
             "taskTypes": {"stuck": stuck, "ok": simulated("1s")},
             "tasks": [{"key": "stuck", "type": "stuck"}, {"key": "fine", "type": "ok"}],
         }
+    )
+    # the operator judges each Job against the namespace's policy (the default one allows no
+    # nodeSelector): an admin allows the label, as admission would have required
+    driver.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        driver.namespace,
+        POLICY_PLURAL,
+        {
+            "apiVersion": API_VERSION,
+            "kind": POLICY_KIND,
+            "metadata": {"name": "nodes"},
+            "spec": {"nodeSelector": {"flowforge.io/no-such-node": ["*"]}},
+        },
     )
     started = time.monotonic()
     driver.create_run("u1", workflow="stuck")

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.config_map import ConfigMapFound
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob, JobIdentity
 from flowforge.kube.pages import ListPage
@@ -41,6 +42,7 @@ class FakeKube:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_map_calls = 0  # creations asked for, AlreadyExists included
+        self.config_map_reads = 0  # reads of a ConfigMap's uid
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
         self.namespaces: dict[str, str | None] = {}  # name -> uid (None: there is none)
         self.namespace_reads = 0
@@ -82,14 +84,21 @@ class FakeKube:
         self.created.append(key[1])
         return _created(job, created=True)
 
-    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> ConfigMapFound:
         self.config_map_calls += 1
         await asyncio.sleep(0)  # concurrent creations overlap, as over the network
         key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
         if key in self.config_maps:
-            return copy.deepcopy(self.config_maps[key])
-        self.config_maps[key] = copy.deepcopy(dict(manifest))
-        return None
+            return ConfigMapFound(body=copy.deepcopy(self.config_maps[key]), created=False)
+        made = copy.deepcopy(dict(manifest))
+        made["metadata"]["uid"] = str(uuid.uuid4())
+        self.config_maps[key] = made
+        return ConfigMapFound(body=copy.deepcopy(made), created=True)
+
+    async def config_map_uid(self, *, namespace: str, name: str) -> str | None:
+        self.config_map_reads += 1
+        found = self.config_maps.get((namespace, name))
+        return None if found is None else found["metadata"].get("uid")
 
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:
         job = self.jobs.get((namespace, name))

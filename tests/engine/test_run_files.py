@@ -11,6 +11,7 @@ from typing import Any
 from flowforge.domain.execution import config_map_name
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.config_map import build_config_map
+from flowforge.operator import metrics
 from flowforge.store.queries import latest_outcomes
 from tests.engine.conftest import NAMESPACE, Harness
 
@@ -84,3 +85,58 @@ async def test_a_config_map_someone_else_put_under_the_name_fails_the_attempt(
     outcome = (await latest_outcomes(harness.pool, context.run_id, ["a"]))["a"]
     assert outcome["reason"] == "JobRefused"
     assert "is not this run's" in outcome["message"]
+
+
+PAIR: list[dict[str, Any]] = [
+    {"key": "a", "config": {"n": 1}},
+    {"key": "b", "config": {"n": 2}, "dependsOn": ["a"]},
+]
+
+
+async def test_a_config_map_deleted_and_re_created_by_someone_else_is_never_mounted(
+    harness: Harness,
+) -> None:
+    """An attacker who may write ConfigMaps swaps the run's for one with other configs, even
+    with the run as owner and immutable, as the run's own looks: the next task fails rather
+    than mount it."""
+    run = await harness.start("swapped", PAIR)
+    body = harness.kube.runs[(NAMESPACE, "swapped")]
+    own = copy.deepcopy(_config_map(harness, body))
+    forged = copy.deepcopy(own)
+    forged["metadata"]["uid"] = "attacker-uid"
+    forged["data"]["config.b.json"] = '{"n": 666}'
+    harness.kube.config_maps[(NAMESPACE, own["metadata"]["name"])] = forged
+    before = metrics.REGISTRY.get_sample_value("flowforge_forged_jobs_total", {"act": "mount"})
+
+    await harness.finish("a")
+
+    assert (await harness.states(run))["b"] == TaskState.FAILED
+    assert [name for name in harness.kube.created if "-b-" in name] == []
+    outcome = (await latest_outcomes(harness.pool, run.run_id, ["b"]))["b"]
+    assert outcome["reason"] == "JobRefused"
+    assert "re-created by someone else (uid attacker-uid" in outcome["message"]
+    assert own["metadata"]["uid"] in outcome["message"]
+    event = next(e for e in harness.kube.events if e.reason == "ForgedConfigMap")
+    assert "attacker-uid" in event.message and "task b attempt 1" in event.message
+    after = metrics.REGISTRY.get_sample_value("flowforge_forged_jobs_total", {"act": "mount"})
+    assert after == (before or 0) + 1
+    assert _config_map(harness, body) == forged  # someone else's: not touched
+
+
+async def test_a_deleted_config_map_is_made_again_from_the_runs_own_data(
+    harness: Harness,
+) -> None:
+    run = await harness.start("deleted", PAIR)
+    body = harness.kube.runs[(NAMESPACE, "deleted")]
+    own = copy.deepcopy(_config_map(harness, body))
+    del harness.kube.config_maps[(NAMESPACE, own["metadata"]["name"])]
+    reads = harness.kube.config_map_reads
+
+    await harness.finish("a")
+
+    assert harness.kube.config_map_reads == reads + 1  # the uid was checked before b's Job
+    again = _config_map(harness, body)
+    assert again["data"] == own["data"] and again["metadata"]["uid"] != own["metadata"]["uid"]
+    assert harness.job_of("b")
+    await harness.finish("b")
+    assert (await harness.run(run)).phase is RunPhase.SUCCEEDED

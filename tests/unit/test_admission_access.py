@@ -247,3 +247,64 @@ async def test_only_creation_is_checked_and_a_malformed_object_is_left_to_admiss
     cyclic["tasks"][0]["dependsOn"] = ["load"]
     request = create("WorkflowDefinition", cyclic)
     assert (await decide_definition_access(request, user=ALICE, checks=access)).allowed
+
+
+async def test_a_sidecar_image_outside_the_registries_is_refused_at_admission() -> None:
+    spec = definition_spec()
+    spec["taskTypes"]["py"]["image"] = "ghcr.io/acme/app:1"
+    spec["taskTypes"]["py"]["initContainers"] = [
+        {"name": "proxy", "image": "evil.io/proxy:1", "restartPolicy": "Always"}
+    ]
+    policy = {"metadata": {"name": "p"}, "spec": {"registries": ["ghcr.io"]}}
+    verdict = await decide_definition_access(
+        create("WorkflowDefinition", spec),
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[policy]),
+    )
+    assert not verdict.allowed and verdict.code == 403
+    assert "spec.taskTypes.py.initContainers[0].image: registry evil.io is not allowed" in (
+        verdict.message
+    )
+    assert "spec.taskTypes.py.image" not in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("priority", "allowed"),
+    [(None, True), (5, True), (6, False), (10**40, False), ("6", False), (True, False)],
+)
+async def test_a_runs_priority_is_held_to_the_policys_max_priority(
+    priority: object, allowed: bool
+) -> None:
+    """A priority above maxPriority is refused naming spec.priority; one of another type
+    (which the schema refuses anyway) is judged as the highest there is."""
+    spec: dict[str, Any] = {"workflow": "etl", "version": 1}
+    if priority is not None:
+        spec["priority"] = priority
+    policy = {"metadata": {"name": "p"}, "spec": {"maxPriority": 5}}
+    verdict = await decide_run_access(
+        create("WorkflowRun", spec),
+        user=ALICE,
+        checks=checks(
+            FakeAuthorizer(JOBS), policies=[policy], stored=parse_definition(definition_spec())
+        ),
+    )
+    assert verdict.allowed is allowed
+    if not allowed:
+        assert "spec.priority: priority " in verdict.message
+        assert "is higher than policy team-a/p allows (maxPriority 5)" in verdict.message
+
+
+async def test_a_run_of_a_definition_whose_queue_the_policy_no_longer_allows_is_refused() -> None:
+    queued = definition_spec()
+    queued["taskTypes"]["py"]["queueName"] = "team-b-gpu"
+    stored = parse_definition(queued)
+    policy = {"metadata": {"name": "p"}, "spec": {"queues": ["team-a-*"]}}
+    verdict = await decide_run_access(
+        create("WorkflowRun", {"workflow": "etl", "version": 1}),
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[policy], stored=stored),
+    )
+    assert not verdict.allowed and verdict.code == 403
+    assert (
+        "spec.taskTypes.py.queueName: LocalQueue 'team-b-gpu' is not allowed by policy team-a/p"
+    ) in verdict.message

@@ -215,3 +215,42 @@ def test_admitting_tasks_are_counted_apart_from_running_ones() -> None:
     assert "2 running" in status["message"] and "4 admitting" in status["message"]
     progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
     assert "2 running, 4 admitting" in progressing["message"]
+
+
+@pytest.mark.parametrize("queue", [{}, {"queue_name": "team-a", "priority_class": "low"}])
+def test_a_templates_own_kueue_labels_never_reach_the_job(queue: dict[str, str]) -> None:
+    """Only queueName and workloadPriorityClass (which the namespace policy governs) say
+    how a Job queues: jobMetadata cannot pick another queue, priority or Workload."""
+    template = {
+        **IMAGE,
+        "jobMetadata": {
+            "labels": {
+                "kueue.x-k8s.io/queue-name": "other-team",
+                "kueue.x-k8s.io/priority-class": "urgent",
+                "team": "a",
+            },
+            "annotations": {"kueue.x-k8s.io/prebuilt-workload-name": "theirs", "note": "x"},
+        },
+    }
+    job = build_job(
+        JobRequest(
+            namespace="team-a",
+            run_name="r",
+            run_uid="u",
+            task_key="t",
+            attempt=1,
+            role=TaskRole.FORWARD,
+            template=template,
+            **queue,  # type: ignore[arg-type]
+        )
+    )
+    labels, annotations = job["metadata"]["labels"], job["metadata"]["annotations"]
+    kueue_labels = {k: v for k, v in labels.items() if k.startswith("kueue.x-k8s.io/")}
+    expected = (
+        {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/priority-class": "low"}
+        if queue
+        else {}
+    )
+    assert kueue_labels == expected
+    assert labels["team"] == "a" and annotations["note"] == "x"
+    assert not any(key.startswith("kueue.x-k8s.io/") for key in annotations)

@@ -15,10 +15,12 @@ from flowforge.domain.policy import (
     Policy,
     PolicySpec,
     definition_violations,
+    job_refusal,
     named_service_accounts,
     parameter_violations,
     parse_image,
     policies_or_default,
+    priority_violations,
     registry_allowed,
 )
 from flowforge.domain.validation import parse_definition
@@ -237,3 +239,166 @@ def test_a_config_passes_exactly_when_it_fits_the_depth_cap(depth: int, cap: int
     spec = definition(tasks=[{"key": "a", "type": "py", "config": config}])
     found = definition_violations(spec, [policy(caps={"maxConfigDepth": cap})])
     assert (not found) == (depth <= cap)
+
+
+def test_init_container_and_sidecar_images_are_held_to_the_registries() -> None:
+    spec = definition(
+        {
+            "image": "ghcr.io/acme/app:1",
+            "initContainers": [
+                {"name": "fetch", "image": "evil.io/fetch:1"},
+                {"name": "proxy", "image": "ghcr.io/acme/proxy:1", "restartPolicy": "Always"},
+                {"name": "miner", "image": "busybox", "restartPolicy": "Always"},
+            ],
+        }
+    )
+    assert messages(spec, policy(registries=["ghcr.io/acme/*"])) == [
+        "spec.taskTypes.py.initContainers[0].image: registry evil.io is not allowed by policy "
+        "team-a/flowforge (image evil.io/fetch; allowed: ghcr.io/acme/*)",
+        "spec.taskTypes.py.initContainers[2].image: registry docker.io is not allowed by "
+        "policy team-a/flowforge (image docker.io/library/busybox; allowed: ghcr.io/acme/*)",
+    ]
+    assert messages(spec, policy()) == []  # any registry by default
+
+
+@pytest.mark.parametrize("image", [None, "", 7, "EVIL.io/../x", "ghcr.io/acme/app\n"])
+def test_an_init_container_image_that_is_no_reference_is_refused(image: object) -> None:
+    """Hostile documents that never passed the schema (a stored definition, a newer
+    writer): an image missing, empty, of another type or no reference is refused."""
+    template = (
+        definition()
+        .task_types["py"]
+        .model_copy(update={"init_containers": ({"name": "x", "image": image},)})
+    )
+    spec = definition().model_copy(update={"task_types": {"py": template}})
+    assert messages(spec, policy(registries=["docker.io"])) == [
+        "spec.taskTypes.py.initContainers[0].image: is not a valid image reference (policy "
+        "team-a/flowforge allows only some registries)"
+    ]
+
+
+def kueue_definition(**kueue: Any) -> DefinitionSpec:
+    """Task type ``own`` names its own queue and class, ``inherits`` takes the defaults."""
+    own = {key: kueue.pop(key) for key in ("queueName", "workloadPriorityClass") if key in kueue}
+    return parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "taskTypes": {"own": {"image": "x", **own}, "inherits": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "own"}, {"key": "b", "type": "inherits"}],
+            **kueue,
+        }
+    )
+
+
+def test_kueue_queues_and_priority_classes_are_refused_where_they_are_named() -> None:
+    strict = policy(queues=["team-a-*"], workloadPriorityClasses=["batch-*"])
+    spec = kueue_definition(queueName="team-b-gpu", workloadPriorityClass="critical")
+    assert messages(spec, strict) == [
+        "spec.taskTypes.own.queueName: LocalQueue 'team-b-gpu' is not allowed by policy "
+        "team-a/flowforge",
+        "spec.taskTypes.own.workloadPriorityClass: WorkloadPriorityClass 'critical' is not "
+        "allowed by policy team-a/flowforge",
+    ]
+    # the definition's defaults are named once, however many task types take them
+    inherited = parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "queueName": "shared",
+            "workloadPriorityClass": "urgent",
+            "taskTypes": {"a": {"image": "x"}, "b": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "a"}, {"key": "b", "type": "b"}],
+        }
+    )
+    assert messages(inherited, strict) == [
+        "spec.queueName: LocalQueue 'shared' is not allowed by policy team-a/flowforge",
+        "spec.workloadPriorityClass: WorkloadPriorityClass 'urgent' is not allowed by policy "
+        "team-a/flowforge",
+    ]
+    ok = kueue_definition(queueName="team-a-cpu", workloadPriorityClass="batch-low")
+    assert messages(ok, strict) == []
+    assert messages(spec, policy()) == []  # any queue and class by default
+
+
+def test_a_policy_may_require_every_task_type_to_queue_through_kueue() -> None:
+    required = policy(queueRequired=True)
+    spec = kueue_definition(queueName="team-a")
+    assert messages(spec, required) == [
+        "spec.taskTypes.inherits.queueName: names no Kueue queue (nor does spec.queueName); "
+        "policy team-a/flowforge requires one"
+    ]
+    both = parse_definition(
+        {
+            "workflow": "w",
+            "version": 1,
+            "queueName": "team-a",
+            "taskTypes": {"a": {"image": "x"}},
+            "tasks": [{"key": "a", "type": "a"}],
+        }
+    )
+    assert messages(both, required) == []
+
+
+@pytest.mark.parametrize(
+    ("priority", "refused"),
+    [(10, False), (11, True), (-1_000_000, False), (10**30, True), (-(10**30), False)],
+)
+def test_a_runs_priority_above_the_policys_max_is_refused(priority: int, refused: bool) -> None:
+    found = [str(v) for v in priority_violations(priority, [policy(maxPriority=10)])]
+    expected = [
+        f"spec.priority: priority {priority} is higher than policy team-a/flowforge allows "
+        "(maxPriority 10)"
+    ]
+    assert found == (expected if refused else [])
+    assert priority_violations(priority, [policy()]) == []  # no maxPriority: no limit here
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"maxPriority": 1_000_001},
+        {"maxPriority": "high"},
+        {"queues": [""]},
+        {"queues": "team-a"},
+        {"workloadPriorityClasses": ["x" * 513]},
+        {"queueRequired": [True]},
+    ],
+)
+def test_hostile_kueue_and_priority_policy_fields_are_refused(spec: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        PolicySpec.model_validate(spec)
+
+
+def test_a_jobs_refusal_names_each_violation_and_an_unreadable_policy_refuses_all() -> None:
+    spec = definition(
+        {
+            "image": "evil.io/a:1",
+            "initContainers": [
+                {"name": f"c{index}", "image": f"evil.io/c{index}:1"} for index in range(6)
+            ],
+        }
+    )
+    strict = [policy(registries=["ghcr.io"])]
+    refusal = job_refusal(spec, "py", namespace="team-a", policies=strict, problems=[])
+    assert refusal is not None
+    assert refusal.startswith("spec.taskTypes.py.image: registry evil.io is not allowed")
+    assert "spec.taskTypes.py.initContainers[3].image" in refusal
+    assert refusal.endswith("; ... and 2 more")  # 7 violations, 5 named
+    assert job_refusal(definition(), "py", namespace="team-a", policies=[], problems=[]) is None
+    broken = "FlowForgePolicy team-a/p is invalid (spec.caps: ...); nothing runs"
+    assert (
+        job_refusal(definition(), "py", namespace="team-a", policies=[], problems=[broken])
+        == broken
+    )
+
+
+def test_the_jobs_check_and_admissions_are_one_check() -> None:
+    """Every violation admission names for a task type is what a Job of it is refused for."""
+    spec = kueue_definition(queueName="team-b", workloadPriorityClass="urgent")
+    strict = [policy(queues=["team-a"], workloadPriorityClasses=["low"], registries=["ghcr.io"])]
+    for name in spec.task_types:
+        expected = [str(v) for v in definition_violations(spec, strict) if f".{name}." in v.path]
+        refusal = job_refusal(spec, name, namespace="team-a", policies=strict, problems=[])
+        assert refusal is not None
+        assert all(line in refusal for line in expected) and expected

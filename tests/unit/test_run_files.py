@@ -27,7 +27,13 @@ from flowforge.domain.run_files import (
     task_items,
 )
 from flowforge.domain.states import TaskRole
-from flowforge.kube.config_map import build_config_map, same_config_map
+from flowforge.kube.config_map import (
+    METADATA_ONLY,
+    ConfigMapCalls,
+    build_config_map,
+    same_config_map,
+)
+from flowforge.kube.errors import KubernetesRefusal
 from flowforge.kube.jobs import JobRequest, build_job
 from flowforge.sdk import run_parameters, task_config
 
@@ -184,3 +190,56 @@ def test_the_sdk_reads_the_files_the_variables_name(
     monkeypatch.delenv("FLOWFORGE_CONFIG_FILE")
     with pytest.raises(FileNotFoundError, match=re.escape("/etc/flowforge/config.json")):
         task_config()  # outside a task's container there is no default file
+
+
+class _FakeCore:
+    """The two ConfigMap calls of CoreV1Api, answering raw bodies as the client's threads do."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, Any] | None = None
+        self.headers: list[dict[str, str]] = []
+
+    def create_namespaced_config_map(self, namespace: str, manifest: dict[str, Any]) -> bytes:
+        if self.stored is not None:
+            raise KubernetesRefusal("exists", status=409, reason="AlreadyExists")
+        self.stored = {**manifest, "metadata": {**manifest["metadata"], "uid": "made-1"}}
+        return json.dumps(self.stored).encode()
+
+    def read_namespaced_config_map(
+        self, name: str, namespace: str, _headers: dict[str, str] | None = None
+    ) -> bytes:
+        self.headers.append(dict(_headers or {}))
+        if self.stored is None:
+            raise KubernetesRefusal("not found", status=404, reason="NotFound")
+        if _headers and "PartialObjectMetadata" in _headers.get("Accept", ""):
+            return json.dumps({"metadata": self.stored["metadata"]}).encode()
+        return json.dumps(self.stored).encode()
+
+
+class _Calls(ConfigMapCalls):
+    def __init__(self, core: _FakeCore) -> None:
+        self._core = core  # type: ignore[assignment]
+
+        async def call(function: Any, /, *args: Any, **kwargs: Any) -> bytes:
+            result: bytes = function(*args, **kwargs)
+            return result
+
+        self._call = call
+        self._call_critical = call
+
+
+async def test_the_client_answers_the_config_map_made_and_reads_only_its_uid_after() -> None:
+    core = _FakeCore()
+    calls = _Calls(core)
+    manifest = build_config_map(
+        namespace="team-a", run_name="r", run_uid="u", parameters={}, configs=[("a", {})]
+    )
+    name = manifest["metadata"]["name"]
+    assert await calls.config_map_uid(namespace="team-a", name=name) is None  # none yet
+    made = await calls.create_config_map(manifest)
+    assert made.created and made.uid == "made-1" and same_config_map(made.body, manifest)
+    again = await calls.create_config_map(manifest)
+    assert not again.created and again.uid == "made-1"
+    assert await calls.config_map_uid(namespace="team-a", name=name) == "made-1"
+    # the uid check asks for the metadata only, never the up to 1 MiB of data
+    assert core.headers[-1] == {"Accept": METADATA_ONLY}

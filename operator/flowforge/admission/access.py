@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from flowforge.admission.review import (
     CODE_FORBIDDEN,
     MAX_LISTED_ERRORS,
@@ -30,13 +28,14 @@ from flowforge.admission.review import (
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
-    Policy,
-    PolicySpec,
     definition_violations,
     named_service_accounts,
     parameter_violations,
     policies_or_default,
+    priority_violations,
+    read_policies,
 )
+from flowforge.domain.run import MAX_PRIORITY
 from flowforge.kube.access_review import (
     CREATE_JOBS,
     AccessReviewUnavailable,
@@ -68,30 +67,6 @@ class AccessChecks:
     load_definition: LoadDefinition
 
 
-def read_policies(
-    objects: Sequence[Mapping[str, Any]], *, namespace: str
-) -> tuple[list[Policy], list[str]]:
-    """The namespace's policies, and a problem for each object that cannot be read (a policy
-    that cannot be read refuses everything: it fails closed)."""
-    policies: list[Policy] = []
-    problems: list[str] = []
-    for obj in objects:
-        metadata = obj.get("metadata") or {}
-        name = str(metadata.get("name") or "?")
-        try:
-            spec = PolicySpec.model_validate(obj.get("spec") or {})
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"])
-            problems.append(
-                f"FlowForgePolicy {namespace}/{name} is invalid (spec.{where}: {first['msg']}); "
-                "nothing runs in this namespace until a cluster admin fixes it"
-            )
-            continue
-        policies.append(Policy(namespace=namespace, name=name, spec=spec))
-    return policies, problems
-
-
 def _missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:
     if permission.resource == "serviceaccounts":
         action = f"use serviceaccount {permission.name!r}"
@@ -110,6 +85,7 @@ async def _decide_access(
     namespace: str,
     definition: DefinitionSpec,
     parameters: Mapping[str, str],
+    priority: int | None,
     action: str,
 ) -> Verdict:
     if user is None:
@@ -144,6 +120,8 @@ async def _decide_access(
     in_force = policies_or_default(policies, namespace=namespace)
     violations = definition_violations(definition, in_force)
     violations += parameter_violations(parameters, in_force)
+    if priority is not None:
+        violations += priority_violations(priority, in_force)
     lines += [str(violation) for violation in violations]
     if not lines:
         return Verdict.allow()
@@ -155,6 +133,13 @@ async def _decide_access(
         + "\n".join(listed),
         code=CODE_FORBIDDEN,
     )
+
+
+def _priority(spec: Mapping[str, Any]) -> int:
+    """The run's ``spec.priority`` (0 when omitted, as the schema defaults it; a value of
+    another type, which the schema refuses, is judged as the highest there is)."""
+    value = spec.get("priority", 0)
+    return value if type(value) is int else MAX_PRIORITY
 
 
 def _spec(obj: Mapping[str, Any] | None) -> Any:
@@ -178,6 +163,7 @@ async def decide_definition_access(
         namespace=request.namespace,
         definition=definition,
         parameters={},
+        priority=None,
         action="publish this WorkflowDefinition",
     )
 
@@ -186,7 +172,8 @@ async def decide_run_access(
     request: AdmissionRequest, *, user: UserInfo | None, checks: AccessChecks
 ) -> Verdict:
     """On CREATE: whoever starts the run may create Jobs and use each ServiceAccount of its
-    definition, and definition and parameters pass the namespace's policies as they are now."""
+    definition, and definition, parameters and priority pass the namespace's policies as
+    they are now."""
     if request.operation != "CREATE":
         return Verdict.allow()
     spec = _spec(request.new_object)
@@ -216,5 +203,6 @@ async def decide_run_access(
         namespace=request.namespace,
         definition=definition,
         parameters=parameters,
+        priority=_priority(spec),
         action=f"run workflow {workflow!r} version {version}",
     )

@@ -31,6 +31,8 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
     │   ├── BadReviewError                  admission: an AdmissionReview that is malformed
     │   │                                   or names two namespaces
     │   └── KubernetesRefusal               kube: the apiserver refused (4xx but 429)
+    │       └── ForgedConfigMap                 operator: the run's ConfigMap was re-created
+    │                                           by someone else (another uid)
     └── InfrastructureError                 the system failed or is not as this code needs
         ├── StoreError                      store: PostgreSQL
         │   ├── SchemaTooNewError               the database is newer than this code

@@ -117,6 +117,8 @@ class OutcomeReason(StrEnum):
     JOB_REFUSED = "JobRefused"  # the apiserver refused the Job for good (invalid, forbidden)
     # a Job FlowForge did not create (the run is not its controller) holds the attempt's name
     JOB_NAME_TAKEN = "JobNameTaken"
+    # the namespace's FlowForgePolicy, as it is when the Job is about to be made, refuses it
+    POLICY_REFUSED = "PolicyRefused"
     # the Pod did not start within pendingTimeoutSeconds; the Pod's own reason
     UNSCHEDULABLE = "Unschedulable"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
@@ -259,6 +261,17 @@ def name_taken_outcome(*, job: str, now: datetime) -> AttemptOutcome:
         reason=OutcomeReason.JOB_NAME_TAKEN,
         message=f"a Job named {job} that the run does not control already exists; "
         "it was left alone and this attempt's Job was not created",
+        finished_at=now,
+    )
+
+
+def policy_refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
+    """The namespace's policy refuses the attempt's Job now (it was tightened after the run
+    was admitted): the Job is never created."""
+    return AttemptOutcome(
+        succeeded=False,
+        reason=OutcomeReason.POLICY_REFUSED,
+        message=f"Job {job} was not created: {message}",
         finished_at=now,
     )
 

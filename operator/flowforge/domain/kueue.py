@@ -21,6 +21,7 @@ from flowforge.domain.execution import AttemptOutcome, OutcomeReason, parse_time
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
 from flowforge.domain.states import ShownTaskState, TaskState
 
+KUEUE_PREFIX = "kueue.x-k8s.io/"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
@@ -61,6 +62,14 @@ def queueing(spec: QueueDefaults, type_name: str) -> Queueing | None:
         admission_timeout_seconds=template.admission_timeout_seconds
         or spec.admission_timeout_seconds,
     )
+
+
+def without_kueue_keys(mapping: Mapping[str, str]) -> dict[str, str]:
+    """A template's own Job labels or annotations without Kueue's keys: only ``queueName`` and
+    ``workloadPriorityClass``, which the namespace policy governs, may say how a Job queues
+    (a ``kueue.x-k8s.io/queue-name`` or ``prebuilt-workload-name`` of the template's would
+    pick a queue or Workload the policy never saw)."""
+    return {key: value for key, value in mapping.items() if not key.startswith(KUEUE_PREFIX)}
 
 
 def queued_task_keys(spec: DefinitionSpec) -> list[str]:

@@ -58,6 +58,15 @@ def job_creation_delayed(
     )
 
 
+def policy_refused(*, task_key: str, attempt: int, job: str, message: str) -> Notice:
+    return Notice(
+        "PolicyRefused",
+        f"task {task_key} attempt {attempt}: Job {job} not created, the namespace's policy "
+        f"refuses it now: {message}",
+        warning=True,
+    )
+
+
 def compensation_started(*, task_key: str, compensates: str, attempt: int, job: str) -> Notice:
     return Notice(
         "CompensationStarted",
@@ -171,6 +180,16 @@ _WOULD = {
     "cleanup": "it was not deleted",
     "adopt": "it was not taken for the attempt's Job, which waits until the name is free",
 }
+
+
+def forged_config_map(*, name: str, uid: str, task_key: str, attempt: int) -> Notice:
+    """The run's ConfigMap was deleted and re-created by someone else (another uid)."""
+    return Notice(
+        "ForgedConfigMap",
+        f"ConfigMap {name} (uid {uid}) is not the one this run created: someone deleted and "
+        f"re-created it; task {task_key} attempt {attempt} fails rather than mount it",
+        warning=True,
+    )
 
 
 def forged_job(

@@ -2,12 +2,18 @@
 
 A FlowForgePolicy is written by cluster admins only (as a ResourceQuota is): the chart's
 tenant roles may read it, never write it. It lists what the Jobs of a namespace's workflows
-may use: ServiceAccounts, image registries (globs), tolerations and node selectors, and caps
+may use: ServiceAccounts, image registries (globs, every image of the Pod), tolerations and
+node selectors, Kueue queues and WorkloadPriorityClasses, a run's highest priority, and caps
 that lower (never raise) the hard limits of `flowforge.domain.caps`.
 
 Every policy of a namespace applies (their intersection). A namespace with none gets
-`DEFAULT_POLICY`: only the `default` ServiceAccount, any registry, no tolerations and no
-nodeSelector, the hard caps.
+``Policy.default``: only the `default` ServiceAccount, any registry, no tolerations and no
+nodeSelector, any queue and priority class, the hard caps.
+
+Admission judges a definition's task types (``definition_violations``) and a run's
+parameters and priority; the operator judges each Job again before it creates it
+(``job_refusal``), with the same ``task_type_violations``, against the policies as they are
+then.
 
 Evaluation returns every violation, each naming the field of the definition (or run) and
 the policy that refuses it, e.g.
@@ -17,30 +23,28 @@ the policy that refuses it, e.g.
 from __future__ import annotations
 
 import fnmatch
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pydantic import ValidationError
+
 from flowforge.domain.caps import config_text, nesting_depth
+from flowforge.domain.kueue import QueueDefaults, queueing
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
+from flowforge.domain.policy_images import (
+    ANY,
+    ImageReference,
+    parse_image,
+    registry_allowed,
+    template_images,
+)
 from flowforge.domain.policy_pods import pod_security_findings, required_node_labels
 from flowforge.domain.policy_spec import PodSecurityRules, PolicyCaps, PolicySpec, TolerationRule
 
 DEFAULT_SERVICE_ACCOUNT: Final = "default"
-ANY: Final = "*"
-
-# A container image reference as the kubelet reads it (the distribution reference grammar).
-_DOMAIN = (
-    r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    r"(?::[0-9]+)?"
-)
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE = re.compile(
-    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-)
-_DEFAULT_REGISTRY: Final = "docker.io"
+# violations a refused Job's message names (its attempt's message stays short)
+MAX_NAMED_VIOLATIONS: Final = 5
 
 
 @dataclass(frozen=True)
@@ -76,40 +80,6 @@ class Violation:
         return f"{self.path}: {self.message}"
 
 
-@dataclass(frozen=True)
-class ImageReference:
-    registry: str
-    repository: str  # registry/path, without tag or digest
-
-
-def parse_image(image: str) -> ImageReference | None:
-    """The registry and repository of ``image``, normalised as the kubelet pulls it
-    (``busybox`` is ``docker.io/library/busybox``); None when it is not a valid reference."""
-    match = _IMAGE.fullmatch(image)
-    if match is None:
-        return None
-    domain, path = match.group("domain"), match.group("path")
-    if domain is not None and not ("." in domain or ":" in domain or domain == "localhost"):
-        if domain != domain.lower():
-            return None  # an upper-case first component is neither a host nor a path
-        path, domain = f"{domain}/{path}", None
-    registry = (domain or _DEFAULT_REGISTRY).lower()
-    if registry == _DEFAULT_REGISTRY and "/" not in path:
-        path = f"library/{path}"
-    return ImageReference(registry=registry, repository=f"{registry}/{path}")
-
-
-def registry_allowed(reference: ImageReference, patterns: Iterable[str]) -> bool:
-    """A pattern without ``/`` matches the registry host, one with ``/`` the repository
-    (``ghcr.io/acme/*``); globs as in fnmatch, case-insensitive for the host."""
-    for pattern in patterns:
-        lowered = pattern.lower() if "/" not in pattern else pattern
-        subject = reference.repository if "/" in pattern else reference.registry
-        if fnmatch.fnmatchcase(subject, lowered):
-            return True
-    return False
-
-
 def _tolerated(toleration: Mapping[str, Any], rule: TolerationRule) -> bool:
     key = str(toleration.get("key") or "")
     if rule.key != ANY and rule.key != key:
@@ -136,26 +106,12 @@ def template_violations(
 ) -> list[Violation]:
     """What the policies refuse in one task type's template (``path`` names it)."""
     found: list[Violation] = []
-    reference = parse_image(template.image)
+    images = list(template_images(template, path=path))
     account = template.service_account_name or DEFAULT_SERVICE_ACCOUNT
     for policy in policies:
         spec, by = policy.spec, policy.describe()
-        if reference is None:
-            if spec.registries != [ANY]:
-                found.append(
-                    Violation(
-                        f"{path}.image",
-                        f"is not a valid image reference ({by} allows only some registries)",
-                    )
-                )
-        elif not registry_allowed(reference, spec.registries):
-            found.append(
-                Violation(
-                    f"{path}.image",
-                    f"registry {reference.registry} is not allowed by {by} (image "
-                    f"{reference.repository}; allowed: {', '.join(spec.registries) or 'none'})",
-                )
-            )
+        for at, image in images:
+            found.extend(_image_violations(image, at=at, registries=spec.registries, by=by))
         if account not in spec.service_accounts:
             named = "" if template.service_account_name else " (none named: the default)"
             found.append(
@@ -192,6 +148,83 @@ def template_violations(
             for at, what in pod_security_findings(template, path=path, rules=spec.pod_security)
         )
     return found
+
+
+def _queue_violations(
+    spec: QueueDefaults, type_name: str, *, path: str, policies: Sequence[Policy]
+) -> list[Violation]:
+    """The Kueue queue and WorkloadPriorityClass a task type's Jobs get (its own, else the
+    definition's), each refused at the field that names it."""
+    template = spec.task_types[type_name]
+    queued = queueing(spec, type_name)
+    queue_at = f"{path}.queueName" if template.queue_name else "spec.queueName"
+    class_at = (
+        f"{path}.workloadPriorityClass"
+        if template.workload_priority_class
+        else "spec.workloadPriorityClass"
+    )
+    found: list[Violation] = []
+    for policy in policies:
+        rules, by = policy.spec, policy.describe()
+        if queued is None:
+            if rules.queue_required:
+                found.append(
+                    Violation(
+                        f"{path}.queueName",
+                        f"names no Kueue queue (nor does spec.queueName); {by} requires one",
+                    )
+                )
+            continue
+        if not _glob(queued.queue_name, rules.queues):
+            found.append(
+                Violation(queue_at, f"LocalQueue {queued.queue_name!r} is not allowed by {by}")
+            )
+        if queued.priority_class is not None and not _glob(
+            queued.priority_class, rules.workload_priority_classes
+        ):
+            found.append(
+                Violation(
+                    class_at,
+                    f"WorkloadPriorityClass {queued.priority_class!r} is not allowed by {by}",
+                )
+            )
+    return found
+
+
+def _glob(value: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
+
+
+def task_type_violations(
+    spec: QueueDefaults, type_name: str, policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies refuse in the Jobs of one task type: its template (every image,
+    ServiceAccount, tolerations, node choice, Pod-security loosenings) and its Kueue queue
+    and priority class. The one check admission runs for each task type of a definition and
+    the operator runs again before it creates each Job (``spec``: the definition, full or
+    compact)."""
+    path = f"spec.taskTypes.{type_name}"
+    template = spec.task_types[type_name]
+    return template_violations(template, path=path, policies=policies) + _queue_violations(
+        spec, type_name, path=path, policies=policies
+    )
+
+
+def _image_violations(image: object, *, at: str, registries: list[str], by: str) -> list[Violation]:
+    if registries == [ANY]:
+        return []
+    reference = parse_image(image) if isinstance(image, str) else None
+    if reference is None:
+        return [Violation(at, f"is not a valid image reference ({by} allows only some registries)")]
+    if registry_allowed(reference, registries):
+        return []
+    return [
+        Violation(
+            at,
+            f"registry {reference.registry} is not allowed by {by} (image "
+            f"{reference.repository}; allowed: {', '.join(registries) or 'none'})",
+        )
+    ]
 
 
 def _affinity_violations(
@@ -244,11 +277,9 @@ def definition_violations(
     """
     found: list[Violation] = []
     for name in sorted(definition.task_types):
-        found.extend(
-            template_violations(
-                definition.task_types[name], path=f"spec.taskTypes.{name}", policies=policies
-            )
-        )
+        for violation in task_type_violations(definition, name, policies):
+            if violation not in found:  # spec.queueName, shared by task types
+                found.append(violation)
     found += _over(
         policies, "max_tasks", actual=len(definition.tasks), path="spec.tasks", what="tasks"
     )
@@ -299,6 +330,19 @@ def parameter_violations(
     return found
 
 
+def priority_violations(priority: int, policies: Sequence[Policy]) -> list[Violation]:
+    """What the policies refuse in a run's ``spec.priority``: more than a ``maxPriority``."""
+    return [
+        Violation(
+            "spec.priority",
+            f"priority {priority} is higher than {policy.describe()} allows "
+            f"(maxPriority {policy.spec.max_priority})",
+        )
+        for policy in policies
+        if policy.spec.max_priority is not None and priority > policy.spec.max_priority
+    ]
+
+
 def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
     """(field path, ServiceAccount) for every task type naming one other than ``default``:
     the requester must be allowed to ``use`` each (a Pod naming none runs as ``default``,
@@ -309,6 +353,55 @@ def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
         if template.service_account_name
         and template.service_account_name != DEFAULT_SERVICE_ACCOUNT
     )
+
+
+def read_policies(
+    objects: Sequence[Mapping[str, Any]], *, namespace: str
+) -> tuple[list[Policy], list[str]]:
+    """The namespace's policies, and a problem for each object that cannot be read (a policy
+    that cannot be read refuses everything: it fails closed)."""
+    policies: list[Policy] = []
+    problems: list[str] = []
+    for obj in objects:
+        metadata = obj.get("metadata") or {}
+        name = str(metadata.get("name") or "?")
+        try:
+            spec = PolicySpec.model_validate(obj.get("spec") or {})
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            problems.append(
+                f"FlowForgePolicy {namespace}/{name} is invalid (spec.{where}: {first['msg']}); "
+                "nothing runs in this namespace until a cluster admin fixes it"
+            )
+            continue
+        policies.append(Policy(namespace=namespace, name=name, spec=spec))
+    return policies, problems
+
+
+def job_refusal(
+    spec: QueueDefaults,
+    type_name: str,
+    *,
+    namespace: str,
+    policies: Sequence[Policy],
+    problems: Sequence[str],
+) -> str | None:
+    """Why the namespace's policies, as they are now, refuse a Job of the task type (None
+    when they allow it): a policy that cannot be read refuses every Job, else each violation
+    of ``task_type_violations`` (the check admission ran) is named."""
+    lines = list(problems) or [
+        str(violation)
+        for violation in task_type_violations(
+            spec, type_name, policies_or_default(policies, namespace=namespace)
+        )
+    ]
+    if not lines:
+        return None
+    shown = lines[:MAX_NAMED_VIOLATIONS]
+    if len(lines) > MAX_NAMED_VIOLATIONS:
+        shown.append(f"... and {len(lines) - MAX_NAMED_VIOLATIONS} more")
+    return "; ".join(shown)
 
 
 def policies_or_default(policies: Sequence[Policy], *, namespace: str) -> list[Policy]:
@@ -325,9 +418,13 @@ __all__ = [
     "TolerationRule",
     "Violation",
     "definition_violations",
+    "job_refusal",
     "named_service_accounts",
     "parameter_violations",
     "parse_image",
     "policies_or_default",
+    "priority_violations",
+    "read_policies",
     "registry_allowed",
+    "task_type_violations",
 ]

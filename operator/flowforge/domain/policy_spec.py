@@ -6,7 +6,7 @@ hard limit in the schema, so the apiserver refuses a policy that tries to raise 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -20,10 +20,13 @@ from flowforge.domain.caps import (
     MAX_PARAMETERS_TOTAL_LENGTH,
     MAX_TASKS,
 )
+from flowforge.domain.run import MAX_PRIORITY
 
 MAX_POLICY_ENTRIES: Final = 256
 _SA_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _EFFECT_PATTERN: Final = r"^(NoSchedule|PreferNoSchedule|NoExecute)$"
+# a name or glob a policy lists (the schema's item bounds, as the CRD's)
+_Glob = Annotated[str, Field(min_length=1, max_length=512)]
 
 
 class _PolicyModel(BaseModel):
@@ -183,6 +186,30 @@ class PolicySpec(_PolicyModel):
         description="What task types may loosen of the restricted Pod defaults (privileged, "
         "capabilities, host namespaces and paths, root, unconfined profiles, sysctls) and the "
         "runtime and priority classes they may name.",
+    )
+    queues: list[_Glob] = Field(
+        default_factory=lambda: ["*"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="Kueue LocalQueues (of this namespace) task types may queue in, by "
+        "queueName (their own or the definition's); globs. Default: any.",
+    )
+    queue_required: bool = Field(
+        default=False,
+        description="Every task type must queue through Kueue (name a queueName, its own or "
+        "the definition's), so no Job escapes the queues' quotas. Default: false.",
+    )
+    workload_priority_classes: list[_Glob] = Field(
+        default_factory=lambda: ["*"],
+        max_length=MAX_POLICY_ENTRIES,
+        description="Kueue WorkloadPriorityClasses task types may name "
+        "(workloadPriorityClass, their own or the definition's); globs. Default: any.",
+    )
+    max_priority: int | None = Field(
+        default=None,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="The highest spec.priority a run of this namespace may ask for (where it "
+        "waits in the namespace's queue). Default: the hard limit.",
     )
     max_running_runs: int | None = Field(
         default=None,

@@ -100,7 +100,9 @@ _OWN_TEMPLATE_FIELDS: Final[dict[str, Any]] = {
     "jobMetadata": {
         "type": "object",
         "description": "Labels and annotations added to the task's Job (labels and "
-        "annotations above go to its Pod).",
+        "annotations above go to its Pod). Keys under kueue.x-k8s.io/ are dropped: only "
+        "queueName and workloadPriorityClass, which the namespace's policy governs, say how "
+        "a Job queues.",
         "additionalProperties": False,
         "properties": {
             "labels": _label_map("Labels added to the task's Job.", max_entries=64),

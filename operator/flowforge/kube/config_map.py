@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,6 +28,9 @@ from flowforge.kube.jobs import (
     label_value,
     run_owner_reference,
 )
+
+# the apiserver answers a GET with this Accept header with the object's metadata only
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def build_config_map(
@@ -59,6 +63,20 @@ def build_config_map(
     }
 
 
+@dataclass(frozen=True)
+class ConfigMapFound:
+    """The ConfigMap under a name after a creation: ``created`` by this call, or there
+    already."""
+
+    body: dict[str, Any]
+    created: bool
+
+    @property
+    def uid(self) -> str | None:
+        uid = (self.body.get("metadata") or {}).get("uid")
+        return None if uid is None else str(uid)
+
+
 def same_config_map(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Whether the ConfigMap found under the name is the one wanted: controlled by the same
     run, immutable, with the same data (anything else was put there by someone else)."""
@@ -80,27 +98,43 @@ class ConfigMapCalls:
     _call: Callable[..., Awaitable[bytes]]
     _call_critical: Callable[..., Awaitable[bytes]]
 
-    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Create a ConfigMap: None when created; when one already has the name, that one
-        (for the caller to judge, `same_config_map`)."""
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> ConfigMapFound:
+        """Create a ConfigMap; the one now under its name: the one created, or the one that
+        already had the name (for the caller to judge, `same_config_map`)."""
         namespace = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
         for tries_left in (1, 0):
             try:
-                await self._call_critical(
+                response = await self._call_critical(
                     self._core.create_namespaced_config_map, namespace, manifest
                 )
             except KubernetesError as error:
                 if not error.conflict:
                     raise
             else:
-                return None
+                return ConfigMapFound(body=json.loads(response), created=True)
             try:
                 body = await self._call(self._core.read_namespaced_config_map, name, namespace)
             except KubernetesError as error:
                 if error.not_found and tries_left:
                     continue  # deleted in between: the name is free again
                 raise
-            existing: dict[str, Any] = json.loads(body)
-            return existing
+            return ConfigMapFound(body=json.loads(body), created=False)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def config_map_uid(self, *, namespace: str, name: str) -> str | None:
+        """The uid of the ConfigMap ``name`` (its metadata only is read, not its up to 1 MiB
+        of data), or None when there is none."""
+        try:
+            body = await self._call(
+                self._core.read_namespaced_config_map,
+                name,
+                namespace,
+                _headers={"Accept": METADATA_ONLY},
+            )
+        except KubernetesError as error:
+            if error.not_found:
+                return None
+            raise
+        uid = (json.loads(body).get("metadata") or {}).get("uid")
+        return None if uid is None else str(uid)

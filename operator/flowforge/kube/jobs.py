@@ -24,7 +24,7 @@ from flowforge.domain import run_files
 from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import config_map_name, job_name
-from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, without_kueue_keys
 from flowforge.domain.states import TaskRole
 from flowforge.domain.tracing import TRACEPARENT_ENV
 from flowforge.domain.undo import UNDO_OF_ENV
@@ -299,9 +299,9 @@ def build_job(request: JobRequest) -> dict[str, Any]:
         "metadata": {
             "name": request.name,
             "namespace": request.namespace,
-            "labels": {**job_metadata.get("labels", {}), **metadata_labels},
+            "labels": {**without_kueue_keys(job_metadata.get("labels", {})), **metadata_labels},
             "annotations": {
-                **job_metadata.get("annotations", {}),
+                **without_kueue_keys(job_metadata.get("annotations", {})),
                 ANNOTATION_RUN_UID: request.run_uid,
                 ANNOTATION_RUN_NAME: request.run_name,
             },

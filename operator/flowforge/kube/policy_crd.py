@@ -19,8 +19,9 @@ def flowforge_policy_crd() -> Schema:
     schema = resource_schema(
         kind=POLICY_KIND,
         description="What the Jobs of this namespace's workflows may use (ServiceAccounts, "
-        "registries, tolerations, node selectors) and lower caps. Written by cluster admins "
-        "only; every FlowForgePolicy of a namespace applies.",
+        "registries, tolerations, node selectors, Kueue queues and priority classes), the "
+        "highest run priority, and lower caps; judged at admission and again before every "
+        "Job. Written by cluster admins only; every FlowForgePolicy of a namespace applies.",
         spec=to_structural(POLICY_SPEC_SCHEMA),
         status={},
     )

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cachetools import LRUCache
-from pydantic import ValidationError
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Decision, JobRef
@@ -35,7 +34,6 @@ from flowforge.domain.observed_pod import (
     pod_verdict,
     tracked,
 )
-from flowforge.domain.policy_spec import PolicySpec
 from flowforge.domain.projection import refused_status
 from flowforge.domain.queue import namespace_limits
 from flowforge.domain.run import run_gone, shown_phase
@@ -239,16 +237,17 @@ class Engine:
 
     async def policy_changed(self, namespace: str) -> None:
         """Copy the namespace's limits from its FlowForgePolicy objects into the store (an
-        invalid one counts as none: admission refuses everything it governs); what may start
-        under new limits starts."""
-        specs = []
-        for obj in await self.kube.list_policies(namespace=namespace):
-            try:
-                specs.append(PolicySpec.model_validate(obj.get("spec") or {}))
-            except ValidationError:
-                continue
+        invalid one counts as none: admission and the launcher refuse everything it governs)
+        and hand the policies to the launcher, which judges every Job against them; what may
+        start under new limits starts."""
+        objects = await self.kube.list_policies(namespace=namespace)
+        # the launcher judges each Job against them from now on
+        policies = self.launcher.policies.update(namespace, objects)
         others = await set_namespace_limits(
-            self.pool, fence=self.fence(), namespace=namespace, limits=namespace_limits(specs)
+            self.pool,
+            fence=self.fence(),
+            namespace=namespace,
+            limits=namespace_limits([policy.spec for policy in policies]),
         )
         self._limits_read.add(namespace)
         await self.applier.apply_elsewhere(others)

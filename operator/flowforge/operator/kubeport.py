@@ -4,9 +4,9 @@
 engine against an in-memory fake of this port and a real PostgreSQL (``tests/engine``), so
 the engine's decisions can be tested without a cluster. Every call is idempotent in the
 way the engine relies on: creating an existing Job answers ``created=False`` with the
-existing Job's uid and controller (an existing ConfigMap answers itself), deleting a missing
-one (or one whose uid is not the given one) answers False, reading a missing object answers
-None.
+existing Job's uid and controller (creating a ConfigMap answers the one under the name,
+created or existing), deleting a missing one (or one whose uid is not the given one) answers
+False, reading a missing object answers None.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flowforge.domain.execution import TerminatedContainer
+from flowforge.kube.config_map import ConfigMapFound
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob
 from flowforge.kube.pages import ListPage
@@ -23,8 +24,12 @@ from flowforge.kube.pages import ListPage
 class KubePort(Protocol):
     async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob: ...
 
-    async def create_config_map(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-        """None when created; the ConfigMap that already had the name otherwise."""
+    async def create_config_map(self, manifest: Mapping[str, Any]) -> ConfigMapFound:
+        """The ConfigMap now under the name: the one created, or the one already there."""
+        ...
+
+    async def config_map_uid(self, *, namespace: str, name: str) -> str | None:
+        """The uid of the ConfigMap ``name``; None when there is none."""
         ...
 
     async def delete_job(self, *, namespace: str, name: str, uid: str | None = None) -> bool:

@@ -12,6 +12,10 @@ verdict or a cleanup is accepted only for the Job in the run's namespace with th
 uid (before one is recorded: the attempt's name, with the run as controller owner). Any
 other Job is a forgery: ignored, counted, and reported on the run (once per forged Job, and
 a few times an hour per run at most).
+
+Before each Job is sent, the namespace's policy as it is now judges it (`job_policy`: a
+refusal fails the attempt ``PolicyRefused``, no Job is made) and the run's ConfigMap is
+checked to be the one the run created (`run_files`: by uid).
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ from typing import Any
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
-from flowforge.domain.execution import AttemptOutcome, name_taken_outcome, refused_outcome
+from flowforge.domain.execution import (
+    AttemptOutcome,
+    name_taken_outcome,
+    policy_refused_outcome,
+    refused_outcome,
+)
 from flowforge.domain.kueue import queueing
 from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
@@ -36,9 +45,10 @@ from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
+from flowforge.operator.job_policy import NamespacePolicies
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
-from flowforge.operator.run_files import RunFiles
+from flowforge.operator.run_files import ForgedConfigMap, RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
@@ -263,6 +273,7 @@ class JobLauncher:
         self.forgeries = ForgeryNotices()
         self.uids = RecordedUids()
         self.files = RunFiles(kube)
+        self.policies = NamespacePolicies(kube, epoch=lambda: fence().epoch)
 
     def forget(self, context: RunContext) -> None:
         """The run finished: drop its delayed creations, forgery notices, recorded uids and
@@ -321,8 +332,13 @@ class JobLauncher:
     async def create(
         self, context: RunContext, item: Dispatch, *, received: float | None = None
     ) -> None:
-        """Create the Job of a running attempt (idempotent) and record that it exists."""
+        """Create the Job of a running attempt (idempotent) and record that it exists,
+        when the namespace's policy as it is now allows it."""
         task = context.definition.spec.task(item.task_key)
+        refusal = await self.policies.refusal(context, task.type)
+        if refusal is not None:
+            await self._refused_by_policy(context, item, message=refusal)
+            return
         template = context.definition.spec.task_types[task.type]
         queued = queueing(context.definition.spec, task.type)
         request = JobRequest(
@@ -351,6 +367,12 @@ class JobLauncher:
             await self.files.ensure(context)
             job = await self._kube.create_job(build_job(request))
         except KubernetesError as error:
+            if isinstance(error, ForgedConfigMap):
+                metrics.FORGED_JOBS.labels("mount").inc()
+                notice = notices.forged_config_map(
+                    name=error.name, uid=error.found, task_key=item.task_key, attempt=item.attempt
+                )
+                self._notifier.post(context, notice)
             await self._not_created(context, item, name=request.name, error=error)
             return
         self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
@@ -420,6 +442,25 @@ class JobLauncher:
                 task_key=item.task_key, attempt=item.attempt, job=request.name
             )
         self._notifier.post(context, notice)
+
+    async def _refused_by_policy(
+        self, context: RunContext, item: Dispatch, *, message: str
+    ) -> None:
+        """The policy was tightened since the run was admitted: no Job; the attempt fails
+        (``PolicyRefused``) and retries or rollback follow as for any failure."""
+        ref = JobRef(item.task_key, item.attempt, item.role)
+        name = context.job_name(task_key=item.task_key, attempt=item.attempt, role=item.role)
+        self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
+        metrics.JOB_CREATION_FAILURES.labels("policy").inc()
+        logger.warning("Job %s/%s refused by policy: %s", context.namespace, name, message)
+        self._notifier.post(
+            context,
+            notices.policy_refused(
+                task_key=item.task_key, attempt=item.attempt, job=name, message=message
+            ),
+        )
+        outcome = policy_refused_outcome(job=name, message=message, now=datetime.now(UTC))
+        await self._hooks.fail(context, ref, outcome)
 
     async def _not_created(
         self, context: RunContext, item: Dispatch, *, name: str, error: KubernetesError

@@ -25,7 +25,8 @@ TASK_OUTCOMES = Counter(
 JOB_CREATION_FAILURES = Counter(
     "flowforge_job_creation_failures_total",
     "Job creations the apiserver did not take: refused for good (the attempt failed) or "
-    "delayed (tried again later)",
+    "delayed (tried again later); and policy: the namespace's policy refused the Job before "
+    "it was sent (the attempt failed PolicyRefused)",
     ["kind"],
     registry=REGISTRY,
 )
@@ -38,8 +39,10 @@ JOBS_CREATED = Counter(
 FORGED_JOBS = Counter(
     "flowforge_forged_jobs_total",
     "Jobs that claimed a run's attempt but are not the Job the operator created for it "
-    "(another namespace, another uid, another controller): ignored",
-    ["act"],  # what the Job would have caused: outcome, vanished, cleanup, adopt
+    "(another namespace, another uid, another controller): ignored; and (act mount) a run's "
+    "ConfigMap re-created by someone else: never mounted",
+    # what the forgery would have caused: outcome, vanished, cleanup, adopt, admission, mount
+    ["act"],
     registry=REGISTRY,
 )
 FORGED_PODS = Counter(
@@ -137,7 +140,7 @@ FAILURES = Counter(
 # The series that alerts take an increase() of exist from the start, at zero: a counter
 # series that first appears at 1 shows no increase (charts/flowforge/files/prometheus-rules).
 NOTICES.labels("CompensationFailed")
-for _act in ("outcome", "vanished", "cleanup", "adopt", "admission"):
+for _act in ("outcome", "vanished", "cleanup", "adopt", "admission", "mount"):
     FORGED_JOBS.labels(_act)
 
 

@@ -115,12 +115,12 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bool:
-    """The value of ``expression`` for a run's effective parameters; ConditionError when it
-    fails or is not a boolean."""
+def value_of(expression: str, parameters: Mapping[str, Any], *, path: str) -> Any:
+    """The value of the bounded expression ``expression`` (over ``params`` only) for a run's
+    effective parameters; ConditionError naming ``path`` when it fails."""
     program = _compile(expression, path=path)
     try:
-        result = program.execute({"params": dict(parameters)})
+        return program.execute({"params": dict(parameters)})
     except KeyError as error:
         raise ConditionError(
             f"parameter {error.args[0]!r} has no value in this run (test it with "
@@ -129,6 +129,12 @@ def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bo
         ) from None
     except Exception as error:  # the library's own errors (index, overload, overflow...)
         raise ConditionError(_first_line(error), path=path) from None
+
+
+def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bool:
+    """The value of ``expression`` for a run's effective parameters; ConditionError when it
+    fails or is not a boolean."""
+    result = value_of(expression, parameters, path=path)
     if not isinstance(result, bool):
         raise ConditionError(
             f"must be a boolean, is {type(result).__name__} ({result!r})", path=path

@@ -34,6 +34,7 @@ from flowforge.store import (
     definitions,
     dispatch,
     events,
+    items,
     kueue_admission,
     outcomes,
     queries,
@@ -65,6 +66,7 @@ PROGRESS = "flowforge_task_progress_idx"
 EDGES = "flowforge_task_dependency_pkey"
 EVENTS = "flowforge_event_run_idx"
 JOBS_CREATED = "flowforge_event_job_created_idx"
+GROUPS = "flowforge_task_group_idx"
 
 
 def _plan_values(plan: Any, field: str) -> Iterator[str]:
@@ -280,7 +282,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "stopping.CANCEL_TASKS_QUERY": (
         stopping.CANCEL_TASKS_QUERY,
-        lambda p: {"run": p.run_id, "reason": "x"},
+        lambda p: {"run": p.run_id, "reason": "x", "group": None},
         needs(PROGRESS, TASK_PKEY),
     ),
     "cancel.ABANDON_QUERY": (
@@ -383,6 +385,31 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         needs(RUN_BY_ID | {"flowforge_run_identity"}, "flowforge_definition_pkey"),
     ),
     "queries.PROGRESS_QUERY": (queries.PROGRESS_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
+    "queries.TOLERATED_COUNT_QUERY": (
+        queries.TOLERATED_COUNT_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "items.TASK_ITEM_QUERY": (
+        items.TASK_ITEM_QUERY,
+        lambda p: (p.run_id, "root"),
+        needs(frozenset({TASK_IDENTITY, GROUPS})),  # the partial index holds only items
+    ),
+    "items.RUN_ITEMS_QUERY": (
+        items.RUN_ITEMS_QUERY,
+        lambda p: (p.run_id,),
+        needs(frozenset({GROUPS, PROGRESS})),
+    ),
+    "items.GROUP_FAILURES_QUERY": (
+        items.GROUP_FAILURES_QUERY,
+        lambda p: (p.task_id,),
+        needs(frozenset({TASK_PKEY, GROUPS})),
+    ),
+    "items.RELEASE_TOLERATED_QUERY": (
+        items.RELEASE_TOLERATED_QUERY,
+        lambda p: {"task": p.task_id},
+        needs(TASK_PKEY, EDGES),
+    ),
     "queries.FORWARD_COUNTS_QUERY": (
         queries.FORWARD_COUNTS_QUERY,
         lambda p: (p.run_id,),

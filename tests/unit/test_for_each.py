@@ -24,7 +24,18 @@ from flowforge.domain.for_each import (
 )
 from flowforge.domain.models import ForEachSpec
 from flowforge.domain.planning import plan
+from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition, validate_spec
+from flowforge.kube.jobs import (
+    ANNOTATION_TASK_KEY,
+    LABEL_ITEM,
+    SIMULATE_EXIT_CODE,
+    SIMULATE_FAIL_ITEMS,
+    ItemRef,
+    JobIdentity,
+    JobRequest,
+    build_job,
+)
 from tests.unit.domain_builders import spec
 from tests.unit.domain_builders import task as spec_task
 from tests.unit.test_cli_definitions import flowforge
@@ -285,3 +296,74 @@ def test_plan_prints_the_levels_with_item_keys(deploy_file: Path) -> None:
     twice = flowforge("plan", "deploy.yaml", "-p", 'regions=["eu","eu"]', cwd=deploy_file)
     assert twice.returncode == 1
     assert "spec.tasks[1].forEach.items" in twice.stderr
+
+
+# --- an instance's Job ----------------------------------------------------------------------
+
+
+def item_job(
+    task_key: str = "deploy[us]",
+    *,
+    role: TaskRole = TaskRole.FORWARD,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return build_job(
+        JobRequest(
+            namespace="team-a",
+            run_name="etl-1",
+            run_uid="uid-1",
+            task_key=task_key,
+            attempt=1,
+            role=role,
+            template={"image": "busybox:1.36", "annotations": annotations or {}},
+            config={"n": 1},
+            item=ItemRef(group="deploy", key="us", json='{"region": "us"}'),
+        )
+    )
+
+
+def test_an_instance_job_carries_its_item_and_its_exact_task_key() -> None:
+    job = item_job()
+    pod = job["spec"]["template"]
+    env = {entry["name"]: entry["value"] for entry in pod["spec"]["containers"][0]["env"]}
+    assert env["FLOWFORGE_ITEM"] == '{"region": "us"}'
+    assert env["FLOWFORGE_ITEM_KEY"] == "us"
+    assert env["FLOWFORGE_ITEMS_FILE"] == "/etc/flowforge/items.json"
+    assert job["metadata"]["labels"][LABEL_ITEM] == "us"
+    assert job["metadata"]["annotations"][ANNOTATION_TASK_KEY] == "deploy[us]"
+    assert job["metadata"]["name"].startswith("etl-1-deploy-us-1-")
+    identity = JobIdentity.of(job)
+    assert identity is not None and identity.task_key == "deploy[us]"
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["configMap"]["items"] == [
+        {"key": "parameters.json", "path": "parameters.json"},
+        {"key": "config.deploy.json", "path": "config.json"},
+        {"key": "items.deploy.json", "path": "items.json"},
+    ]
+    plain = build_job(
+        JobRequest(
+            namespace="team-a",
+            run_name="etl-1",
+            run_uid="uid-1",
+            task_key="verify",
+            attempt=1,
+            role=TaskRole.FORWARD,
+            template={"image": "busybox:1.36"},
+        )
+    )
+    assert ANNOTATION_TASK_KEY not in plain["metadata"]["annotations"]
+    assert LABEL_ITEM not in plain["metadata"]["labels"]
+
+
+def test_simulate_fail_items_fails_only_the_named_forward_items() -> None:
+    def exit_code(job: dict[str, Any]) -> str | None:
+        return job["spec"]["template"]["metadata"]["annotations"].get(SIMULATE_EXIT_CODE)
+
+    named = {SIMULATE_FAIL_ITEMS: "eu, us"}
+    assert exit_code(item_job(annotations=named)) == "1"
+    assert exit_code(item_job(annotations={**named, SIMULATE_EXIT_CODE: "7"})) == "7"
+    other = {SIMULATE_FAIL_ITEMS: "ap", SIMULATE_EXIT_CODE: "7"}
+    assert exit_code(item_job(annotations=other)) is None
+    compensating = item_job("undo-deploy[us]", role=TaskRole.COMPENSATION, annotations=named)
+    assert exit_code(compensating) is None
+    assert exit_code(item_job(annotations={SIMULATE_EXIT_CODE: "7"})) == "7"

@@ -27,11 +27,12 @@ from typing import Any
 from flowforge.domain import notices
 from flowforge.domain.decision import Dispatch, JobRef
 from flowforge.domain.execution import AttemptOutcome, refused_outcome
+from flowforge.domain.for_each import is_instance
 from flowforge.domain.kueue import queueing
 from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
-from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
+from flowforge.kube.jobs import ItemRef, JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
@@ -41,6 +42,7 @@ from flowforge.operator.run_files import RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
+from flowforge.store.items import task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
 from flowforge.store.settle import undo_reason
@@ -261,7 +263,7 @@ class JobLauncher:
         self._hooks = hooks
         self.forgeries = ForgeryNotices()
         self.uids = RecordedUids()
-        self.files = RunFiles(kube)
+        self.files = RunFiles(kube, pool)
 
     def forget(self, context: RunContext) -> None:
         """The run finished: drop its delayed creations, forgery notices, recorded uids and
@@ -317,6 +319,13 @@ class JobLauncher:
                 *(self.create(context, item, received=received) for item in dispatched)
             )
 
+    async def _item(self, context: RunContext, task_key: str) -> ItemRef | None:
+        """The item of a forEach instance (as recorded when the run was created)."""
+        if not is_instance(task_key):
+            return None
+        found = await task_item(self._pool, run_id=context.run_id, task_key=task_key)
+        return None if found is None else ItemRef(*found)
+
     async def create(
         self, context: RunContext, item: Dispatch, *, received: float | None = None
     ) -> None:
@@ -345,6 +354,7 @@ class JobLauncher:
                 if item.role is TaskRole.COMPENSATION
                 else None
             ),
+            item=await self._item(context, item.task_key),
         )
         try:  # the run's ConfigMap, which the Job mounts, first
             await self.files.ensure(context)

@@ -16,6 +16,8 @@ from flowforge.kube.config_map import build_config_map, same_config_map
 from flowforge.kube.errors import KubernetesRefusal
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
+from flowforge.store.connection import Pool
+from flowforge.store.items import run_items
 
 # runs whose ConfigMap this process knows exists (beyond it the oldest are asked again)
 _REMEMBERED_RUNS = 50_000
@@ -24,8 +26,9 @@ Key = tuple[str, str]
 
 
 class RunFiles:
-    def __init__(self, kube: KubePort) -> None:
+    def __init__(self, kube: KubePort, pool: Pool) -> None:
         self._kube = kube
+        self._pool = pool
         self._made: dict[Key, None] = {}  # insertion-ordered, the oldest forgotten first
         self._pending: dict[Key, asyncio.Future[None]] = {}
 
@@ -49,6 +52,11 @@ class RunFiles:
             run_uid=context.uid,
             parameters=context.parameters,
             configs=((task.key, task.config) for task in context.definition.spec.tasks()),
+            items=(
+                await run_items(self._pool, context.run_id)
+                if context.definition.spec.has_items
+                else None
+            ),
         )
         existing = await self._kube.create_config_map(manifest)
         if existing is not None and not same_config_map(existing, manifest):

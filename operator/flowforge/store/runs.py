@@ -26,14 +26,12 @@ from flowforge.domain.expansion import (
     condition_false_message,
     expand,
 )
+from flowforge.domain.for_each import NO_ITEMS_MESSAGE
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
-from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.queue import concurrency_key, run_parallelism
 from flowforge.domain.states import (
-    CompensationState,
     RunPhase,
-    TaskRole,
     TaskState,
 )
 from flowforge.domain.undo import undoes_attempted
@@ -44,6 +42,7 @@ from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.queue import admit_locked, lock_namespace
 from flowforge.store.reuse import reused_for
+from flowforge.store.run_rows import instance_rows, task_rows
 from flowforge.store.settle import settle_locked
 from flowforge.store.transaction import in_transaction
 
@@ -178,61 +177,6 @@ async def create_run(
     return await in_transaction(pool, decide)
 
 
-def _task_rows(
-    spec: DefinitionSpec, expansion: Expansion, reused: frozenset[str]
-) -> list[tuple[Any, ...]]:
-    """One row per forward task (roots and tasks whose upstreams are all reused ``ready``,
-    reused ones ``succeeded``, those whose condition is false ``skipped``, the rest
-    ``waiting``) and per compensator, with its position: forward tasks in topological
-    order, compensators in the order a rollback runs them. A task waits for its upstreams
-    in ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
-    graph = spec.graph
-    order = {key: index for index, key in enumerate(graph.topological_order())}
-    ready = set(expansion.graph.ready_tasks(reused))
-    rows: list[tuple[Any, ...]] = []
-    for task in spec.forward_tasks:
-        if task.key in expansion.skipped:
-            state = TaskState.SKIPPED
-        elif task.key in reused:
-            state = TaskState.SUCCEEDED
-        else:
-            state = TaskState.READY if task.key in ready else TaskState.WAITING
-        pending = (
-            0
-            if state is not TaskState.WAITING
-            else len(set(expansion.dependencies[task.key]) - reused)
-        )
-        rows.append(
-            (
-                task.key,
-                TaskRole.FORWARD,
-                state,
-                None,
-                task.retries + 1,
-                task.timeout_seconds,
-                pending,
-                order[task.key],
-            )
-        )
-    by_forward = {forward: compensator.key for forward, compensator in spec.compensators.items()}
-    rollback = graph.compensation_order(graph.keys, by_forward)
-    position = {key: index for index, key in enumerate(rollback)}
-    for forward_key, compensator in spec.compensators.items():
-        rows.append(
-            (
-                compensator.key,
-                TaskRole.COMPENSATION,
-                CompensationState.NOT_TRIGGERED,
-                forward_key,
-                compensator.retries + 1,
-                compensator.timeout_seconds,
-                0,
-                position[compensator.key],
-            )
-        )
-    return rows
-
-
 async def _insert_graph(
     connection: Connection,
     *,
@@ -245,7 +189,7 @@ async def _insert_graph(
 ) -> None:
     spec = definition.spec
     keys, roles, states, compensates, attempts, timeouts, pending, positions = (
-        list(column) for column in zip(*_task_rows(spec, expansion, reused), strict=True)
+        list(column) for column in zip(*task_rows(spec, expansion, reused), strict=True)
     )
     await connection.execute(
         """
@@ -283,7 +227,7 @@ async def _insert_graph(
             "WHERE run_id = %s AND task_key = ANY(%s)",
             (run_id, queued),
         )
-    skipped = sorted(expansion.skipped)
+    skipped = sorted(expansion.skipped | expansion.empty)
     if skipped:  # recorded with the reason people see (`domain/expansion.py`)
         await connection.execute(
             "UPDATE flowforge_task AS task SET last_error = skip.message "
@@ -291,9 +235,27 @@ async def _insert_graph(
             "WHERE task.run_id = %s AND task.task_key = skip.key",
             (
                 skipped,
-                [condition_false_message(str(spec.task(key).when)) for key in skipped],
+                [
+                    condition_false_message(str(spec.task(key).when))
+                    if key in expansion.skipped
+                    else NO_ITEMS_MESSAGE
+                    for key in skipped
+                ],
                 run_id,
             ),
+        )
+    if expansion.instances:  # each item's row knows its item and its group's limits
+        keys, groups, item_keys, items, parallel, tolerated = (
+            list(column) for column in zip(*instance_rows(spec, expansion), strict=True)
+        )
+        await connection.execute(
+            "UPDATE flowforge_task AS task SET item_group = item.group_key, "
+            "item_key = item.item_key, item = item.item::jsonb, "
+            "group_max_parallel = item.parallel, group_tolerated = item.tolerated "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[]) "
+            "AS item(key, group_key, item_key, item, parallel, tolerated) "
+            "WHERE task.run_id = %s AND task.task_key = item.key",
+            (keys, groups, item_keys, items, parallel, tolerated, run_id),
         )
     attempted = undoes_attempted(spec)
     if attempted:  # compensateOn: Attempted (flowforge.domain.undo)
@@ -329,14 +291,15 @@ async def _insert_graph(
             "forwardTasks": len(spec.forward_tasks),
             "compensators": len(spec.compensators),
         }
-        | ({"conditionSkipped": len(skipped)} if skipped else {}),
+        | ({"conditionSkipped": len(expansion.skipped)} if expansion.skipped else {})
+        | ({"items": len(expansion.instances)} if expansion.instances else {}),
     )
     await append_task_events(
         connection,
         run_id=run_id,
         kind=EventKind.TASK_SKIPPED,
         epoch=fence.epoch,
-        task_keys=skipped,
+        task_keys=sorted(expansion.skipped),
         detail={"reason": CONDITION_FALSE},
     )
     await append_task_events(

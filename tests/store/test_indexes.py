@@ -66,7 +66,6 @@ PROGRESS = "flowforge_task_progress_idx"
 EDGES = "flowforge_task_dependency_pkey"
 EVENTS = "flowforge_event_run_idx"
 JOBS_CREATED = "flowforge_event_job_created_idx"
-GROUPS = "flowforge_task_group_idx"
 
 
 def _plan_values(plan: Any, field: str) -> Iterator[str]:
@@ -393,17 +392,17 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "items.TASK_ITEM_QUERY": (
         items.TASK_ITEM_QUERY,
         lambda p: (p.run_id, "root"),
-        needs(frozenset({TASK_IDENTITY, GROUPS})),  # the partial index holds only items
+        needs(TASK_IDENTITY),
     ),
     "items.RUN_ITEMS_QUERY": (
         items.RUN_ITEMS_QUERY,
         lambda p: (p.run_id,),
-        needs(frozenset({GROUPS, PROGRESS})),
+        needs(PROGRESS),
     ),
     "items.GROUP_FAILURES_QUERY": (
         items.GROUP_FAILURES_QUERY,
         lambda p: (p.task_id,),
-        needs(frozenset({TASK_PKEY, GROUPS})),
+        needs(TASK_PKEY, PROGRESS),
     ),
     "items.RELEASE_TOLERATED_QUERY": (
         items.RELEASE_TOLERATED_QUERY,

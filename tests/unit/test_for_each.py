@@ -36,6 +36,8 @@ from flowforge.kube.jobs import (
     JobRequest,
     build_job,
 )
+from flowforge.sdk import task as sdk_task
+from flowforge.sdk import task_item, workflow
 from tests.unit.domain_builders import spec
 from tests.unit.domain_builders import task as spec_task
 from tests.unit.test_cli_definitions import flowforge
@@ -367,3 +369,26 @@ def test_simulate_fail_items_fails_only_the_named_forward_items() -> None:
     compensating = item_job("undo-deploy[us]", role=TaskRole.COMPENSATION, annotations=named)
     assert exit_code(compensating) is None
     assert exit_code(item_job(annotations={SIMULATE_EXIT_CODE: "7"})) == "7"
+
+
+def test_the_sdk_writes_for_each_and_a_task_reads_its_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    document = workflow(
+        "deploy",
+        version=1,
+        task_types={"py": {"image": "python:3.12-slim"}},
+        parameters=PARAMETERS,
+        body=sdk_task(
+            "deploy",
+            "py",
+            for_each={"items": "params.regions", "maxParallel": 2},
+            compensated_by=sdk_task("undo-deploy", "py"),
+        ),
+    )
+    tasks = document["spec"]["tasks"]
+    assert tasks[0]["forEach"] == {"items": "params.regions", "maxParallel": 2}
+    assert "forEach" not in tasks[1]
+    assert task_item() is None
+    monkeypatch.setenv("FLOWFORGE_ITEM", '{"region": "us"}')
+    assert task_item() == {"region": "us"}

@@ -64,9 +64,7 @@ class Instance:
     item_key: str
     item: Any
     index: int  # the item's position in the list
-
-    def item_json(self) -> str:
-        return item_text(self.item)
+    item_json: str  # the item as FLOWFORGE_ITEM holds it (`item_text`)
 
 
 def instance_key(task: str, item_key: str) -> str:
@@ -142,7 +140,8 @@ def instances(
     made: list[Instance] = []
     seen: dict[str, int] = {}
     for position, item in enumerate(items):
-        size = len(item_text(item).encode())
+        text = item_text(item)
+        size = len(text.encode())
         if size > MAX_ITEM_BYTES:
             raise ItemsError(
                 f"item {position} is {size} bytes as JSON; at most {MAX_ITEM_BYTES}", path=path
@@ -163,7 +162,7 @@ def instances(
                 path=path,
             )
         seen[key] = position
-        made.append(Instance(instance_key(task.key, key), task.key, key, item, position))
+        made.append(Instance(instance_key(task.key, key), task.key, key, item, position, text))
     return tuple(made)
 
 
@@ -175,7 +174,7 @@ def check_total(groups: Sequence[tuple[int, tuple[Instance, ...]]], *, tasks: in
     size = 0
     for index, made in groups:
         total += len(made)
-        size += sum(len(instance.item_json().encode()) for instance in made)
+        size += sum(len(instance.item_json.encode()) for instance in made)
         if total > MAX_TASKS:
             raise ItemsError(
                 f"the run would have {total} or more tasks; at most {MAX_TASKS}",

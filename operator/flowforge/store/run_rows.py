@@ -83,7 +83,7 @@ def instance_rows(spec: DefinitionSpec, expansion: Expansion) -> list[tuple[Any,
         compensator = compensators.get(group)
         for member in members:
             instance = expansion.instances[member]
-            text = instance.item_json()
+            text = instance.item_json
             rows.append((member, group, instance.item_key, text, for_each.max_parallel, tolerated))
             if compensator is not None:
                 rows.append(

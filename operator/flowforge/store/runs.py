@@ -191,18 +191,31 @@ async def _insert_graph(
     keys, roles, states, compensates, attempts, timeouts, pending, positions = (
         list(column) for column in zip(*task_rows(spec, expansion, reused), strict=True)
     )
+    # each forEach item's row knows its item and its group's limits; unnest pads the item
+    # columns of a run without items (empty arrays) with NULLs
+    items: list[list[Any]] = [[], [], [], [], []]
+    if expansion.instances:
+        by_key = {row[0]: row[1:] for row in instance_rows(spec, expansion)}
+        none = (None,) * len(items)
+        items = [
+            list(column) for column in zip(*(by_key.get(key, none) for key in keys), strict=True)
+        ]
     await connection.execute(
         """
         INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
             max_attempts, timeout_seconds, pending_dependencies, topological_index,
-            started_at, finished_at)
+            started_at, finished_at, item_group, item_key, item, group_max_parallel,
+            group_tolerated)
         SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
                compensates, attempts, timeout, pending, position,
                CASE WHEN state = %s THEN now() END,
-               CASE WHEN state IN (%s, %s) THEN now() END
+               CASE WHEN state IN (%s, %s) THEN now() END,
+               item_group, item_key, item::jsonb, parallel, tolerated
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                    %s::int[], %s::int[])
-             AS row(key, role, state, compensates, attempts, timeout, pending, position)
+                    %s::int[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[],
+                    %s::int[])
+             AS row(key, role, state, compensates, attempts, timeout, pending, position,
+                    item_group, item_key, item, parallel, tolerated)
         """,
         (
             run_id,
@@ -218,6 +231,7 @@ async def _insert_graph(
             timeouts,
             pending,
             positions,
+            *items,
         ),
     )
     queued = queued_task_keys(spec)
@@ -243,19 +257,6 @@ async def _insert_graph(
                 ],
                 run_id,
             ),
-        )
-    if expansion.instances:  # each item's row knows its item and its group's limits
-        keys, groups, item_keys, items, parallel, tolerated = (
-            list(column) for column in zip(*instance_rows(spec, expansion), strict=True)
-        )
-        await connection.execute(
-            "UPDATE flowforge_task AS task SET item_group = item.group_key, "
-            "item_key = item.item_key, item = item.item::jsonb, "
-            "group_max_parallel = item.parallel, group_tolerated = item.tolerated "
-            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[]) "
-            "AS item(key, group_key, item_key, item, parallel, tolerated) "
-            "WHERE task.run_id = %s AND task.task_key = item.key",
-            (keys, groups, item_keys, items, parallel, tolerated, run_id),
         )
     attempted = undoes_attempted(spec)
     if attempted:  # compensateOn: Attempted (flowforge.domain.undo)

@@ -13,5 +13,5 @@ ALTER TABLE flowforge_task ADD COLUMN group_max_parallel integer
     CHECK (group_max_parallel >= 1);
 ALTER TABLE flowforge_task ADD COLUMN group_tolerated integer CHECK (group_tolerated >= 0);
 ALTER TABLE flowforge_task ADD COLUMN tolerated boolean NOT NULL DEFAULT false;
-CREATE INDEX flowforge_task_group_idx ON flowforge_task (run_id, item_group, state)
-    WHERE item_group IS NOT NULL;
+-- no index of its own: a group's rows are found among the run's running or failed rows
+-- (flowforge_task_progress_idx), which its limits keep few

@@ -142,6 +142,18 @@ def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bo
     return result
 
 
+def unknown_parameters(expression: str, declared: set[str], *, path: str) -> DefinitionError | None:
+    """The refusal of an expression that reads a parameter that is not declared, if it does."""
+    unknown = sorted(referenced_parameters(expression) - declared)
+    if not unknown:
+        return None
+    return DefinitionSchemaError(
+        f"unknown parameter {', '.join(unknown)} (declared: "
+        f"{', '.join(sorted(declared)) or 'none'})",
+        path=path,
+    )
+
+
 def condition_errors(definition: DefinitionSpec) -> list[DefinitionError]:
     """Every ``when`` checked against the declarations (for a spec whose shape and
     parameter declarations are valid): bounds, syntax, names, then types on samples."""
@@ -168,15 +180,9 @@ def condition_errors(definition: DefinitionSpec) -> list[DefinitionError]:
                 )
             )
             continue
-        unknown = sorted(referenced_parameters(task.when) - declared)
-        if unknown:
-            errors.append(
-                DefinitionSchemaError(
-                    f"unknown parameter {', '.join(unknown)} (declared: "
-                    f"{', '.join(sorted(declared))})",
-                    path=path,
-                )
-            )
+        unknown = unknown_parameters(task.when, declared, path=path)
+        if unknown is not None:
+            errors.append(unknown)
             continue
         if samples is None:
             samples = sample_values(definition)

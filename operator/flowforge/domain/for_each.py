@@ -32,7 +32,7 @@ from flowforge.domain.caps import (
     MAX_ITEMS_TOTAL_BYTES,
     MAX_TASKS,
 )
-from flowforge.domain.conditions import ConditionError, referenced_parameters, value_of
+from flowforge.domain.conditions import ConditionError, unknown_parameters, value_of
 from flowforge.domain.errors import DefinitionError, DefinitionSchemaError
 from flowforge.domain.parameters import sample_values
 
@@ -221,15 +221,9 @@ def for_each_errors(definition: DefinitionSpec) -> list[DefinitionError]:
             if not isinstance(items, str):
                 instances(task, {}, index=index)
                 continue
-            unknown = sorted(referenced_parameters(items) - declared)
-            if unknown:
-                errors.append(
-                    DefinitionSchemaError(
-                        f"unknown parameter {', '.join(unknown)} (declared: "
-                        f"{', '.join(sorted(declared)) or 'none'})",
-                        path=path + ".items",
-                    )
-                )
+            unknown = unknown_parameters(items, declared, path=path + ".items")
+            if unknown is not None:
+                errors.append(unknown)
                 continue
             if samples is None:
                 samples = sample_values(definition)

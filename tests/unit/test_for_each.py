@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flowforge.admission.review import decide_run_limits
 from flowforge.domain.caps import MAX_ITEMS_PER_TASK
 from flowforge.domain.expansion import expand
 from flowforge.domain.for_each import (
@@ -38,6 +39,7 @@ from flowforge.kube.jobs import (
 )
 from flowforge.sdk import task as sdk_task
 from flowforge.sdk import task_item, workflow
+from tests.unit.admission_fakes import create, wrap
 from tests.unit.domain_builders import spec
 from tests.unit.domain_builders import task as spec_task
 from tests.unit.test_cli_definitions import flowforge
@@ -392,3 +394,25 @@ def test_the_sdk_writes_for_each_and_a_task_reads_its_item(
     assert task_item() is None
     monkeypatch.setenv("FLOWFORGE_ITEM", '{"region": "us"}')
     assert task_item() == {"region": "us"}
+
+
+async def test_admission_refuses_a_run_whose_items_break_a_cap_naming_the_field() -> None:
+    definition = parse_definition(deploy())
+    too_many = [f"r{index}" for index in range(MAX_ITEMS_PER_TASK + 1)]
+    run = wrap(
+        "WorkflowRun", {"workflow": "etl", "version": 3, "parameters": {"regions": too_many}}
+    )
+    verdict = await decide_run_limits(create(run), definition=definition, runs=None)
+    assert not verdict.allowed and verdict.code == 422
+    assert f"spec.tasks[1].forEach.items: gives {len(too_many)} items" in verdict.message
+    twice = wrap(
+        "WorkflowRun", {"workflow": "etl", "version": 3, "parameters": {"regions": ["a", "a"]}}
+    )
+    assert (
+        "same key 'a'"
+        in (await decide_run_limits(create(twice), definition=definition, runs=None)).message
+    )
+    fine = wrap(
+        "WorkflowRun", {"workflow": "etl", "version": 3, "parameters": {"regions": too_many[:3]}}
+    )
+    assert (await decide_run_limits(create(fine), definition=definition, runs=None)).allowed

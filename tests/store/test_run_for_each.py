@@ -177,3 +177,52 @@ async def test_a_retry_reuses_the_items_that_succeeded_by_key(store: Pool, fence
         "undo-deploy[us]": CompensationState.NOT_TRIGGERED,
     }
     assert (await states(store, third.id))["verify"] == TaskState.WAITING
+
+
+async def test_the_items_of_a_queued_type_wait_for_kueue_and_attempted_undo_is_per_item(
+    store: Pool, fence: Fence
+) -> None:
+    tasks = [dict(task) for task in TASKS]
+    tasks[3]["compensateOn"] = "Attempted"
+    definition = parse_definition(
+        {
+            "workflow": "queued",
+            "version": 1,
+            "taskTypes": {
+                "py": {"image": "python:3.12-slim"},
+                "q": {"image": "python:3.12-slim", "queueName": "team-queue"},
+            },
+            "parameters": PARAMETERS,
+            "tasks": [{"type": "q" if task["key"] == "deploy" else "py", **task} for task in tasks],
+        }
+    )
+    await publish_definition(store, namespace=NAMESPACE, definition=definition)
+    stored = await load_definition(store, namespace=NAMESPACE, workflow="queued", version=1)
+    run = (
+        await create_run(
+            store,
+            fence=fence,
+            namespace=NAMESPACE,
+            name=f"queued-{uuid.uuid4().hex[:8]}",
+            uid=str(uuid.uuid4()),
+            definition=stored,
+        )
+    ).run
+    async with store.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT task_key, admission_required, compensate_attempted FROM flowforge_task "
+            "WHERE run_id = %s ORDER BY task_key",
+            (run.id,),
+        )
+        flags = {
+            str(key): (bool(queued), bool(attempted))
+            for key, queued, attempted in await cursor.fetchall()
+        }
+    assert flags == {
+        "deploy[eu]": (True, False),
+        "deploy[us]": (True, False),
+        "migrate": (False, False),
+        "undo-deploy[eu]": (False, True),
+        "undo-deploy[us]": (False, True),
+        "verify": (False, False),
+    }

@@ -26,7 +26,7 @@ from flowforge.domain.expansion import (
     condition_false_message,
     expand,
 )
-from flowforge.domain.for_each import NO_ITEMS_MESSAGE
+from flowforge.domain.for_each import NO_ITEMS_MESSAGE, split_instance
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
 from flowforge.domain.queue import concurrency_key, run_parallelism
@@ -177,6 +177,15 @@ async def create_run(
     return await in_transaction(pool, decide)
 
 
+def _rows_of(tasks: list[str], keys: list[str], expansion: Expansion) -> list[str]:
+    """The run's rows (``keys``) of the definition's ``tasks``: a forEach task's (and its
+    compensator's) are its items'."""
+    if not expansion.instances or not tasks:
+        return tasks
+    wanted = set(tasks)
+    return [key for key in keys if split_instance(key)[0] in wanted]
+
+
 async def _insert_graph(
     connection: Connection,
     *,
@@ -234,7 +243,7 @@ async def _insert_graph(
             *items,
         ),
     )
-    queued = queued_task_keys(spec)
+    queued = _rows_of(queued_task_keys(spec), keys, expansion)
     if queued:  # their Jobs wait for Kueue's admission (admitting until admitted)
         await connection.execute(
             "UPDATE flowforge_task SET admission_required = true "
@@ -258,7 +267,7 @@ async def _insert_graph(
                 run_id,
             ),
         )
-    attempted = undoes_attempted(spec)
+    attempted = _rows_of(undoes_attempted(spec), keys, expansion)
     if attempted:  # compensateOn: Attempted (flowforge.domain.undo)
         await connection.execute(
             "UPDATE flowforge_task SET compensate_attempted = true "

@@ -23,7 +23,7 @@ from flowforge.domain.execution import BackoffPolicy
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition
-from flowforge.kube.jobs import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
+from flowforge.kube.jobs import ANNOTATION_TASK_KEY, LABEL_ATTEMPT, LABEL_ROLE, LABEL_TASK
 from flowforge.operator.background import Clock
 from flowforge.operator.engine import Engine
 from flowforge.operator.leadership import Leadership
@@ -56,6 +56,14 @@ async def wait_until(
                 await asyncio.sleep(0.02)
     except TimeoutError:
         raise AssertionError(f"not within {timeout} s: {what}") from None
+
+
+def task_of_job(job: Mapping[str, Any]) -> str:
+    """The run task a Job runs (a forEach instance's exact key is an annotation)."""
+    metadata = job["metadata"]
+    return str(
+        metadata.get("annotations", {}).get(ANNOTATION_TASK_KEY) or metadata["labels"][LABEL_TASK]
+    )
 
 
 @dataclasses.dataclass
@@ -114,7 +122,7 @@ class Harness:
     def job_of(self, task_key: str, *, attempt: int = 1) -> str:
         for (_, name), job in self.kube.jobs.items():
             labels = job["metadata"]["labels"]
-            if labels[LABEL_TASK] == task_key and labels[LABEL_ATTEMPT] == str(attempt):
+            if task_of_job(job) == task_key and labels[LABEL_ATTEMPT] == str(attempt):
                 return name
         raise AssertionError(f"no Job for {task_key} attempt {attempt}: {sorted(self.kube.jobs)}")
 
@@ -170,8 +178,7 @@ class Harness:
         for name in self.kube.created:
             job = next((j for (_, n), j in self.kube.jobs.items() if n == name), None)
             if job is not None:
-                labels = job["metadata"]["labels"]
-                found.append((labels[LABEL_ROLE], labels[LABEL_TASK]))
+                found.append((job["metadata"]["labels"][LABEL_ROLE], task_of_job(job)))
         return found
 
     async def states(self, context: RunContext) -> dict[str, str]:

@@ -35,6 +35,7 @@ from flowforge.store import (
     dispatch,
     duplicates,
     events,
+    items,
     kueue_admission,
     outcomes,
     queries,
@@ -291,7 +292,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "stopping.CANCEL_TASKS_QUERY": (
         stopping.CANCEL_TASKS_QUERY,
-        lambda p: {"run": p.run_id, "reason": "x"},
+        lambda p: {"run": p.run_id, "reason": "x", "group": None},
         needs(PROGRESS, TASK_PKEY),
     ),
     "cancel.ABANDON_QUERY": (
@@ -399,6 +400,31 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         needs(RUN_BY_ID | {"flowforge_run_identity"}, "flowforge_definition_pkey"),
     ),
     "queries.PROGRESS_QUERY": (queries.PROGRESS_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
+    "queries.TOLERATED_COUNT_QUERY": (
+        queries.TOLERATED_COUNT_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "items.TASK_ITEM_QUERY": (
+        items.TASK_ITEM_QUERY,
+        lambda p: (p.run_id, "root"),
+        needs(TASK_IDENTITY),
+    ),
+    "items.RUN_ITEMS_QUERY": (
+        items.RUN_ITEMS_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "items.GROUP_FAILURES_QUERY": (
+        items.GROUP_FAILURES_QUERY,
+        lambda p: (p.task_id,),
+        needs(TASK_PKEY, PROGRESS),
+    ),
+    "items.RELEASE_TOLERATED_QUERY": (
+        items.RELEASE_TOLERATED_QUERY,
+        lambda p: {"task": p.task_id},
+        needs(TASK_PKEY, EDGES),
+    ),
     "queries.FORWARD_COUNTS_QUERY": (
         queries.FORWARD_COUNTS_QUERY,
         lambda p: (p.run_id,),

@@ -233,7 +233,7 @@ def parameter_values(definition: DefinitionSpec, pairs: list[str]) -> dict[str, 
 
 def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
     level_of = {key: number for number, level in enumerate(schedule.levels) for key in level}
-    tasks = {task.key: task for task in definition.tasks}
+    tasks = {key: definition.task_of(key) for key in [*schedule.order, *schedule.skipped]}
     return table(
         ["TASK", "LEVEL", "TYPE", "DEPENDS-ON", "COMPENSATOR"],
         [

@@ -35,6 +35,13 @@ MAX_CONFIGS_TOTAL_BYTES: Final = 786_432
 # levels of nesting inside a config; the config object itself is level 1
 MAX_CONFIG_DEPTH: Final = 32
 
+# a forEach (flowforge.domain.for_each): items per task (the run's MAX_TASKS caps them all),
+# the JSON of one item (an environment string of its container) and of all a run's items
+# (files of its ConfigMap, beside the configs' and the parameters' room)
+MAX_ITEMS_PER_TASK: Final = 256
+MAX_ITEM_BYTES: Final = 4_096
+MAX_ITEMS_TOTAL_BYTES: Final = 131_072
+
 PARAMETER_ENV_PREFIX: Final = "FLOWFORGE_PARAM_"
 _ENV_INVALID = re.compile(r"[^A-Z0-9_]+")
 

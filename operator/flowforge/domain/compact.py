@@ -47,6 +47,8 @@ class CompactSpec:
     queue_name: str | None = None
     workload_priority_class: str | None = None
     admission_timeout_seconds: int | None = None
+    # whether a task has a forEach: its instances' items are files of the run's ConfigMap
+    has_items: bool = False
 
     @classmethod
     def of(cls, spec: DefinitionSpec) -> CompactSpec:
@@ -68,6 +70,7 @@ class CompactSpec:
             queue_name=spec.queue_name,
             workload_priority_class=spec.workload_priority_class,
             admission_timeout_seconds=spec.admission_timeout_seconds,
+            has_items=any(task.for_each is not None for task in spec.tasks),
         )
 
     @property
@@ -80,8 +83,9 @@ class CompactSpec:
         return self.task_count > self.forward_count
 
     def task(self, key: str) -> CompactTask:
-        """The task with ``key``; KeyError when there is none."""
-        return self._tasks[key]
+        """The task a run's task ``key`` runs: the task with that key, or the forEach task
+        (or its compensator) of the instance ``task[item]``; KeyError when there is none."""
+        return self._tasks[key.partition("[")[0]]
 
     def tasks(self) -> Iterable[CompactTask]:
         """Every task, forward and compensating."""

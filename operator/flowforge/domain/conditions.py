@@ -115,12 +115,12 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bool:
-    """The value of ``expression`` for a run's effective parameters; ConditionError when it
-    fails or is not a boolean."""
+def value_of(expression: str, parameters: Mapping[str, Any], *, path: str) -> Any:
+    """The value of the bounded expression ``expression`` (over ``params`` only) for a run's
+    effective parameters; ConditionError naming ``path`` when it fails."""
     program = _compile(expression, path=path)
     try:
-        result = program.execute({"params": dict(parameters)})
+        return program.execute({"params": dict(parameters)})
     except KeyError as error:
         raise ConditionError(
             f"parameter {error.args[0]!r} has no value in this run (test it with "
@@ -129,11 +129,29 @@ def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bo
         ) from None
     except Exception as error:  # the library's own errors (index, overload, overflow...)
         raise ConditionError(_first_line(error), path=path) from None
+
+
+def evaluate(expression: str, parameters: Mapping[str, Any], *, path: str) -> bool:
+    """The value of ``expression`` for a run's effective parameters; ConditionError when it
+    fails or is not a boolean."""
+    result = value_of(expression, parameters, path=path)
     if not isinstance(result, bool):
         raise ConditionError(
             f"must be a boolean, is {type(result).__name__} ({result!r})", path=path
         )
     return result
+
+
+def unknown_parameters(expression: str, declared: set[str], *, path: str) -> DefinitionError | None:
+    """The refusal of an expression that reads a parameter that is not declared, if it does."""
+    unknown = sorted(referenced_parameters(expression) - declared)
+    if not unknown:
+        return None
+    return DefinitionSchemaError(
+        f"unknown parameter {', '.join(unknown)} (declared: "
+        f"{', '.join(sorted(declared)) or 'none'})",
+        path=path,
+    )
 
 
 def condition_errors(definition: DefinitionSpec) -> list[DefinitionError]:
@@ -162,15 +180,9 @@ def condition_errors(definition: DefinitionSpec) -> list[DefinitionError]:
                 )
             )
             continue
-        unknown = sorted(referenced_parameters(task.when) - declared)
-        if unknown:
-            errors.append(
-                DefinitionSchemaError(
-                    f"unknown parameter {', '.join(unknown)} (declared: "
-                    f"{', '.join(sorted(declared))})",
-                    path=path,
-                )
-            )
+        unknown = unknown_parameters(task.when, declared, path=path)
+        if unknown is not None:
+            errors.append(unknown)
             continue
         if samples is None:
             samples = sample_values(definition)

@@ -24,6 +24,7 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
     │   ├── CompositionError                sdk: chain/group/chord built wrongly
     │   ├── ParameterError                  a run's parameters do not fit the declarations
     │   ├── ConditionError                  a task's ``when`` cannot be decided (its field)
+    │   │   └── ItemsError                      a ``forEach``'s items cannot be expanded
     │   ├── DefinitionNotFoundError         store: no such published workflow version
     │   ├── RunNotFoundError                store: no such run
     │   ├── RunRefusedError                 operator: a run whose definition is missing or

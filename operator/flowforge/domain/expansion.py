@@ -15,11 +15,12 @@ task's own upstreams (the skipped task's edges are contracted onto its dependent
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from flowforge.domain.conditions import evaluate
+from flowforge.domain.for_each import Instance, check_total, instance_key, instances
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.parameters import effective_parameters
 
@@ -41,15 +42,26 @@ def is_condition_false(message: str | None) -> bool:
 
 @dataclass(frozen=True)
 class Expansion:
-    """What a run of a definition with some parameters does."""
+    """What a run of a definition with some parameters does. Its task keys are the
+    definition's forward task keys, except that a ``forEach`` task is its instances
+    (``task[item]``, `for_each.py`)."""
 
     parameters: Mapping[str, Any]  # effective: checked, defaults filled in (recorded)
     skipped: frozenset[str]  # forward tasks whose ``when`` is false
-    # each forward task that runs -> the tasks that run and that it waits for
+    # each run task (forward task or instance) that runs -> the ones it waits for
     dependencies: Mapping[str, tuple[str, ...]]
+    # each forEach task that runs -> its instances' keys, in item order (none: no items)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # instance key -> the instance
+    instances: Mapping[str, Instance] = field(default_factory=lambda: MappingProxyType({}))
 
     def runs(self, key: str) -> bool:
         return key not in self.skipped
+
+    @property
+    def empty(self) -> frozenset[str]:
+        """The forEach tasks whose list is empty: like a skipped task, they run nothing."""
+        return frozenset(key for key, members in self.groups.items() if not members)
 
     @property
     def graph(self) -> DependencyGraph:
@@ -64,35 +76,77 @@ class Expansion:
 def expand(definition: DefinitionSpec, raw_parameters: Mapping[str, Any]) -> Expansion:
     """The run of ``definition`` with ``raw_parameters`` (a run's ``spec.parameters``).
 
-    ParameterError (`parameters.py`) or ConditionError (`conditions.py`) name the field
-    that refuses it. Expanding its own ``parameters`` again gives the same expansion.
+    ParameterError (`parameters.py`), ConditionError (`conditions.py`) or ItemsError
+    (`for_each.py`) name the field that refuses it. Expanding its own ``parameters`` again
+    gives the same expansion.
     """
     values = effective_parameters(definition, raw_parameters)
     skipped: set[str] = set()
     index_of = {task.key: index for index, task in enumerate(definition.tasks)}
+    groups: dict[str, tuple[Instance, ...]] = {}
     for task in definition.forward_tasks:
         if task.when is not None and not evaluate(
             task.when, values, path=f"spec.tasks[{index_of[task.key]}].when"
         ):
             skipped.add(task.key)
+        elif task.for_each is not None:
+            groups[task.key] = instances(task, values, index=index_of[task.key])
+    if groups:
+        compensated = definition.compensators
+        check_total(
+            [(index_of[key], made) for key, made in groups.items()],
+            tasks=len(definition.tasks)
+            + sum(
+                (len(made) - 1) * (2 if key in compensated else 1) for key, made in groups.items()
+            ),
+        )
     dependencies: dict[str, tuple[str, ...]] = {}
-    if not skipped:
+    if not skipped and not groups:
         dependencies = {task.key: task.depends_on for task in definition.forward_tasks}
     else:
-        through: dict[str, tuple[str, ...]] = {}  # a skipped task -> what it waited for
+        # a task -> the run tasks that stand for it: itself, its instances, or (skipped, or
+        # a forEach without items) what it waited for
+        members: dict[str, tuple[str, ...]] = {}
         for key in definition.graph.topological_order():
-            waits: dict[str, None] = {}
-            for upstream in definition.task(key).depends_on:
-                if upstream in skipped:
-                    waits.update(dict.fromkeys(through[upstream]))
-                else:
-                    waits[upstream] = None
-            if key in skipped:
-                through[key] = tuple(waits)
+            waits = tuple(
+                dict.fromkeys(
+                    member
+                    for upstream in definition.task(key).depends_on
+                    for member in members[upstream]
+                )
+            )
+            made = groups.get(key)
+            if key in skipped or made == ():
+                members[key] = waits
+            elif made is not None:
+                members[key] = tuple(instance.key for instance in made)
+                dependencies.update(dict.fromkeys(members[key], waits))
             else:
-                dependencies[key] = tuple(waits)
+                members[key] = (key,)
+                dependencies[key] = waits
     return Expansion(
         parameters=MappingProxyType(values),
         skipped=frozenset(skipped),
         dependencies=MappingProxyType(dependencies),
+        groups=MappingProxyType(
+            {key: tuple(instance.key for instance in made) for key, made in groups.items()}
+        ),
+        instances=MappingProxyType(
+            {instance.key: instance for made in groups.values() for instance in made}
+        ),
     )
+
+
+def compensator_rows(definition: DefinitionSpec, expansion: Expansion) -> dict[str, str]:
+    """The run's compensators: the key of each forward run task that has one -> the
+    compensator's run key (for a forEach task, one per instance: ``undo[item]``)."""
+    rows: dict[str, str] = {}
+    for forward, compensator in definition.compensators.items():
+        members = expansion.groups.get(forward)
+        if members is None:
+            rows[forward] = compensator.key
+            continue
+        for member in members:
+            instance = expansion.instances[member]
+            rows[member] = instance_key(compensator.key, instance.item_key)
+    return rows

@@ -2,7 +2,7 @@
 
 It covers everything that changes what a run does (workflow, version, description, the task
 types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
-compensateFor, retries, timeout, config and ``when``, a compensator's ``compensateOn:
+compensateFor, retries, timeout, config, ``when`` and ``forEach``, a compensator's ``compensateOn:
 Attempted``, the run limits ``maxParallelTasks`` and ``concurrency`` when set, and the typed
 parameter declarations) and nothing that does not: task declaration order, ``dependsOn``
 order and mapping key order are normalised away; list order inside config is kept. A number
@@ -48,6 +48,17 @@ def fingerprint(spec: DefinitionSpec) -> str:
                     "config": _normalise_numbers(task.config) if task.config else {},
                 }
                 | ({"when": task.when} if task.when is not None else {})
+                | (
+                    {
+                        "forEach": _normalise_numbers(
+                            task.for_each.model_dump(
+                                mode="json", by_alias=True, exclude_defaults=True
+                            )
+                        )
+                    }
+                    if task.for_each is not None
+                    else {}
+                )
                 # compensateOn only when it changes what a run does, so earlier
                 # fingerprints stay the same
                 | (

@@ -79,6 +79,21 @@ class ContainerTemplate(BaseModel):
     admission_timeout_seconds: int | None = None
 
 
+class ForEachSpec(BaseModel):
+    """A task's ``forEach``: one instance of the task per item (`flowforge.domain.for_each`)."""
+
+    model_config = _MODEL_CONFIG
+
+    # a CEL expression over ``params`` that gives a list, or the list itself (anything else
+    # is refused by `for_each.for_each_errors`, naming the field)
+    items: Any
+    max_parallel: int | None = None
+    # a count of failed items, or a percent of the items ("10%")
+    tolerate_failures: int | str = 0
+    # for object items: the field whose value names the item
+    key: str | None = None
+
+
 class TaskSpec(BaseModel):
     """A forward task of the DAG or, when ``compensate_for`` is set, a compensator."""
 
@@ -93,6 +108,8 @@ class TaskSpec(BaseModel):
     compensate_for: str | None = None
     # a CEL expression over ``params``: the task runs only when it is true (`conditions.py`)
     when: str | None = None
+    # one instance of the task per item (`for_each.py`); not on a compensator
+    for_each: ForEachSpec | None = None
     # a compensator's ``compensateOn``: ``Attempted`` also undoes its task when the task's
     # last attempt failed after its container had started (``flowforge.domain.undo``)
     compensate_on: str | None = None
@@ -171,6 +188,11 @@ class DefinitionSpec(BaseModel):
     def task(self, key: str) -> TaskSpec:
         """The task with ``key``; KeyError when there is none."""
         return self._tasks_by_key[key]
+
+    def task_of(self, key: str) -> TaskSpec:
+        """The task a run's task row runs: ``key`` itself, or the task of the instance
+        ``key`` of a ``forEach`` (``task[item]``, `for_each.py`); KeyError when none."""
+        return self._tasks_by_key[key.partition("[")[0]]
 
     @cached_property
     def graph(self) -> DependencyGraph:

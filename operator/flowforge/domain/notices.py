@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowforge.domain.decision import Notice
+from flowforge.domain.for_each import PARTIAL_FAILURE
 from flowforge.domain.states import CompensationState, RunPhase
 
 
@@ -88,6 +89,26 @@ def task_failed(
     if skipped:
         text += f"; skipped {', '.join(skipped)}"
     return Notice("TaskFailed" if final else "TaskRetrying", text, warning=True)
+
+
+def item_failure_tolerated(*, task_key: str, group: str, failed: int, tolerance: int) -> Notice:
+    """A forEach item failed within its task's ``tolerateFailures`` (`for_each.py`)."""
+    return Notice(
+        PARTIAL_FAILURE,
+        f"item {task_key} of {group} failed within tolerateFailures ({failed} of at most "
+        f"{tolerance} failed); {group} still counts as succeeded and its dependents run",
+        warning=True,
+    )
+
+
+def items_stopped(*, group: str, failed: int, tolerance: int, stopped: int) -> Notice:
+    """More items of a forEach failed than its ``tolerateFailures``: the rest were cancelled."""
+    return Notice(
+        "ItemsStopped",
+        f"{failed} items of {group} failed, more than its tolerateFailures ({tolerance}): no "
+        f"new item starts, {stopped} running cancelled; the run fails",
+        warning=True,
+    )
 
 
 def compensation_finished(

@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from flowforge.domain.expansion import CONDITION_FALSE, expand
+from flowforge.domain.expansion import CONDITION_FALSE, compensator_rows, expand
 from flowforge.domain.models import DefinitionSpec
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """``order``: every forward task after its dependencies (ties by key); ``levels``: tasks
-    grouped by depth; ``compensation``: forward key -> its compensator's key, by forward key;
+    grouped by depth (a forEach task's instances ``task[item]`` in its place);
+    ``compensation``: forward key -> its compensator's key (per instance), by forward key;
     ``skipped``: the tasks whose condition is false -> their ``when`` (in no level: they run
     nothing); ``parameters``: the run's effective parameters."""
 
@@ -48,9 +49,9 @@ def plan(spec: DefinitionSpec, parameters: Mapping[str, Any] | None = None) -> P
     expansion = expand(spec, parameters or {})
     graph = expansion.graph
     compensation = {
-        forward: compensator.key
-        for forward, compensator in sorted(spec.compensators.items())
-        if expansion.runs(forward)
+        forward: compensator
+        for forward, compensator in sorted(compensator_rows(spec, expansion).items())
+        if expansion.runs(forward) and forward not in expansion.empty
     }
     return Plan(
         order=graph.topological_order(),

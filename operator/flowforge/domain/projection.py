@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from flowforge.domain.for_each import PARTIAL_FAILURE
 from flowforge.domain.run import (
     MAX_COMPENSATION_STEPS,
     CompensationStep,
@@ -65,6 +66,9 @@ class TaskCounts:
     admitting: int = 0
     # of ``skipped``: skipped because their ``when`` is false (`expansion.py`), not a failure
     condition_false: int = 0
+    # forEach items that failed within their task's ``tolerateFailures`` (`for_each.py`):
+    # resolved, and no failure of the run (not in ``failed``)
+    tolerated: int = 0
 
     @property
     def unresolved(self) -> int:
@@ -77,17 +81,19 @@ class TaskCounts:
 
     @property
     def resolved(self) -> int:
-        return self.succeeded + self.failed + self.skipped + self.cancelled
+        return self.succeeded + self.failed + self.skipped + self.cancelled + self.tolerated
 
 
 def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
     """The phase of a run whose forward tasks are counted, before any compensation."""
     if counts.unresolved > 0:
         return RunPhase.RUNNING
-    if cancel_requested or counts.cancelled > 0:
+    if cancel_requested:
         return RunPhase.CANCELLED
-    if counts.failed > 0:
+    if counts.failed > 0:  # a forEach past its tolerance cancels its other items: a failure
         return RunPhase.FAILED
+    if counts.cancelled > 0:
+        return RunPhase.CANCELLED
     return RunPhase.SUCCEEDED
 
 
@@ -351,6 +357,20 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         *_queue_conditions(status),
         *_duplicate_conditions(status),
         *_pause_conditions(status),
+        *(
+            [
+                _condition(
+                    status,
+                    kind=PARTIAL_FAILURE,
+                    holds=True,
+                    reason="FailuresTolerated",
+                    message=f"{counts.tolerated} forEach items failed within their task's "
+                    "tolerateFailures; its dependents ran",
+                )
+            ]
+            if counts.tolerated
+            else []
+        ),
     ]
 
 

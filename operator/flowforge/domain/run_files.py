@@ -30,6 +30,10 @@ VOLUME_NAME: Final = "flowforge-run-files"
 CONFIG_FILE_VARIABLE: Final = "FLOWFORGE_CONFIG_FILE"
 PARAMETERS_FILE_VARIABLE: Final = "FLOWFORGE_PARAMETERS_FILE"
 CONFIG_FILE_PATH: Final = f"{MOUNT_PATH}/{CONFIG_FILE}"
+# a forEach instance's (`for_each.py`) view of its task's items: {item key: item}
+ITEMS_FILE: Final = "items.json"
+ITEMS_FILE_VARIABLE: Final = "FLOWFORGE_ITEMS_FILE"
+ITEMS_FILE_PATH: Final = f"{MOUNT_PATH}/{ITEMS_FILE}"
 PARAMETERS_FILE_PATH: Final = f"{MOUNT_PATH}/{PARAMETERS_FILE}"
 
 _PLAIN_TASK_KEY = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -62,24 +66,40 @@ def config_entry_bytes(task_key: str, text: str) -> int:
     return len(config_key(task_key)) + len(text.encode())
 
 
+def items_key(group: str) -> str:
+    """The ConfigMap key of the items of the forEach task ``group`` (a task key)."""
+    return f"items.{group}.json"
+
+
 def run_files_data(
-    parameters: Mapping[str, Any], configs: Iterable[tuple[str, Mapping[str, Any]]]
+    parameters: Mapping[str, Any],
+    configs: Iterable[tuple[str, Mapping[str, Any]]],
+    items: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
-    """The ConfigMap's ``data``: the parameters, the empty config, and each task's own
-    config (``configs``: task key and config of every task of the definition)."""
+    """The ConfigMap's ``data``: the parameters, the empty config, each task's own config
+    (``configs``: task key and config of every task of the definition) and each forEach
+    task's items (``items``: task key -> {item key: item})."""
     data = {PARAMETERS_KEY: parameters_text(parameters), EMPTY_CONFIG_KEY: config_text({})}
     for task_key, config in configs:
         if config:
             data[config_key(task_key)] = config_text(config)
+    for group, by_key in (items or {}).items():
+        data[items_key(group)] = json.dumps(dict(by_key), sort_keys=True)
     return data
 
 
-def task_items(task_key: str, config: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The ConfigMap volume's ``items`` for one task: its two files, nothing else."""
-    return [
+def task_items(
+    task_key: str, config: Mapping[str, Any], *, item_group: str | None = None
+) -> list[dict[str, str]]:
+    """The ConfigMap volume's ``items`` for one task: its two files (and, for a forEach
+    instance, its task's items), nothing else."""
+    files = [
         {"key": PARAMETERS_KEY, "path": PARAMETERS_FILE},
         {"key": task_config_key(task_key, config), "path": CONFIG_FILE},
     ]
+    if item_group is not None:
+        files.append({"key": items_key(item_group), "path": ITEMS_FILE})
+    return files
 
 
 def file_environment() -> dict[str, str]:

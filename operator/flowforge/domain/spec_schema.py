@@ -15,6 +15,7 @@ from flowforge.domain.caps import (
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
     MAX_CONFIGS_TOTAL_BYTES,
+    MAX_ITEMS_PER_TASK,
     MAX_PARAMETERS,
     MAX_TASKS,
 )
@@ -258,6 +259,50 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
             f"compensation task; at most {MAX_EXPRESSION_LENGTH} characters.",
             "minLength": 1,
             "maxLength": MAX_EXPRESSION_LENGTH,
+        },
+        "forEach": {
+            "type": "object",
+            "description": "Runs the task once per item: one task instance per item, each "
+            "with its own attempts, retries and Job, keyed task[itemKey] (the item itself "
+            "when it is a short DNS-safe string, else a hash). The item reaches the "
+            "container as FLOWFORGE_ITEM (JSON) and FLOWFORGE_ITEM_KEY. Dependents wait "
+            "for every item; a compensator of the task runs once per item that succeeded, "
+            "in reverse order of completion. Not allowed on a compensation task.",
+            "additionalProperties": False,
+            "required": ["items"],
+            "properties": {
+                "items": {
+                    "description": "A CEL expression over the declared parameters that "
+                    "gives a list (e.g. params.regions), or a literal list; at most "
+                    f"{MAX_ITEMS_PER_TASK} items, decided when the run is created.",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+                "maxParallel": {
+                    "type": "integer",
+                    "description": "At most this many items run at once (inside the run's "
+                    "maxParallelTasks); none: as many as the run allows.",
+                    "minimum": 1,
+                    "maximum": MAX_TASKS,
+                },
+                "tolerateFailures": {
+                    "description": "How many items may fail with the task still succeeding "
+                    "(its dependents run, the run shows PartialFailure): a count, or a "
+                    "percent of the items such as '10%' (rounded down). Past it no new item "
+                    "starts, the running ones are cancelled and the run fails. Default 0.",
+                    "anyOf": [
+                        {"type": "integer", "minimum": 0, "maximum": MAX_TASKS},
+                        {"type": "string", "pattern": r"^(100|[1-9]?[0-9])%$"},
+                    ],
+                    "x-kubernetes-int-or-string": True,
+                },
+                "key": {
+                    "type": "string",
+                    "description": "For object items: the field whose value names each "
+                    "item (its key); the keys must be unique.",
+                    "minLength": 1,
+                    "maxLength": 253,
+                },
+            },
         },
     },
 }

@@ -7,7 +7,8 @@
    shape is the cheaper fix and the graph of a malformed spec is noise.
 2. Graph: duplicate keys, unknown task types, unknown dependencies, compensation rules and
    cycles, all of them, in document order (the cycle last); then the parameter declarations
-   (`parameters.py`) and, when they are sound, every task's ``when`` (`conditions.py`).
+   (`parameters.py`) and, when they are sound, every task's ``when`` (`conditions.py`) and
+   ``forEach`` (`for_each.py`).
 
 The same functions serve the admission webhook, the offline CLI and the operator's load path.
 """
@@ -32,6 +33,7 @@ from flowforge.domain.errors import (
     UnknownDependencyError,
     UnknownTaskTypeError,
 )
+from flowforge.domain.for_each import for_each_errors
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec, TaskSpec
 from flowforge.domain.parameters import declaration_errors
@@ -94,9 +96,11 @@ def _check_unpaused(spec: object) -> tuple[list[DefinitionError], DefinitionSpec
             for error in exc.errors()
         ], None
     errors = graph_errors(definition)
-    if definition.parameters or any(task.when is not None for task in definition.tasks):
+    if definition.parameters or any(
+        task.when is not None or task.for_each is not None for task in definition.tasks
+    ):
         declared = declaration_errors(definition)
-        errors.extend(declared or condition_errors(definition))
+        errors.extend(declared or [*condition_errors(definition), *for_each_errors(definition)])
     return errors, (None if errors else definition)
 
 

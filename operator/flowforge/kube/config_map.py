@@ -40,8 +40,10 @@ def build_config_map(
     run_uid: str,
     parameters: Mapping[str, Any],
     configs: Iterable[tuple[str, Mapping[str, Any]]],
+    items: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The run's ConfigMap (``configs``: task key and config of each task of its definition)."""
+    """The run's ConfigMap (``configs``: task key and config of each task of its definition;
+    ``items``: each forEach task's items by key)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -59,7 +61,7 @@ def build_config_map(
             "ownerReferences": [run_owner_reference(run_name=run_name, run_uid=run_uid)],
         },
         "immutable": True,
-        "data": run_files_data(parameters, configs),
+        "data": run_files_data(parameters, configs, items),
     }
 
 

@@ -24,6 +24,7 @@ from flowforge.domain import run_files
 from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import config_map_name, job_name
+from flowforge.domain.for_each import ITEM_ENV, ITEM_KEY_ENV, split_instance
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, without_kueue_keys
 from flowforge.domain.states import TaskRole
 from flowforge.domain.tracing import TRACEPARENT_ENV
@@ -37,6 +38,12 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "flowforge"
 ANNOTATION_RUN_UID = f"{PREFIX}/run-uid"
 ANNOTATION_RUN_NAME = f"{PREFIX}/run-name"
+# a forEach instance (`domain/for_each.py`): its item's key, and its exact task key (the
+# task label holds only a label-safe form of `task[item]`)
+LABEL_ITEM = f"{PREFIX}/item"
+SIMULATE_FAIL_ITEMS = f"{PREFIX}/simulate-fail-items"
+SIMULATE_EXIT_CODE = f"{PREFIX}/simulate-exit-code"
+ANNOTATION_TASK_KEY = f"{PREFIX}/task-key"
 CONTAINER_NAME = "task"
 MAX_LABEL_VALUE = 63
 
@@ -54,6 +61,15 @@ def label_value(text: str) -> str:
 
 def _env_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ItemRef:
+    """The item of a forEach instance: its forEach task (``group``), its key, its JSON."""
+
+    group: str
+    key: str
+    json: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,8 @@ class JobRequest:
     traceparent: str | None = None
     # a compensator's FLOWFORGE_UNDO_OF (flowforge.domain.undo): succeeded or attempted
     undo_of: str | None = None
+    # a forEach instance's item (`domain/for_each.py`): its forEach task, key and JSON text
+    item: ItemRef | None = None
 
     @property
     def name(self) -> str:
@@ -90,7 +108,8 @@ class JobRequest:
 
 
 def job_labels(request: JobRequest) -> dict[str, str]:
-    return {
+    item = {} if request.item is None else {LABEL_ITEM: label_value(request.item.key)}
+    return item | {
         LABEL_RUN: label_value(request.run_name),
         LABEL_TASK: label_value(request.task_key),
         LABEL_ATTEMPT: str(request.attempt),
@@ -114,6 +133,10 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
         ours[TRACEPARENT_ENV] = request.traceparent
     if request.undo_of is not None:
         ours[UNDO_OF_ENV] = request.undo_of
+    if request.item is not None:
+        ours[ITEM_ENV] = request.item.json
+        ours[ITEM_KEY_ENV] = request.item.key
+        ours[run_files.ITEMS_FILE_VARIABLE] = run_files.ITEMS_FILE_PATH
     for name in sorted(request.parameters):
         ours[parameter_env_name(name)] = _env_text(request.parameters[name])
     return ours
@@ -229,7 +252,11 @@ def run_files_volume(request: JobRequest) -> dict[str, Any]:
         "name": run_files.VOLUME_NAME,
         "configMap": {
             "name": config_map_name(run_name=request.run_name, run_uid=request.run_uid),
-            "items": run_files.task_items(request.task_key, request.config),
+            "items": run_files.task_items(
+                split_instance(request.task_key)[0],
+                request.config,
+                item_group=None if request.item is None else request.item.group,
+            ),
             "defaultMode": 0o444,
         },
     }
@@ -240,6 +267,23 @@ RUN_FILES_MOUNT: Mapping[str, Any] = {
     "mountPath": run_files.MOUNT_PATH,
     "readOnly": True,
 }
+
+
+def _pod_annotations(request: JobRequest) -> dict[str, str]:
+    """The template's Pod annotations; with the local control plane's
+    ``flowforge.io/simulate-fail-items`` (kwok, `deploy/local/kwok-stages.yaml`), the
+    simulated exit code only on the forward Pods of the items it names."""
+    annotations = dict(request.template.get("annotations") or {})
+    named = annotations.get(SIMULATE_FAIL_ITEMS)
+    if named is None:
+        return annotations
+    failing = {key.strip() for key in named.split(",")}
+    item = request.item
+    if item is not None and item.key in failing and request.role is TaskRole.FORWARD:
+        annotations.setdefault(SIMULATE_EXIT_CODE, "1")
+    else:
+        annotations.pop(SIMULATE_EXIT_CODE, None)
+    return annotations
 
 
 def build_job(request: JobRequest) -> dict[str, Any]:
@@ -275,7 +319,7 @@ def build_job(request: JobRequest) -> dict[str, Any]:
         "template": {
             "metadata": {
                 "labels": {**(template.get("labels") or {}), **labels},
-                "annotations": dict(template.get("annotations") or {}),
+                "annotations": _pod_annotations(request),
             },
             "spec": pod_spec,
         },
@@ -304,6 +348,11 @@ def build_job(request: JobRequest) -> dict[str, Any]:
                 **without_kueue_keys(job_metadata.get("annotations", {})),
                 ANNOTATION_RUN_UID: request.run_uid,
                 ANNOTATION_RUN_NAME: request.run_name,
+                **(
+                    {ANNOTATION_TASK_KEY: request.task_key}
+                    if labels[LABEL_TASK] != request.task_key
+                    else {}
+                ),
             },
             "ownerReferences": [
                 run_owner_reference(run_name=request.run_name, run_uid=request.run_uid)
@@ -341,7 +390,7 @@ class JobIdentity:
                 namespace=metadata["namespace"],
                 name=metadata["name"],
                 run_uid=annotations[ANNOTATION_RUN_UID],
-                task_key=labels[LABEL_TASK],
+                task_key=annotations.get(ANNOTATION_TASK_KEY) or labels[LABEL_TASK],
                 attempt=int(labels[LABEL_ATTEMPT]),
                 role=TaskRole(labels[LABEL_ROLE]),
                 uid=metadata.get("uid"),

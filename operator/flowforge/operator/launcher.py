@@ -37,11 +37,12 @@ from flowforge.domain.execution import (
     policy_refused_outcome,
     refused_outcome,
 )
+from flowforge.domain.for_each import is_instance
 from flowforge.domain.kueue import queueing
 from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
-from flowforge.kube.jobs import JobIdentity, JobRequest, build_job
+from flowforge.kube.jobs import ItemRef, JobIdentity, JobRequest, build_job
 from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
@@ -52,6 +53,7 @@ from flowforge.operator.run_files import ForgedConfigMap, RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
+from flowforge.store.items import task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
 from flowforge.store.settle import undo_reason
@@ -272,7 +274,7 @@ class JobLauncher:
         self._hooks = hooks
         self.forgeries = ForgeryNotices()
         self.uids = RecordedUids()
-        self.files = RunFiles(kube)
+        self.files = RunFiles(kube, pool)
         self.policies = NamespacePolicies(kube, epoch=lambda: fence().epoch)
 
     def forget(self, context: RunContext) -> None:
@@ -329,6 +331,13 @@ class JobLauncher:
                 *(self.create(context, item, received=received) for item in dispatched)
             )
 
+    async def _item(self, context: RunContext, task_key: str) -> ItemRef | None:
+        """The item of a forEach instance (as recorded when the run was created)."""
+        if not is_instance(task_key):
+            return None
+        found = await task_item(self._pool, run_id=context.run_id, task_key=task_key)
+        return None if found is None else ItemRef(*found)
+
     async def create(
         self, context: RunContext, item: Dispatch, *, received: float | None = None
     ) -> None:
@@ -362,6 +371,7 @@ class JobLauncher:
                 if item.role is TaskRole.COMPENSATION
                 else None
             ),
+            item=await self._item(context, item.task_key),
         )
         try:  # the run's ConfigMap, which the Job mounts, first
             await self.files.ensure(context)

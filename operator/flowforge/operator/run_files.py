@@ -24,6 +24,8 @@ from flowforge.kube.config_map import build_config_map, same_config_map
 from flowforge.kube.errors import KubernetesRefusal
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunContext
+from flowforge.store.connection import Pool
+from flowforge.store.items import run_items
 
 # runs whose ConfigMap's uid this process knows (beyond it the oldest are judged by content
 # again, as after a restart)
@@ -48,8 +50,9 @@ class ForgedConfigMap(KubernetesRefusal):
 
 
 class RunFiles:
-    def __init__(self, kube: KubePort) -> None:
+    def __init__(self, kube: KubePort, pool: Pool) -> None:
         self._kube = kube
+        self._pool = pool
         self._made: dict[Key, str | None] = {}  # uid; insertion-ordered, the oldest first
         self._pending: dict[Key, asyncio.Future[None]] = {}
 
@@ -85,6 +88,11 @@ class RunFiles:
             run_uid=context.uid,
             parameters=context.parameters,
             configs=((task.key, task.config) for task in context.definition.spec.tasks()),
+            items=(
+                await run_items(self._pool, context.run_id)
+                if context.definition.spec.has_items
+                else None
+            ),
         )
         found = await self._kube.create_config_map(manifest)
         if not found.created and not same_config_map(found.body, manifest):

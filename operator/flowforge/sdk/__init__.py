@@ -17,13 +17,14 @@ DAG primitive, and ``workflow`` to turn a composition into a WorkflowDefinition 
 
 ``flowforge render module:attr`` prints such a document as YAML for a GitOps repository.
 Inside a task's container, ``task_config()`` and ``run_parameters()`` read the task's config
-and the run's parameters from the files FlowForge mounts.
+and the run's parameters from the files FlowForge mounts, and ``task_item()`` the item of a
+``forEach`` instance.
 """
 
 from flowforge.domain.api import API_VERSION, DEFINITION_KIND
 from flowforge.sdk.dag import CompositionError, Dag, TaskNode, chain, chord, group, task
 from flowforge.sdk.manifest_yaml import to_yaml
-from flowforge.sdk.task_inputs import run_parameters, task_config
+from flowforge.sdk.task_inputs import run_parameters, task_config, task_item
 from flowforge.sdk.workflow import workflow
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "run_parameters",
     "task",
     "task_config",
+    "task_item",
     "to_yaml",
     "workflow",
 ]

@@ -33,6 +33,8 @@ class TaskNode:
     timeout_seconds: int | None = None
     compensated_by: TaskNode | None = None
     when: str | None = None
+    # the task's forEach ({"items": ..., "maxParallel": ...}, `docs/foreach.md`)
+    for_each: Mapping[str, Any] | None = None
 
     def taken_keys(self) -> tuple[str, ...]:
         """Its own key and its compensator's, if any: the keys it takes up in a workflow."""
@@ -76,10 +78,13 @@ def task(
     timeout_seconds: int | None = None,
     compensated_by: Dag | None = None,
     when: str | None = None,
+    for_each: Mapping[str, Any] | None = None,
 ) -> Dag:
     """A DAG of one task. ``compensated_by`` is another ``task(...)`` that undoes this one;
     ``when`` a CEL condition over the workflow's declared parameters
-    (``"params.mode == 'full'"``): false, the task is skipped and its dependents run.
+    (``"params.mode == 'full'"``): false, the task is skipped and its dependents run;
+    ``for_each`` its ``forEach`` (``{"items": "params.regions", "maxParallel": 2}``): one
+    instance of the task per item, its compensator once per item that succeeded.
 
     The full rules (key format, limits) are checked when :func:`workflow` builds the document.
     """
@@ -96,6 +101,7 @@ def task(
         timeout_seconds=timeout_seconds,
         compensated_by=compensator,
         when=when,
+        for_each=None if for_each is None else copy.deepcopy(dict(for_each)),
     )
     _reject_duplicates([node])
     return Dag(nodes=(node,), edges=(), roots=(key,), leaves=(key,))

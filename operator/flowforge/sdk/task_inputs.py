@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from flowforge.domain.for_each import ITEM_ENV
 from flowforge.domain.run_files import (
     CONFIG_FILE_PATH,
     CONFIG_FILE_VARIABLE,
@@ -31,6 +32,13 @@ def _read(variable: str, default: str) -> dict[str, Any]:
 def task_config() -> dict[str, Any]:
     """This task's ``config`` (``{}`` when the definition gives none)."""
     return _read(CONFIG_FILE_VARIABLE, CONFIG_FILE_PATH)
+
+
+def task_item() -> Any:
+    """The item of this ``forEach`` instance (``$FLOWFORGE_ITEM``, `docs/foreach.md`); None
+    for a task that is no instance."""
+    text = os.environ.get(ITEM_ENV)
+    return None if text is None else json.loads(text)
 
 
 def run_parameters() -> dict[str, str]:

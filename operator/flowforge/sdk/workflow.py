@@ -121,6 +121,8 @@ def _with_options(document: dict[str, Any], node: TaskNode) -> dict[str, Any]:
         document["timeoutSeconds"] = node.timeout_seconds
     if node.when is not None:
         document["when"] = node.when
+    if node.for_each is not None:
+        document["forEach"] = copy.deepcopy(dict(node.for_each))
     return document
 
 

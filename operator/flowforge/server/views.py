@@ -174,15 +174,15 @@ def task_brief(
     attempts: Sequence[models.Attempt],
     compensator: TaskRow | None,
 ) -> models.TaskBrief:
-    spec = definition.spec.task(row.key)
+    spec = definition.spec.task_of(row.key)  # a forEach item's row: its task
     last = attempts[-1] if attempts else None
-    compensator_spec = definition.spec.compensators.get(row.key)
+    compensator_spec = definition.spec.compensators.get(spec.key)
     return models.TaskBrief(
         name=row.key,
         type=spec.type,
         state=row.state,
         depends_on=sorted(spec.depends_on),
-        level=definition.levels.get(row.key, 0),
+        level=definition.levels.get(spec.key, 0),
         attempts=attempts_made(
             state=row.state, attempt=row.attempt, started=row.started_at is not None
         ),

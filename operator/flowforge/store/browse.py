@@ -236,7 +236,7 @@ async def rollback_rows(connection: Connection, run_id: int) -> tuple[list[TaskR
         "ON f.run_id = c.run_id AND f.task_key = c.compensates_key "
         "WHERE c.run_id = %(run)s AND c.role = 'compensation' "
         "ORDER BY c.undo_of IS NOT DISTINCT FROM %(attempted)s DESC, "
-        "c.topological_index, c.task_key",
+        "c.topological_index, f.finished_at DESC, c.task_key",
         {"run": run_id, "succeeded": TaskState.SUCCEEDED, "attempted": UndoOf.ATTEMPTED},
     )
     rows = await cursor.fetchall()

@@ -4,9 +4,11 @@
   an autocommit connection: fence check, compare-and-set, release of the dependents under
   row locks taken in id order (two upstreams finishing together decrement a fan-in task
   one after the other, and only the decrement that reaches zero releases it, exactly
-  once), their dispatch straight to running unless the run is cancelling or over, and the
-  events. The run is settled after the commit only when nothing was released (a released
-  task is unresolved: whoever resolves it settles).
+  once), their dispatch straight to running unless the run is cancelling or over, or under
+  a limit (the run's, the namespace's, a forEach's ``maxParallel``: then the locked
+  dispatch that follows the commit starts them), and the events. The run is settled
+  after the commit only when nothing was released (a released task is unresolved:
+  whoever resolves it settles).
 - **Failure of a forward task** locks the run row: with attempts left the next attempt is
   scheduled after the backoff (``running -> ready``, attempt + 1); otherwise the task fails
   and everything downstream of it that is still waiting is skipped, under id-ordered row
@@ -49,6 +51,7 @@ from flowforge.domain.states import (
 from flowforge.domain.undo import container_started
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
+from flowforge.store.items import item_failed_locked
 from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
 from flowforge.store.moves import locked_move, settle_run
 from flowforge.store.queue import dispatch_locked
@@ -74,9 +77,10 @@ WITH {FENCE_CTE}, run AS (
     WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
       AND state = '{TaskState.RUNNING}' AND attempt = %(attempt)s
       AND (SELECT epoch FROM fence) = %(epoch)s
-    RETURNING id
+    RETURNING id, group_max_parallel IS NOT NULL AS grouped
 ), dependents AS (
-    SELECT task.id FROM flowforge_task AS task
+    SELECT task.id, task.group_max_parallel IS NOT NULL AS grouped
+    FROM flowforge_task AS task
     JOIN flowforge_task_dependency AS edge ON edge.task_id = task.id
     WHERE edge.upstream_id = (SELECT id FROM moved)
     ORDER BY task.id
@@ -86,11 +90,13 @@ WITH {FENCE_CTE}, run AS (
     SET pending_dependencies = task.pending_dependencies - 1,
         state = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
                      THEN CASE WHEN (SELECT active AND NOT limited FROM run)
+                                    AND NOT dependents.grouped
                                THEN '{TaskState.RUNNING}' ELSE '{TaskState.READY}' END
                      ELSE task.state END,
         started_at = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
                                AND (SELECT active AND NOT limited FROM run)
+                               AND NOT dependents.grouped
                           THEN coalesce(task.started_at, now()) ELSE task.started_at END,
         not_before = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
@@ -98,7 +104,8 @@ WITH {FENCE_CTE}, run AS (
         updated_at = now()
     FROM dependents
     WHERE task.id = dependents.id
-    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before
+    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before,
+              dependents.grouped
 ), recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
@@ -117,7 +124,10 @@ WITH {FENCE_CTE}, run AS (
 )
 SELECT (SELECT epoch FROM fence),
        (SELECT count(*) FROM moved),
-       coalesce((SELECT limited FROM run), false),
+       -- a forEach with maxParallel: what it frees or releases is handed on locked too
+       coalesce((SELECT limited FROM run), false)
+           OR coalesce((SELECT grouped FROM moved), false)
+           OR EXISTS (SELECT 1 FROM released WHERE grouped),
        (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}),
        ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
              ORDER BY task_key),
@@ -343,6 +353,8 @@ async def _record_failure(
         "updated_at = now(), last_error = %s, last_attempt_started = %s WHERE id = %s",
         (outcome.message[:1000], container_started(outcome), task_id),
     )
+    item = await item_failed_locked(connection, fence=fence, run_id=run_id, task_id=task_id)
+    tolerated = item is not None and item.tolerated
     await append_event(
         connection,
         run_id=run_id,
@@ -350,13 +362,19 @@ async def _record_failure(
         epoch=fence.epoch,
         task_key=job.task_key,
         attempt=job.attempt,
-        detail=detail,
+        detail=detail | ({"tolerated": True} if tolerated else {}),
     )
-    cursor = await connection.execute(SKIP_DOWNSTREAM_QUERY, {"task": task_id})
-    skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
-    await append_task_events(
-        connection, run_id=run_id, kind=EventKind.TASK_SKIPPED, epoch=fence.epoch, task_keys=skipped
-    )
+    skipped: tuple[str, ...] = ()
+    if not tolerated:  # a tolerated item released its dependents instead
+        cursor = await connection.execute(SKIP_DOWNSTREAM_QUERY, {"task": task_id})
+        skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
+        await append_task_events(
+            connection,
+            run_id=run_id,
+            kind=EventKind.TASK_SKIPPED,
+            epoch=fence.epoch,
+            task_keys=skipped,
+        )
     notice = notices.task_failed(
         task_key=job.task_key,
         attempt=job.attempt,
@@ -365,7 +383,17 @@ async def _record_failure(
         final=True,
         skipped=skipped,
     )
-    return Decision(recorded=True, notices=(notice,))
+    if item is not None and item.tolerated:
+        partial = notices.item_failure_tolerated(
+            task_key=job.task_key, group=item.group, failed=item.failed, tolerance=item.tolerance
+        )
+        return Decision(recorded=True, notices=(notice, partial))
+    if item is None:
+        return Decision(recorded=True, notices=(notice,))
+    stopped = notices.items_stopped(
+        group=item.group, failed=item.failed, tolerance=item.tolerance, stopped=len(item.stop_jobs)
+    )
+    return Decision(recorded=True, notices=(notice, stopped), stop_jobs=item.stop_jobs)
 
 
 async def _record_compensation(

@@ -43,6 +43,13 @@ FORWARD_COUNTS_QUERY = (
     "GROUP BY state"
 )
 
+# of the failed forward tasks, the forEach items that failed within their tolerance
+# (``TaskCounts.tolerated``; read only when some failed, the progress index finds them)
+TOLERATED_COUNT_QUERY = (
+    "SELECT count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
+    f"AND state = '{TaskState.FAILED}' AND tolerated"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class RunProgress:
@@ -215,9 +222,15 @@ async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCoun
     """Forward task counts by state, on the caller's connection (inside its transaction)."""
     cursor = await connection.execute(FORWARD_COUNTS_QUERY, (run_id,))
     by_state = {str(state): int(count) for state, count in await cursor.fetchall()}
-    return TaskCounts(
+    counts = TaskCounts(
         total=sum(by_state.values()), **{state.value: by_state.get(state, 0) for state in TaskState}
     )
+    if not counts.failed:
+        return counts
+    cursor = await connection.execute(TOLERATED_COUNT_QUERY, (run_id,))
+    row = await cursor.fetchone()
+    tolerated = int(row[0]) if row else 0
+    return dataclasses.replace(counts, failed=counts.failed - tolerated, tolerated=tolerated)
 
 
 async def forward_counts(pool: Pool, run_id: int, *, kueue: bool = True) -> TaskCounts:
@@ -398,7 +411,8 @@ JOIN flowforge_task AS forward
 WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
   AND compensator.state <> '{CompensationState.NOT_TRIGGERED}'
   AND (forward.state = '{TaskState.SUCCEEDED}' OR {UNDONE_AS_ATTEMPTED})
-ORDER BY {UNDONE_AS_ATTEMPTED} DESC, compensator.topological_index, compensator.task_key
+ORDER BY {UNDONE_AS_ATTEMPTED} DESC, compensator.topological_index,
+         forward.finished_at DESC, compensator.task_key
 """
 
 

@@ -14,7 +14,8 @@ that follows).
   reason that holds them.
 - ``dispatch_locked``: a running run's due ``ready`` tasks, as many as the run's
   ``maxParallelTasks`` (capped by the namespace's) and the namespace's ``maxRunningTasks``
-  leave room for, counting running forward tasks and compensators alike.
+  leave room for, counting running forward tasks and compensators alike, and of a
+  ``forEach``'s instances at most its ``maxParallel`` running (in item order).
 - ``serve_locked``: one pass over the queue: ``admit_locked``, a queued ``Replace`` run's
   victims cancelled (``stopping.py::replace_locked``), the admitted runs' roots dispatched,
   and the held runs whose reason or place changed re-projected (a run left or joined the
@@ -75,13 +76,25 @@ WITH run AS (
                  AND other.phase = '{RunPhase.RUNNING}' AND task.state = '{TaskState.RUNNING}'
                  AND (SELECT max_running_tasks FROM limits) IS NOT NULL)
     ) AS slots
-), due AS (
-    SELECT id FROM flowforge_task
+), candidate AS (
+    -- a forEach instance's place among the due ones of its group (maxParallel)
+    SELECT id, topological_index, task_key, item_group, group_max_parallel,
+           row_number() OVER (PARTITION BY item_group ORDER BY topological_index, task_key)
+               AS place
+    FROM flowforge_task
     WHERE run_id = (SELECT id FROM run) AND role = 'forward' AND state = '{TaskState.READY}'
       AND not_before <= now()
-    ORDER BY topological_index, task_key
+), due AS (
+    SELECT task.id FROM flowforge_task AS task
+    JOIN candidate ON candidate.id = task.id
+    WHERE candidate.group_max_parallel IS NULL
+       OR candidate.place <= candidate.group_max_parallel
+          - (SELECT count(*) FROM flowforge_task AS sibling
+             WHERE sibling.run_id = %(run)s AND sibling.item_group = candidate.item_group
+               AND sibling.role = 'forward' AND sibling.state = '{TaskState.RUNNING}')
+    ORDER BY candidate.topological_index, candidate.task_key
     LIMIT (SELECT greatest(coalesce(slots, 2147483647), 0) FROM room)
-    FOR NO KEY UPDATE
+    FOR NO KEY UPDATE OF task
 ), moved AS (
     UPDATE flowforge_task AS task
     SET state = '{TaskState.RUNNING}', started_at = coalesce(task.started_at, now()),

@@ -26,6 +26,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+from flowforge.domain.for_each import split_instance
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
@@ -66,9 +67,7 @@ ORDER BY run.id DESC LIMIT %s
 # never triggered, or skipped before any attempt of it started (the rollback halted before
 # it); one skipped while it ran (the object was deleted mid-rollback) may have undone part
 CANDIDATES_QUERY = f"""
-SELECT forward.task_key FROM flowforge_task AS forward
-WHERE forward.run_id = %(run)s AND forward.role = 'forward'
-  AND forward.state = '{TaskState.SUCCEEDED}'
+SELECT forward.task_key, forward.state = '{TaskState.SUCCEEDED}'
   AND NOT EXISTS (
       SELECT 1 FROM flowforge_task AS compensator
       WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
@@ -76,6 +75,8 @@ WHERE forward.run_id = %(run)s AND forward.role = 'forward'
         AND compensator.state <> '{CompensationState.NOT_TRIGGERED}'
         AND NOT (compensator.state = '{CompensationState.SKIPPED}'
                  AND compensator.started_at IS NULL))
+FROM flowforge_task AS forward
+WHERE forward.run_id = %(run)s AND forward.role = 'forward'
 """
 
 
@@ -130,17 +131,30 @@ async def list_runs_by_namespace(
         return [NamedRun.from_row(row) for row in await cursor.fetchall()]
 
 
-def reusable(graph: DependencyGraph, candidates: Collection[str]) -> frozenset[str]:
+def reusable(
+    graph: DependencyGraph, candidates: Collection[str], *, redone: Collection[str] | None = None
+) -> frozenset[str]:
     """The candidates none of whose upstreams, transitively, is left to run again: a task
-    that ran on top of work that is redone is run again after it."""
-    return frozenset(candidates) - graph.downstream_of(graph.keys - set(candidates))
+    that ran on top of work that is redone is run again after it. ``redone``: the old run's
+    other forward rows (default: the graph's tasks that are no candidate); a forEach item
+    (``task[item]``) stands for its task in the graph, so every item of a task downstream of
+    a redone item is redone, and the items of its own task that stand are reused by key."""
+    chosen = frozenset(candidates)
+    again = graph.keys - chosen if redone is None else redone
+    dropped = graph.downstream_of({split_instance(key)[0] for key in again})
+    return frozenset(key for key in chosen if split_instance(key)[0] not in dropped)
 
 
 async def reusable_in(
     connection: Connection, *, source_run_id: int, graph: DependencyGraph
 ) -> frozenset[str]:
     cursor = await connection.execute(CANDIDATES_QUERY, {"run": source_run_id})
-    return reusable(graph, [str(key) for (key,) in await cursor.fetchall()])
+    rows = [(str(key), bool(candidate)) for key, candidate in await cursor.fetchall()]
+    return reusable(
+        graph,
+        [key for key, candidate in rows if candidate],
+        redone=[key for key, candidate in rows if not candidate],
+    )
 
 
 async def reusable_tasks(pool: Pool, *, namespace: str, run_name: str) -> frozenset[str]:

@@ -26,14 +26,12 @@ from flowforge.domain.expansion import (
     condition_false_message,
     expand,
 )
+from flowforge.domain.for_each import NO_ITEMS_MESSAGE, split_instance
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
-from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.queue import concurrency_key, run_parallelism
 from flowforge.domain.states import (
-    CompensationState,
     RunPhase,
-    TaskRole,
     TaskState,
 )
 from flowforge.domain.undo import undoes_attempted
@@ -45,6 +43,7 @@ from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.queue import admit_locked, lock_namespace
 from flowforge.store.reuse import reused_for
+from flowforge.store.run_rows import instance_rows, task_rows
 from flowforge.store.settle import settle_locked
 from flowforge.store.transaction import in_transaction
 
@@ -203,59 +202,13 @@ async def create_run(
     return await in_transaction(pool, decide)
 
 
-def _task_rows(
-    spec: DefinitionSpec, expansion: Expansion, reused: frozenset[str]
-) -> list[tuple[Any, ...]]:
-    """One row per forward task (roots and tasks whose upstreams are all reused ``ready``,
-    reused ones ``succeeded``, those whose condition is false ``skipped``, the rest
-    ``waiting``) and per compensator, with its position: forward tasks in topological
-    order, compensators in the order a rollback runs them. A task waits for its upstreams
-    in ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
-    graph = spec.graph
-    order = {key: index for index, key in enumerate(graph.topological_order())}
-    ready = set(expansion.graph.ready_tasks(reused))
-    rows: list[tuple[Any, ...]] = []
-    for task in spec.forward_tasks:
-        if task.key in expansion.skipped:
-            state = TaskState.SKIPPED
-        elif task.key in reused:
-            state = TaskState.SUCCEEDED
-        else:
-            state = TaskState.READY if task.key in ready else TaskState.WAITING
-        pending = (
-            0
-            if state is not TaskState.WAITING
-            else len(set(expansion.dependencies[task.key]) - reused)
-        )
-        rows.append(
-            (
-                task.key,
-                TaskRole.FORWARD,
-                state,
-                None,
-                task.retries + 1,
-                task.timeout_seconds,
-                pending,
-                order[task.key],
-            )
-        )
-    by_forward = {forward: compensator.key for forward, compensator in spec.compensators.items()}
-    rollback = graph.compensation_order(graph.keys, by_forward)
-    position = {key: index for index, key in enumerate(rollback)}
-    for forward_key, compensator in spec.compensators.items():
-        rows.append(
-            (
-                compensator.key,
-                TaskRole.COMPENSATION,
-                CompensationState.NOT_TRIGGERED,
-                forward_key,
-                compensator.retries + 1,
-                compensator.timeout_seconds,
-                0,
-                position[compensator.key],
-            )
-        )
-    return rows
+def _rows_of(tasks: list[str], keys: list[str], expansion: Expansion) -> list[str]:
+    """The run's rows (``keys``) of the definition's ``tasks``: a forEach task's (and its
+    compensator's) are its items'."""
+    if not expansion.instances or not tasks:
+        return tasks
+    wanted = set(tasks)
+    return [key for key in keys if split_instance(key)[0] in wanted]
 
 
 async def _insert_graph(
@@ -270,20 +223,33 @@ async def _insert_graph(
 ) -> None:
     spec = definition.spec
     keys, roles, states, compensates, attempts, timeouts, pending, positions = (
-        list(column) for column in zip(*_task_rows(spec, expansion, reused), strict=True)
+        list(column) for column in zip(*task_rows(spec, expansion, reused), strict=True)
     )
+    # each forEach item's row knows its item and its group's limits; unnest pads the item
+    # columns of a run without items (empty arrays) with NULLs
+    items: list[list[Any]] = [[], [], [], [], []]
+    if expansion.instances:
+        by_key = {row[0]: row[1:] for row in instance_rows(spec, expansion)}
+        none = (None,) * len(items)
+        items = [
+            list(column) for column in zip(*(by_key.get(key, none) for key in keys), strict=True)
+        ]
     await connection.execute(
         """
         INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
             max_attempts, timeout_seconds, pending_dependencies, topological_index,
-            started_at, finished_at)
+            started_at, finished_at, item_group, item_key, item, group_max_parallel,
+            group_tolerated)
         SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
                compensates, attempts, timeout, pending, position,
                CASE WHEN state = %s THEN now() END,
-               CASE WHEN state IN (%s, %s) THEN now() END
+               CASE WHEN state IN (%s, %s) THEN now() END,
+               item_group, item_key, item::jsonb, parallel, tolerated
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                    %s::int[], %s::int[])
-             AS row(key, role, state, compensates, attempts, timeout, pending, position)
+                    %s::int[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[],
+                    %s::int[])
+             AS row(key, role, state, compensates, attempts, timeout, pending, position,
+                    item_group, item_key, item, parallel, tolerated)
         """,
         (
             run_id,
@@ -299,16 +265,17 @@ async def _insert_graph(
             timeouts,
             pending,
             positions,
+            *items,
         ),
     )
-    queued = queued_task_keys(spec)
+    queued = _rows_of(queued_task_keys(spec), keys, expansion)
     if queued:  # their Jobs wait for Kueue's admission (admitting until admitted)
         await connection.execute(
             "UPDATE flowforge_task SET admission_required = true "
             "WHERE run_id = %s AND task_key = ANY(%s)",
             (run_id, queued),
         )
-    skipped = sorted(expansion.skipped)
+    skipped = sorted(expansion.skipped | expansion.empty)
     if skipped:  # recorded with the reason people see (`domain/expansion.py`)
         await connection.execute(
             "UPDATE flowforge_task AS task SET last_error = skip.message "
@@ -316,11 +283,16 @@ async def _insert_graph(
             "WHERE task.run_id = %s AND task.task_key = skip.key",
             (
                 skipped,
-                [condition_false_message(str(spec.task(key).when)) for key in skipped],
+                [
+                    condition_false_message(str(spec.task(key).when))
+                    if key in expansion.skipped
+                    else NO_ITEMS_MESSAGE
+                    for key in skipped
+                ],
                 run_id,
             ),
         )
-    attempted = undoes_attempted(spec)
+    attempted = _rows_of(undoes_attempted(spec), keys, expansion)
     if attempted:  # compensateOn: Attempted (flowforge.domain.undo)
         await connection.execute(
             "UPDATE flowforge_task SET compensate_attempted = true "
@@ -354,14 +326,15 @@ async def _insert_graph(
             "forwardTasks": len(spec.forward_tasks),
             "compensators": len(spec.compensators),
         }
-        | ({"conditionSkipped": len(skipped)} if skipped else {}),
+        | ({"conditionSkipped": len(expansion.skipped)} if expansion.skipped else {})
+        | ({"items": len(expansion.instances)} if expansion.instances else {}),
     )
     await append_task_events(
         connection,
         run_id=run_id,
         kind=EventKind.TASK_SKIPPED,
         epoch=fence.epoch,
-        task_keys=skipped,
+        task_keys=sorted(expansion.skipped),
         detail={"reason": CONDITION_FALSE},
     )
     await append_task_events(

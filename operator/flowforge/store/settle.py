@@ -8,7 +8,8 @@ after its container started: ``flowforge.domain.undo``) and the rest ``skipped``
 stays ``Running`` with ``compensating`` set, and the first compensator starts. While
 compensating, each settle starts the next pending compensator (those undoing an attempted
 task first, then the one whose forward task comes last in the topological order, i.e. the
-smallest rollback position) once none is running and its backoff is over; when none is
+smallest rollback position; a forEach compensator's items the one completed last first)
+once none is running and its backoff is over; when none is
 pending or running, the run finishes ``Failed`` (``Cancelled`` after a cancel request).
 A run with nothing to compensate finishes at once. The rollback is strictly one at a time:
 the run's row lock orders concurrent settles and a unique partial index
@@ -84,13 +85,16 @@ WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
   AND compensator.state = '{CompensationState.NOT_TRIGGERED}'
   AND forward.run_id = %(run)s AND forward.task_key = compensator.compensates_key
 RETURNING compensator.task_key, compensator.state, compensator.topological_index,
-          compensator.undo_of
+          compensator.undo_of, forward.finished_at
 """
 
 # the rollback's order (``flowforge.domain.undo.rollback_order``): the undoing of attempted
-# tasks first, then the rollback positions
+# tasks first, then the rollback positions; a forEach compensator's instances share one
+# position, and undo the items in reverse order of their completion (the forward rows'
+# finish). ``compensator`` and ``forward`` name the two rows.
 ROLLBACK_ORDER = (
-    f"undo_of IS NOT DISTINCT FROM '{UndoOf.ATTEMPTED}' DESC, topological_index, task_key"
+    f"compensator.undo_of IS NOT DISTINCT FROM '{UndoOf.ATTEMPTED}' DESC, "
+    "compensator.topological_index, forward.finished_at DESC, compensator.task_key"
 )
 
 # whether a run without successes has a task a compensator may undo as attempted
@@ -115,11 +119,15 @@ LIMIT 1 FOR SHARE
 
 # the compensator whose turn it is: the smallest rollback position among the pending
 NEXT_STEP_QUERY = f"""
-SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(),
+SELECT compensator.id, compensator.task_key, compensator.attempt,
+       compensator.timeout_seconds, compensator.not_before, compensator.not_before <= now(),
        EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'compensation'
                AND state = '{CompensationState.RUNNING}')
-FROM flowforge_task
-WHERE run_id = %(run)s AND role = 'compensation' AND state = '{CompensationState.PENDING}'
+FROM flowforge_task AS compensator
+JOIN flowforge_task AS forward
+  ON forward.run_id = compensator.run_id AND forward.task_key = compensator.compensates_key
+WHERE compensator.run_id = %(run)s AND compensator.role = 'compensation'
+  AND compensator.state = '{CompensationState.PENDING}'
 ORDER BY {ROLLBACK_ORDER}
 LIMIT 1
 """
@@ -224,13 +232,18 @@ async def _trigger(connection: Connection, *, fence: Fence, run_id: int) -> tupl
     rows = await cursor.fetchall()
     order = tuple(
         key
-        for _, _, key in sorted(
-            (undo != UndoOf.ATTEMPTED, int(position), str(key))
-            for key, state, position, undo in rows
+        for *_, key in sorted(
+            (
+                undo != UndoOf.ATTEMPTED,
+                int(position),
+                -finished.timestamp() if finished is not None else 0.0,
+                str(key),
+            )
+            for key, state, position, undo, finished in rows
             if state == CompensationState.PENDING
         )
     )
-    skipped = sorted(str(key) for key, state, _, _ in rows if state == CompensationState.SKIPPED)
+    skipped = sorted(str(key) for key, state, *_ in rows if state == CompensationState.SKIPPED)
     await append_task_events(
         connection,
         run_id=run_id,

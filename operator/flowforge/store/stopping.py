@@ -20,6 +20,7 @@ CANCEL_TASKS_QUERY = f"""
 WITH locked AS (
     SELECT id, state AS previous FROM flowforge_task
     WHERE run_id = %(run)s AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)}
+      AND (%(group)s::text IS NULL OR item_group = %(group)s)
     ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE flowforge_task AS task
@@ -28,6 +29,30 @@ SET state = '{TaskState.CANCELLED}', finished_at = now(), updated_at = now(),
 FROM locked WHERE task.id = locked.id
 RETURNING task.task_key, task.attempt, locked.previous
 """
+
+
+async def cancel_tasks_locked(
+    connection: Connection, *, fence: Fence, run_id: int, reason: str, group: str | None = None
+) -> tuple[JobRef, ...]:
+    """Inside a transaction holding the run's row lock: cancel the run's unresolved forward
+    tasks (only the items of the forEach task ``group``, when given); the Jobs of the
+    running ones are to be stopped."""
+    cursor = await connection.execute(
+        CANCEL_TASKS_QUERY, {"run": run_id, "reason": reason, "group": group}
+    )
+    rows = await cursor.fetchall()
+    await append_task_events(
+        connection,
+        run_id=run_id,
+        kind=EventKind.TASK_CANCELLED,
+        epoch=fence.epoch,
+        task_keys=sorted(str(r[0]) for r in rows),
+    )
+    return tuple(
+        JobRef(task_key=str(key), attempt=int(attempt))
+        for key, attempt, previous in rows
+        if previous == TaskState.RUNNING
+    )
 
 
 async def request_cancel(
@@ -46,20 +71,7 @@ async def request_cancel(
         epoch=fence.epoch,
         detail={"reason": reason},
     )
-    cursor = await connection.execute(CANCEL_TASKS_QUERY, {"run": run_id, "reason": reason})
-    rows = await cursor.fetchall()
-    await append_task_events(
-        connection,
-        run_id=run_id,
-        kind=EventKind.TASK_CANCELLED,
-        epoch=fence.epoch,
-        task_keys=sorted(str(r[0]) for r in rows),
-    )
-    stop = tuple(
-        JobRef(task_key=str(key), attempt=int(attempt))
-        for key, attempt, previous in rows
-        if previous == TaskState.RUNNING
-    )
+    stop = await cancel_tasks_locked(connection, fence=fence, run_id=run_id, reason=reason)
     return Decision(
         recorded=True,
         stop_jobs=stop,

@@ -119,8 +119,8 @@ async def test_the_backstop_lists_succeeded_jobs_once_per_ttl_and_deletes_them_w
     harness.engine.settings = dataclasses.replace(harness.engine.settings, job_ttl_seconds=ttl)
     harness.kube.lists.clear()
 
+    listed = time.monotonic()  # at or before the listing the reconciler times its TTL from
     await reconciler.pass_once()  # the first pass lists them: the old one is long due
-    listed = time.monotonic()
     assert old in harness.kube.deleted and fresh not in harness.kube.deleted
     assert selectors(harness) == [UNSUCCEEDED, SUCCEEDED]
 

@@ -296,8 +296,8 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
     # the webhook's SubjectAccessReviews, and the read API server's reviews of its callers;
     # the tenant roles (the recoverer's custom verbs on runs among them) are for admins to bind
     assert sorted(cluster_roles) == [
-        "crd-watch", "server-review", "serviceaccount-user", "webhook-review", "workflow-editor",
-        "workflow-recoverer", "workflow-viewer",
+        "crd-watch", "operator-namespaces", "server-review", "serviceaccount-user",
+        "webhook-review", "workflow-editor", "workflow-recoverer", "workflow-viewer",
     ]  # fmt: skip
     assert cluster_roles["server-review"] == [
         {

@@ -319,6 +319,15 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
             "verbs": ["list", "watch"],
         }
     ]
+    # the operator reads only the watched namespaces (their uids, issue 24)
+    assert cluster_roles["operator-namespaces"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["namespaces"],
+            "verbs": ["get"],
+            "resourceNames": ["team-a", "team-b"],
+        }
+    ]
     assert cluster_roles["webhook-review"] == [
         {
             "apiGroups": ["authorization.k8s.io"],
@@ -331,7 +340,7 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         for m in manifests
         if m["kind"] == "ClusterRoleBinding"
     )
-    assert bound == ["crd-watch", "server-review", "webhook-review"]
+    assert bound == ["crd-watch", "operator-namespaces", "server-review", "webhook-review"]
     operator = next(
         m
         for m in manifests

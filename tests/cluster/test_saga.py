@@ -79,7 +79,19 @@ def compensation_jobs(driver: RunDriver, run: str) -> list[Any]:
         for job in driver.jobs(run)
         if job.metadata.labels["flowforge.io/role"] == "compensation"
     ]
-    return sorted(jobs, key=lambda job: (job.metadata.creation_timestamp, job.metadata.name))
+    # creationTimestamp has whole seconds: two compensators' Jobs may share one, so a tie
+    # goes by the rollback's own order (its steps in the status) and the attempt
+    shown = (driver.run(run).get("status") or {}).get("compensation") or {}
+    order = {step["name"]: index for index, step in enumerate(shown.get("steps") or [])}
+    return sorted(
+        jobs,
+        key=lambda job: (
+            job.metadata.creation_timestamp,
+            order.get(job.metadata.labels["flowforge.io/task"], len(order)),
+            int(job.metadata.labels["flowforge.io/attempt"]),
+            job.metadata.name,
+        ),
+    )
 
 
 def steps(body: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -53,7 +53,8 @@ def definition(
         "workflow": workflow,
         "version": version,
         "taskTypes": {"py": {"image": "python:3.12-slim"}},
-        "tasks": [{"type": "py", **task} for task in tasks],
+        # an approval gate (``approval``) has no type: it runs no Job
+        "tasks": [task if "approval" in task else {"type": "py", **task} for task in tasks],
     }
     if parameters:  # typed declarations (their defaults decide the tasks' ``when``)
         document["parameters"] = list(parameters)
@@ -101,6 +102,7 @@ async def start_run(
     namespace: str = NAMESPACE,
     max_parallel_tasks: int | None = None,
     parameters: Sequence[Mapping[str, Any]] = (),
+    requested_by: str | None = None,
 ) -> StartedRun:
     spec = definition(tasks, workflow=workflow, parameters=parameters)
     await publish_definition(pool, namespace=namespace, definition=spec)
@@ -114,6 +116,7 @@ async def start_run(
         definition=stored,
         parameters={} if parameters else {"date": "2026-11-30"},
         max_parallel_tasks=max_parallel_tasks,
+        requested_by=requested_by,
     )
     return StartedRun(run=created.run, spec=spec)
 
@@ -201,6 +204,7 @@ async def succeed_without_settling(pool: Pool, fence: Fence, run: RunRecord, key
                 "run": run.id,
                 "key": key,
                 "attempt": 1,
+                "from": "running",
                 "detail": Jsonb({}),
             },
         )

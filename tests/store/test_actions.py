@@ -184,14 +184,18 @@ async def test_an_action_whose_preconditions_fail_is_refused_and_changes_nothing
     assert kinds[-1] == EventKind.ACTION_REFUSED
 
 
-async def test_an_action_the_operator_does_not_support_yet_is_refused(
+async def test_an_approval_of_a_gate_the_run_does_not_have_is_refused(
     store: Pool, fence: Fence
 ) -> None:
     run = await _halted(store, fence)
+    action = RunAction(run=run.name, action=RunActionKind.APPROVE, task="deploy")
 
-    result, message, _, _ = await _act(store, fence, run, RunActionKind.APPROVE)
+    done = await apply_action(
+        store, fence=fence, run_id=run.id, uid="uid-9", name="a", action=action, actor=ALICE
+    )
 
-    assert result is ActionResult.REFUSED and "not supported" in message
+    assert done.result is ActionResult.REFUSED
+    assert done.message == 'the run has no approval gate "deploy"'
 
 
 async def test_describe_shows_who_acted_and_why(store: Pool, fence: Fence) -> None:

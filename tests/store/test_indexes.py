@@ -29,14 +29,17 @@ import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
     actions,
+    approvals,
     browse,
     cancel,
     definitions,
     dispatch,
     duplicates,
     events,
+    gates,
     items,
     kueue_admission,
+    moves,
     outcomes,
     queries,
     queue,
@@ -191,11 +194,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     # moves
     "outcomes.RECORD_SUCCESS_QUERY": (
         outcomes.RECORD_SUCCESS_QUERY,
-        lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
+        lambda p: _fenced(p, key="root", attempt=1, detail="{}", **{"from": "running"}),
         needs(LEASE_PKEY, RUN_BY_ID, TASK_ROW, EDGES, TASK_PKEY),
     ),
-    "outcomes.SKIP_DOWNSTREAM_QUERY": (
-        outcomes.SKIP_DOWNSTREAM_QUERY,
+    "queries.SKIP_DOWNSTREAM_QUERY": (
+        queries.SKIP_DOWNSTREAM_QUERY,
         lambda p: {"task": p.task_id},
         needs(EDGES, TASK_PKEY),
     ),
@@ -495,6 +498,22 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         actions.FRESH_ATTEMPTS_QUERY,
         lambda p: (p.run_id, "undo-root"),
         needs(RUN_BY_ID, "flowforge_definition_pkey"),
+    ),
+    "moves.SETTLE_PROBE_QUERY": (
+        moves.SETTLE_PROBE_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
+    "gates.OVERDUE_QUERY": (gates.OVERDUE_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),
+    "approvals.GATE_QUERY": (
+        approvals.GATE_QUERY,
+        lambda p: {"run": p.run_id, "key": "root"},
+        needs(RUN_BY_ID, "flowforge_definition_pkey"),
+    ),
+    "approvals.APPROVED_BY_QUERY": (
+        approvals.APPROVED_BY_QUERY,
+        lambda p: (p.run_id, "root"),
+        needs(EVENTS),
     ),
     "events.HISTORY_QUERY": (events.HISTORY_QUERY, lambda p: (p.run_id, 0), needs(EVENTS)),
     "retention.PRUNABLE_QUERY": (

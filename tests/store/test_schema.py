@@ -136,11 +136,24 @@ async def test_every_state_of_the_domain_is_accepted_by_the_checks(
     async with await psycopg.AsyncConnection.connect(store_dsn) as connection:
         for state in TaskState:
             async with connection.transaction(force_rollback=True):
-                await connection.execute(
-                    "UPDATE flowforge_task SET state = %s, pending_dependencies = 0 "
-                    "WHERE task_key = 'b'",
-                    (str(state),),
+                await connection.execute(  # only an approval gate awaits
+                    "UPDATE flowforge_task SET state = %s, pending_dependencies = 0, "
+                    "approval = %s WHERE task_key = 'b'",
+                    (str(state), state is TaskState.AWAITING),
                 )
+        # a task that is no gate never awaits; a gate is never ready or running (no Job)
+        for state, gate in (
+            (TaskState.AWAITING, False),
+            (TaskState.READY, True),
+            (TaskState.RUNNING, True),
+        ):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                async with connection.transaction(force_rollback=True):
+                    await connection.execute(
+                        "UPDATE flowforge_task SET state = %s, pending_dependencies = 0, "
+                        "approval = %s WHERE task_key = 'b'",
+                        (str(state), gate),
+                    )
         for compensation_state in CompensationState:
             async with connection.transaction(force_rollback=True):
                 await connection.execute(

@@ -85,7 +85,7 @@ def test_a_missing_required_field_is_reported_at_its_parent() -> None:
     errors = shape_errors(document)
     assert paths(errors) == ["spec"]
     assert '"workflow"' in errors[0].message
-    document = spec(tasks=[{"key": "extract"}])
+    document = spec(tasks=[{"type": "py"}])
     assert paths(shape_errors(document)) == ["spec.tasks[0]"]
 
 

@@ -43,7 +43,12 @@ def test_terminal_states_are_exactly_those_without_a_way_out() -> None:
 
 
 def test_unresolved_task_states_hold_the_run_open() -> None:
-    assert {TaskState.WAITING, TaskState.READY, TaskState.RUNNING} == UNRESOLVED_TASK_STATES
+    assert {
+        TaskState.WAITING,
+        TaskState.READY,
+        TaskState.AWAITING,
+        TaskState.RUNNING,
+    } == UNRESOLVED_TASK_STATES
 
 
 def test_a_released_task_starts_at_once_or_waits_until_dispatched() -> None:
@@ -55,7 +60,13 @@ def test_a_released_task_starts_at_once_or_waits_until_dispatched() -> None:
 
 def test_only_a_task_that_has_not_run_can_be_reused() -> None:
     reusable_from = {s for s in TaskState if (TaskState.SUCCEEDED in TASK_TRANSITIONS[s])}
-    assert reusable_from == {TaskState.WAITING, TaskState.READY, TaskState.RUNNING}
+    # an approval gate succeeds from awaiting: people passed it
+    assert reusable_from == {
+        TaskState.WAITING,
+        TaskState.READY,
+        TaskState.AWAITING,
+        TaskState.RUNNING,
+    }
 
 
 def test_a_retry_goes_from_running_back_to_ready() -> None:

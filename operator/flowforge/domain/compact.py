@@ -23,7 +23,7 @@ from flowforge.domain.models import ContainerTemplate, DefinitionSpec
 @dataclass(frozen=True, slots=True)
 class CompactTask:
     key: str
-    type: str
+    type: str | None  # None: an approval gate, which runs no Job
     compensate_for: str | None
     config_json: str | None  # None: the empty config
 
@@ -55,7 +55,7 @@ class CompactSpec:
         tasks = {
             task.key: CompactTask(
                 key=task.key,
-                type=sys.intern(task.type),
+                type=None if task.type is None else sys.intern(task.type),
                 compensate_for=task.compensate_for,
                 config_json=json.dumps(task.config, separators=(",", ":")) if task.config else None,
             )
@@ -86,6 +86,14 @@ class CompactSpec:
         """The task a run's task ``key`` runs: the task with that key, or the forEach task
         (or its compensator) of the instance ``task[item]``; KeyError when there is none."""
         return self._tasks[key.partition("[")[0]]
+
+    def job_type(self, key: str) -> str:
+        """The task type whose template makes the Job of the run's task ``key``; an approval
+        gate has none (it never gets a Job): LookupError then."""
+        job_type = self.task(key).type
+        if job_type is None:
+            raise LookupError(f'task "{key}" is an approval gate: it runs no Job')
+        return job_type
 
     def tasks(self) -> Iterable[CompactTask]:
         """Every task, forward and compensating."""

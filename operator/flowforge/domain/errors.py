@@ -17,6 +17,7 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
     │   │   ├── UnknownTaskTypeError            kind "unknown-task-type"
     │   │   ├── UnknownDependencyError          kind "unknown-dependency"
     │   │   ├── CompensationError               kind "compensation"
+    │   │   ├── ApprovalGateError               kind "approval-gate"
     │   │   └── CyclicDependencyError           kind "cycle"
     │   ├── InvalidDefinitionError          every DefinitionError of one definition, in order
     │   ├── DefinitionConflictError         same (workflow, version), different content
@@ -129,6 +130,12 @@ class CompensationError(DefinitionError):
     """A compensation task breaks one of the compensation rules."""
 
     kind = "compensation"
+
+
+class ApprovalGateError(DefinitionError):
+    """An approval gate breaks one of the gate rules (``flowforge.domain.approval``)."""
+
+    kind = "approval-gate"
 
 
 class CyclicDependencyError(DefinitionError):

@@ -1,13 +1,13 @@
 """The content identity of a definition: ``sha256:<hex>``.
 
-It covers everything that changes what a run does (workflow, version, description, the task
-types' templates, the definition's Kueue defaults, every task's key, type, dependencies,
-compensateFor, retries, timeout, config, ``when`` and ``forEach``, a compensator's ``compensateOn:
-Attempted``, the run limits ``maxParallelTasks`` and ``concurrency`` when set, and the typed
-parameter declarations) and nothing that does not: task declaration order, ``dependsOn``
-order and mapping key order are normalised away; list order inside config is kept. A number
-that JSON writes as an integer (``2.0`` from some clients) counts as that integer, as
-Kubernetes stores it.
+It covers everything that changes what a run does (workflow, version, description, the task types'
+templates, the definition's Kueue defaults, every task's key, type, dependencies, compensateFor,
+retries, timeout, config, ``when`` and ``forEach``, a compensator's ``compensateOn: Attempted``, an
+approval gate's ``approval``, the run limits ``maxParallelTasks`` and ``concurrency`` when set, and
+the typed parameter declarations) and nothing that does not: task declaration order, ``dependsOn``
+order and mapping key order are normalised away; list order inside config is kept. A number that
+JSON writes as an integer (``2.0`` from some clients) counts as that integer, as Kubernetes stores
+it.
 """
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ def fingerprint(spec: DefinitionSpec) -> str:
                 | (
                     {"compensateOn": task.compensate_on}
                     if task.compensate_on == "Attempted"
+                    else {}
+                )
+                | (
+                    {
+                        "approval": _normalise_numbers(
+                            task.approval.model_dump(mode="json", by_alias=True)
+                        )
+                    }
+                    if task.approval is not None
                     else {}
                 )
                 for task in spec.tasks

@@ -26,6 +26,8 @@ class EventKind(StrEnum):
     RUN_CANCELLED = "run.cancelled"
 
     TASK_RELEASED = "task.released"
+    # an approval gate's upstreams succeeded: it waits for people (`domain/approval.py`)
+    TASK_AWAITING_APPROVAL = "task.awaiting_approval"
     TASK_DISPATCHED = "task.dispatched"
     TASK_JOB_CREATED = "task.job_created"
     TASK_ADMITTED = "task.admitted"  # Kueue admitted the attempt's Job

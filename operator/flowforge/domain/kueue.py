@@ -74,7 +74,11 @@ def without_kueue_keys(mapping: Mapping[str, str]) -> dict[str, str]:
 
 def queued_task_keys(spec: DefinitionSpec) -> list[str]:
     """The tasks (forward and compensators) whose Jobs queue through Kueue."""
-    return [task.key for task in spec.tasks if queueing(spec, task.type) is not None]
+    return [
+        task.key
+        for task in spec.tasks
+        if task.type is not None and queueing(spec, task.type) is not None
+    ]
 
 
 def shown_state(state: str, *, admission_required: bool, admitted: bool) -> ShownTaskState:

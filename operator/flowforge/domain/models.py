@@ -94,13 +94,38 @@ class ForEachSpec(BaseModel):
     key: str | None = None
 
 
+class ApproversSpec(BaseModel):
+    """Who may approve a gate: any listed user, or any member of a listed group."""
+
+    model_config = _MODEL_CONFIG
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+
+class ApprovalSpec(BaseModel):
+    """A task's ``approval``: a gate that runs no Job and passes when ``required`` people
+    approve it (``flowforge.domain.approval``)."""
+
+    model_config = _MODEL_CONFIG
+
+    # None: anyone who holds the ``approve`` verb on the run
+    approvers: ApproversSpec | None = None
+    required: int = 1
+    # the run's creator may not approve it
+    forbid_self: bool = False
+    timeout_seconds: int | None = None
+    on_timeout: str = "Reject"
+
+
 class TaskSpec(BaseModel):
     """A forward task of the DAG or, when ``compensate_for`` is set, a compensator."""
 
     model_config = _MODEL_CONFIG
 
     key: str
-    type: str
+    # None only for an approval gate (``approval``), which runs no Job
+    type: str | None = None
     depends_on: tuple[str, ...] = ()
     config: dict[str, Any] = Field(default_factory=dict)
     retries: int = 0
@@ -113,10 +138,16 @@ class TaskSpec(BaseModel):
     # a compensator's ``compensateOn``: ``Attempted`` also undoes its task when the task's
     # last attempt failed after its container had started (``flowforge.domain.undo``)
     compensate_on: str | None = None
+    # an approval gate instead of a Job (``flowforge.domain.approval``)
+    approval: ApprovalSpec | None = None
 
     @property
     def is_compensator(self) -> bool:
         return self.compensate_for is not None
+
+    @property
+    def is_gate(self) -> bool:
+        return self.approval is not None
 
 
 class ParameterSpec(BaseModel):

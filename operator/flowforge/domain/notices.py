@@ -231,3 +231,23 @@ def forged_job(
         f"{attempt}: {_NOT_OURS.get(cause, cause)}; {_WOULD.get(act, act)}",
         warning=True,
     )
+
+
+def awaiting_approval(*, gates: Sequence[str]) -> Notice:
+    """Approval gates whose upstreams succeeded wait for people (`approval.py`)."""
+    return Notice(
+        "AwaitingApproval",
+        f"waiting for approval: {', '.join(gates)} (flowforge approve RUN TASK)",
+    )
+
+
+def gate_approved(*, gate: str, approvers: Sequence[str]) -> Notice:
+    return Notice("ApprovalGranted", f"{gate} approved by {', '.join(approvers)}")
+
+
+def gate_failed(*, gate: str, reason: str, message: str, skipped: Sequence[str] = ()) -> Notice:
+    """An approval gate was rejected, or its timeout passed: it failed for good."""
+    text = f"approval gate {gate} failed: {reason}: {message}"
+    if skipped:
+        text += f"; skipped {', '.join(skipped)}"
+    return Notice(reason, text, warning=True)

@@ -47,6 +47,8 @@ from flowforge.domain.states import (
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 COMPLETED = "Completed"
+# approval gates wait for people: a condition, and the reason the run is not done yet
+AWAITING_APPROVAL = "AwaitingApproval"
 
 # per-task entries in the status only while the run is this small; above it, counts only
 STATUS_TASK_SUMMARY_LIMIT = 50
@@ -57,6 +59,8 @@ class TaskCounts:
     total: int = 0
     waiting: int = 0
     ready: int = 0
+    # approval gates waiting for people (`approval.py`)
+    awaiting: int = 0
     running: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -72,7 +76,7 @@ class TaskCounts:
 
     @property
     def unresolved(self) -> int:
-        return self.waiting + self.ready + self.admitting + self.running
+        return self.waiting + self.ready + self.awaiting + self.admitting + self.running
 
     def with_admitting(self, admitting: int) -> TaskCounts:
         """These counts with ``admitting`` of the running tasks counted as admitting."""
@@ -99,12 +103,15 @@ def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
 
 def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = ()) -> str:
     """What the progress printer column shows: succeeded of total, e.g. ``3/4``; how many
-    wait for Kueue's admission, e.g. ``1/6 (4 admitting)``; while a rollback runs, how far
+    wait for Kueue's admission, e.g. ``1/6 (4 admitting)``, or for people's approval, e.g.
+    ``2/4 (1 awaiting approval)``; while a rollback runs, how far
     it got too, e.g. ``2/3 compensating 1/2``."""
     # a task whose condition is false is not part of the run's work
     text = f"{counts.succeeded}/{counts.total - counts.condition_false}"
     if counts.admitting:  # Jobs that wait for Kueue are not running: say so
         text += f" ({counts.admitting} admitting)"
+    if counts.awaiting:  # approval gates wait for people
+        text += f" ({counts.awaiting} awaiting approval)"
     if any(step.state not in TERMINAL_COMPENSATION_STATES for step in rollback):
         done = sum(step.state in TERMINAL_COMPENSATION_STATES for step in rollback)
         text += f" compensating {done}/{len(rollback)}"
@@ -138,6 +145,8 @@ class StatusInput:
     # since when a person has paused it (nothing starts), and a cancel kept for its resume
     paused_at: datetime | None = None
     deferred_cancel: str | None = None
+    # the approval gates that wait for people, and since when (`approval.py`)
+    awaiting_approval: Sequence[tuple[str, datetime]] = field(default_factory=tuple)
 
     @property
     def paused(self) -> bool:
@@ -268,6 +277,8 @@ def reconciling_reason(status: StatusInput) -> str:
     if status.cancel_requested:
         return "Cancelling"
     counts = status.counts
+    if status.awaiting_approval and not counts.running and not counts.admitting:
+        return AWAITING_APPROVAL
     if counts.admitting and not counts.running:
         return "Admitting"
     return "TasksRunning"
@@ -317,6 +328,8 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         progressing_reason = "Compensating"
     elif status.cancel_requested and not finished:
         progressing_reason = "Cancelling"
+    elif status.awaiting_approval and not finished and not counts.running:
+        progressing_reason = AWAITING_APPROVAL
     else:
         progressing_reason = "Finished" if finished else "TasksRunning"
     duplicate = _phase_message(status) if status.duplicate_of is not None else None
@@ -334,7 +347,8 @@ def run_conditions(status: StatusInput) -> list[Condition]:
             holds=not finished,
             reason=progressing_reason,
             message=f"{counts.running} running, {counts.admitting} admitting, "
-            f"{counts.ready} ready, {counts.waiting} waiting",
+            f"{counts.ready} ready, {counts.waiting} waiting"
+            + (f", {counts.awaiting} awaiting approval" if counts.awaiting else ""),
         ),
         _condition(
             status,
@@ -357,6 +371,7 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         *_queue_conditions(status),
         *_duplicate_conditions(status),
         *_pause_conditions(status),
+        *_approval_conditions(status),
         *(
             [
                 _condition(
@@ -388,6 +403,25 @@ def _pause_conditions(status: StatusInput) -> list[Condition]:
             reason="PausedByAction",
             message=message,
             last_transition_time=status.paused_at,
+            observed_generation=status.observed_generation,
+        )
+    ]
+
+
+def _approval_conditions(status: StatusInput) -> list[Condition]:
+    """While approval gates wait for people: ``AwaitingApproval`` naming them, since the
+    first began to wait."""
+    if not status.awaiting_approval or status.phase in TERMINAL_RUN_PHASES:
+        return []
+    gates = [gate for gate, _ in status.awaiting_approval]
+    return [
+        Condition(
+            type=AWAITING_APPROVAL,
+            status=ConditionStatus.TRUE,
+            reason="ApprovalRequired",
+            message=f"waiting for approval: {', '.join(gates)} "
+            f"(flowforge approve RUN {gates[0]}, or a WorkflowRunAction Approve)",
+            last_transition_time=min(since for _, since in status.awaiting_approval),
             observed_generation=status.observed_generation,
         )
     ]
@@ -461,6 +495,9 @@ def _phase_message(status: StatusInput) -> str:
     if status.compensating:
         return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
     text = f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
+    if status.awaiting_approval:
+        gates = ", ".join(gate for gate, _ in status.awaiting_approval)
+        text = f"awaiting approval of {gates}; {text}"
     if counts.admitting:
         text += f", {counts.admitting} admitting (waiting for Kueue)"
     return text

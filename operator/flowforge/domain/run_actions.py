@@ -30,7 +30,11 @@ engine's (``flowforge.domain.states``), so they have a table of their own
 tasks wait ``ready``, a triggered rollback waits with its compensators pending); running Jobs
 finish and their outcomes are recorded, timeouts keep counting, and a run whose work is all
 done still finishes. A cancel asked while it is paused (``spec.cancel``) is kept and applied
-when it is resumed. Approve and Reject are refused until the engine has approval gates.
+when it is resumed.
+
+**Approve and Reject** decide an approval gate (``flowforge.domain.approval``): an
+approval by one of its approvers counts once per person, ``required`` of them pass it; a
+rejection fails it and the run rolls back.
 """
 
 from __future__ import annotations
@@ -83,8 +87,9 @@ RECOVERY_ACTIONS: Final = frozenset(
     {RunActionKind.RETRY_COMPENSATOR, RunActionKind.SKIP_COMPENSATOR}
 )
 PAUSE_ACTIONS: Final = frozenset({RunActionKind.PAUSE, RunActionKind.RESUME})
+GATE_ACTIONS: Final = frozenset({RunActionKind.APPROVE, RunActionKind.REJECT})
 _NEEDS_COMPENSATOR = RECOVERY_ACTIONS
-_NEEDS_TASK = frozenset({RunActionKind.APPROVE, RunActionKind.REJECT})
+_NEEDS_TASK = GATE_ACTIONS
 _NEEDS_REASON = frozenset({RunActionKind.REJECT, RunActionKind.SKIP_COMPENSATOR})
 
 # the moves of a compensator that only a person's action makes: the halted one runs again

@@ -185,11 +185,74 @@ CONTAINER_TEMPLATE_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 
+MAX_APPROVERS: Final = 64
+MAX_REQUIRED_APPROVALS: Final = 16
+MAX_APPROVAL_TIMEOUT_SECONDS: Final = 30 * 24 * 3600
+
+APPROVAL_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "Makes the task an approval gate instead of a Job: once its upstreams "
+    "succeeded it waits (the run's AwaitingApproval condition names it) until `required` "
+    "people approve it with WorkflowRunActions (Approve), each once; a Reject, or the "
+    "timeout, fails it (reasons Rejected, ApprovalTimedOut) and the run rolls back as for "
+    "any failure. Not allowed with type, config, retries, timeoutSeconds, forEach or on a "
+    "compensation task, and a gate has no compensator.",
+    "additionalProperties": False,
+    "properties": {
+        "approvers": {
+            "type": "object",
+            "description": "Who may approve: a listed user, or a member of a listed group "
+            "(each also needs the approve verb on the run). None: anyone with that verb.",
+            "additionalProperties": False,
+            "properties": {
+                "users": {
+                    "type": "array",
+                    "description": "User names, as the apiserver authenticates them.",
+                    "maxItems": MAX_APPROVERS,
+                    "uniqueItems": True,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 253},
+                },
+                "groups": {
+                    "type": "array",
+                    "description": "Group names, as the apiserver authenticates them.",
+                    "maxItems": MAX_APPROVERS,
+                    "uniqueItems": True,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 253},
+                },
+            },
+        },
+        "required": {
+            "type": "integer",
+            "description": "How many different people must approve (default 1).",
+            "minimum": 1,
+            "maximum": MAX_REQUIRED_APPROVALS,
+        },
+        "forbidSelf": {
+            "type": "boolean",
+            "description": "The run's creator (flowforge.io/requested-by) may not approve it.",
+        },
+        "timeoutSeconds": {
+            "type": "integer",
+            "description": "How long the gate waits once its upstreams succeeded; none: "
+            "until it is decided or the run is cancelled.",
+            "minimum": 1,
+            "maximum": MAX_APPROVAL_TIMEOUT_SECONDS,
+        },
+        "onTimeout": {
+            "type": "string",
+            "description": "What the timeout does: Reject (the gate fails, reason "
+            "ApprovalTimedOut).",
+            "enum": ["Reject"],
+        },
+    },
+}
+
 TASK_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
-    "description": "One task: a forward task of the DAG, or the compensator of one.",
+    "description": "One task: a forward task of the DAG, an approval gate, or the "
+    "compensator of a forward task.",
     "additionalProperties": False,
-    "required": ["key", "type"],
+    "required": ["key"],
     "properties": {
         "key": _task_key(
             "The task's name, unique in the definition; a DNS-1123 label of at most "
@@ -197,7 +260,8 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
         ),
         "type": {
             "type": "string",
-            "description": "The name of the entry of taskTypes whose template runs this task.",
+            "description": "The name of the entry of taskTypes whose template runs this "
+            "task. Required, except on an approval gate (approval), which runs no Job.",
             "minLength": 1,
             "maxLength": 63,
             "pattern": DNS1123_LABEL_PATTERN,
@@ -304,6 +368,7 @@ TASK_SCHEMA: Final[dict[str, Any]] = {
                 },
             },
         },
+        "approval": APPROVAL_SCHEMA,
     },
 }
 

@@ -40,6 +40,8 @@ class TaskState(StrEnum):
 
     WAITING = "waiting"
     READY = "ready"
+    # an approval gate whose upstreams succeeded: it waits for people, never for a Job
+    AWAITING = "awaiting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -53,6 +55,7 @@ class ShownTaskState(StrEnum):
 
     WAITING = "waiting"
     READY = "ready"
+    AWAITING = "awaiting"
     ADMITTING = "admitting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -92,12 +95,15 @@ TASK_TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = MappingProxyType(
             {
                 TaskState.READY,  # released while the run may not dispatch (cancelling)
                 TaskState.RUNNING,  # released and dispatched in the same statement
+                TaskState.AWAITING,  # an approval gate, released (``gates.py``)
                 TaskState.SUCCEEDED,  # reused from the run a retry is a retry of
                 TaskState.SKIPPED,  # an upstream failed for good
                 TaskState.CANCELLED,
             }
         ),
         TaskState.READY: frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.CANCELLED}),
+        # approved by enough people; rejected or timed out; cancelled with the run
+        TaskState.AWAITING: frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED}),
         # back to ready is a retry: the attempt number grows by one
         TaskState.RUNNING: frozenset(
             {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.READY, TaskState.CANCELLED}

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
+from flowforge.domain.approval import gate_errors
 from flowforge.domain.caps import definition_cap_errors
 from flowforge.domain.conditions import condition_errors
 from flowforge.domain.errors import (
@@ -123,7 +124,9 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
     errors: list[DefinitionError] = []
     compensated_by: dict[str, int] = {}
     dangling_edges = False
+    gates = False
     for index, task in enumerate(definition.tasks):
+        gates = gates or task.is_gate
         if (
             first_index[task.key] == index
             and task.type in definition.task_types
@@ -142,7 +145,7 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
                     path=f"{where}.key",
                 )
             )
-        if task.type not in definition.task_types:
+        if task.type is not None and task.type not in definition.task_types:
             errors.append(_unknown_type(task, definition, path=f"{where}.type"))
         if task.compensate_for is None:
             if task.compensate_on is not None:
@@ -176,6 +179,8 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
                     index=index,
                 )
             )
+    if gates or not all(task.type for task in definition.tasks):
+        errors.extend(gate_errors(definition))
     if not duplicates:
         cycle = _find_cycle(definition, forward_keys=forward_keys, dangling_edges=dangling_edges)
         if cycle is not None:

@@ -102,7 +102,7 @@ class Admissions:
 
     def _timeout(self, context: RunContext, job: JobRef) -> int | None:
         spec = context.definition.spec
-        queued = queueing(spec, spec.task(job.task_key).type)
+        queued = queueing(spec, spec.job_type(job.task_key))
         return None if queued is None else queued.admission_timeout_seconds
 
     def changed(self, body: Mapping[str, Any], admission: JobAdmission) -> bool:

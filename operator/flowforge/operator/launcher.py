@@ -309,8 +309,8 @@ class JobLauncher:
 
     def pending_timeout(self, context: RunContext, task_key: str) -> float:
         """Seconds the attempt's Pod may take to start: its task type's, else the default."""
-        task = context.definition.spec.task(task_key)
-        own = context.definition.spec.task_types[task.type].pending_timeout_seconds
+        spec = context.definition.spec
+        own = spec.task_types[spec.job_type(task_key)].pending_timeout_seconds
         return float(own) if own is not None else self._hooks.default_pending_timeout
 
     def schedule_start_check(self, context: RunContext, job: JobRef) -> None:
@@ -343,13 +343,15 @@ class JobLauncher:
     ) -> None:
         """Create the Job of a running attempt (idempotent) and record that it exists,
         when the namespace's policy as it is now allows it."""
-        task = context.definition.spec.task(item.task_key)
-        refusal = await self.policies.refusal(context, task.type)
+        spec = context.definition.spec
+        task = spec.task(item.task_key)
+        job_type = spec.job_type(item.task_key)
+        refusal = await self.policies.refusal(context, job_type)
         if refusal is not None:
             await self._refused_by_policy(context, item, message=refusal)
             return
-        template = context.definition.spec.task_types[task.type]
-        queued = queueing(context.definition.spec, task.type)
+        template = spec.task_types[job_type]
+        queued = queueing(spec, job_type)
         request = JobRequest(
             namespace=context.namespace,
             run_name=context.name,

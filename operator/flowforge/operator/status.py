@@ -41,6 +41,7 @@ from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.store.actions import recovery_note
 from flowforge.store.connection import Pool
+from flowforge.store.gates import awaiting_gates
 from flowforge.store.queries import (
     RollbackStep,
     forward_counts,
@@ -250,6 +251,9 @@ class StatusWriter:
                 duplicate_of=duplicate,
                 paused_at=record.paused_at,
                 deferred_cancel=record.deferred_cancel,
+                awaiting_approval=(
+                    await awaiting_gates(self._pool, context.run_id) if counts.awaiting else ()
+                ),
             )
         )
 

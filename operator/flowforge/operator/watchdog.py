@@ -82,7 +82,7 @@ class Watchdog:
         self, context: RunContext, job: JobRef, *, name: str, admission: JobAdmission
     ) -> AttemptOutcome | None:
         spec = context.definition.spec
-        queued = queueing(spec, spec.task(job.task_key).type)
+        queued = queueing(spec, spec.job_type(job.task_key))
         if queued is None or queued.admission_timeout_seconds is None or admission.since is None:
             return None
         return admission_timeout_outcome(

@@ -39,7 +39,7 @@ class GraphSkeleton:
         self.nodes = [
             (
                 task.key,
-                f'{{"id":{_text(task.key)},"type":{_text(task.type)},"state":',
+                f'{{"id":{_text(task.key)},"type":{_text(task.type or "approval")},"state":',
                 f',"level":{levels[task.key]}}}',
             )
             for task in spec.forward_tasks
@@ -48,7 +48,7 @@ class GraphSkeleton:
             (
                 compensator.key,
                 f'{{"id":{_text(compensator.key)},"task":{_text(task)},'
-                f'"type":{_text(compensator.type)},"state":',
+                f'"type":{_text(compensator.type or "approval")},"state":',
                 "}",
             )
             for task, compensator in spec.compensators.items()

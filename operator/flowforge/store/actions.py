@@ -13,7 +13,7 @@ fresh attempts (its own ``retries + 1``, read from the run's stored definition);
 the halt skipped (triggered ones: their ``undo_of`` is set) are pending again, and the
 run is ``recovering``: its rollback runs again while it keeps the phase it ended in
 (``settle._recovered`` records when the rollback settled). **Pause** and **Resume**:
-``pausing.py``.
+``pausing.py``. **Approve** and **Reject** of an approval gate: ``approvals.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from flowforge.domain import notices
 from flowforge.domain.decision import Decision
 from flowforge.domain.history import EventKind
 from flowforge.domain.run_actions import (
+    GATE_ACTIONS,
     PAUSE_ACTIONS,
     RECOVERY_ACTIONS,
     ActionResult,
@@ -34,6 +35,7 @@ from flowforge.domain.run_actions import (
     recovery_refusal,
 )
 from flowforge.domain.states import CompensationState, RunPhase
+from flowforge.store.approvals import decide_gate_locked
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
@@ -107,14 +109,19 @@ async def apply_action(
             )
             outcome.append(ActionOutcome(result, str(seen[1] or ""), Decision.lost(), True))
             return Decision.lost()
+        said = ""
         if action.action in PAUSE_ACTIONS:
             refusal, decision = await pause_or_resume_locked(
+                connection, fence=fence, run_id=run_id, action=action, actor=actor
+            )
+        elif action.action in GATE_ACTIONS:
+            refusal, said, decision = await decide_gate_locked(
                 connection, fence=fence, run_id=run_id, action=action, actor=actor
             )
         else:
             refusal, decision = await _judge(connection, fence=fence, run_id=run_id, action=action)
         accepted = refusal is None
-        message = refusal or _accepted_message(action)
+        message = refusal or said or _accepted_message(action)
         detail: dict[str, Any] = {
             "uid": uid,
             "name": name,
@@ -125,6 +132,8 @@ async def apply_action(
         }
         if action.compensator is not None:
             detail["compensator"] = action.compensator
+        if action.task is not None:
+            detail["task"] = action.task
         await append_event(
             connection,
             run_id=run_id,
@@ -165,8 +174,7 @@ async def _judge(
     connection: Connection, *, fence: Fence, run_id: int, action: RunAction
 ) -> tuple[str | None, Decision]:
     """Refuse (the reason) or apply the action under the run's lock."""
-    if action.action not in RECOVERY_ACTIONS:
-        return f"{action.action.value} is not supported by this operator yet", Decision.lost()
+    assert action.action in RECOVERY_ACTIONS
     cursor = await connection.execute(
         "SELECT phase, compensating OR recovering FROM flowforge_run "
         "WHERE id = %s FOR NO KEY UPDATE",

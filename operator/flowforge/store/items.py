@@ -75,7 +75,9 @@ WITH tolerated AS (
 UPDATE flowforge_task AS task
 SET pending_dependencies = task.pending_dependencies - 1,
     state = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
-                 THEN '{TaskState.READY}' ELSE task.state END,
+                 THEN CASE WHEN task.approval THEN '{TaskState.AWAITING}'
+                           ELSE '{TaskState.READY}' END
+                 ELSE task.state END,
     not_before = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
                       THEN greatest(task.not_before, now()) ELSE task.not_before END,
     updated_at = now()
@@ -115,15 +117,21 @@ async def item_failed_locked(
     judged = ItemFailure(group=str(row[0]), failed=int(row[2]), tolerance=int(row[1] or 0))
     if judged.tolerated:
         cursor = await connection.execute(RELEASE_TOLERATED_QUERY, {"task": task_id})
-        released = tuple(
-            sorted(str(key) for key, state in await cursor.fetchall() if state == TaskState.READY)
-        )
+        rows = [(str(key), state) for key, state in await cursor.fetchall()]
+        released = tuple(sorted(key for key, state in rows if state == TaskState.READY))
         await append_task_events(
             connection,
             run_id=run_id,
             kind=EventKind.TASK_RELEASED,
             epoch=fence.epoch,
             task_keys=released,
+        )
+        await append_task_events(  # approval gates (`gates.py`): the dispatch that follows
+            connection,  # sets the wake-up at their timeout
+            run_id=run_id,
+            kind=EventKind.TASK_AWAITING_APPROVAL,
+            epoch=fence.epoch,
+            task_keys=sorted(key for key, state in rows if state == TaskState.AWAITING),
         )
         return dataclasses.replace(judged, released=released)
     stop = await cancel_tasks_locked(

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from flowforge.domain.decision import Decision
-from flowforge.domain.states import UNRESOLVED_TASK_STATES, sql_list
+from flowforge.domain.states import UNRESOLVED_TASK_STATES, TaskState, sql_list
 from flowforge.store.connection import Connection, Pool
+from flowforge.store.gates import GATE_DEADLINE
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.queue import fill_locked, lock_namespace_of_run
 from flowforge.store.settle import settle_locked
@@ -57,17 +58,23 @@ async def locked_move(
     return await in_transaction(pool, decide)
 
 
+# whether the run still has forward work (and no approval gate whose timeout passed: the
+# settle fails that, ``gates.py``)
+SETTLE_PROBE_QUERY = f"""
+SELECT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s
+               AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)})
+   AND NOT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'forward'
+                   AND state = '{TaskState.AWAITING}' AND {GATE_DEADLINE} <= now())
+"""
+
+
 async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     """Finish the run, start its rollback or its next compensator if its tasks allow.
 
     Cheap when the run still has forward work: one read-only probe of the progress index.
     """
     async with pool.connection() as connection:
-        probe = await connection.execute(
-            f"SELECT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s "
-            f"AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)})",
-            {"run": run_id},
-        )
+        probe = await connection.execute(SETTLE_PROBE_QUERY, {"run": run_id})
         probe_row = await probe.fetchone()
     if probe_row is not None and probe_row[0]:
         return Decision.lost()

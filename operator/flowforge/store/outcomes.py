@@ -24,7 +24,7 @@ resolved and returns ``Decision.lost()``.
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -49,8 +49,10 @@ from flowforge.domain.states import (
     sql_list,
 )
 from flowforge.domain.undo import container_started
+from flowforge.store import queries
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
+from flowforge.store.gates import GATE_DEADLINE
 from flowforge.store.items import item_failed_locked
 from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
 from flowforge.store.moves import locked_move, settle_run
@@ -75,11 +77,12 @@ WITH {FENCE_CTE}, run AS (
     SET state = '{TaskState.SUCCEEDED}', finished_at = now(), updated_at = now(),
         last_error = NULL
     WHERE run_id = %(run)s AND task_key = %(key)s AND role = 'forward'
-      AND state = '{TaskState.RUNNING}' AND attempt = %(attempt)s
+      -- a Job's attempt (running), or an approval gate people passed (awaiting)
+      AND state = %(from)s AND attempt = %(attempt)s
       AND (SELECT epoch FROM fence) = %(epoch)s
     RETURNING id, group_max_parallel IS NOT NULL AS grouped
 ), dependents AS (
-    SELECT task.id, task.group_max_parallel IS NOT NULL AS grouped
+    SELECT task.id, task.group_max_parallel IS NOT NULL AS grouped, task.approval AS gate
     FROM flowforge_task AS task
     JOIN flowforge_task_dependency AS edge ON edge.task_id = task.id
     WHERE edge.upstream_id = (SELECT id FROM moved)
@@ -89,14 +92,15 @@ WITH {FENCE_CTE}, run AS (
     UPDATE flowforge_task AS task
     SET pending_dependencies = task.pending_dependencies - 1,
         state = CASE WHEN task.pending_dependencies = 1 AND task.state = '{TaskState.WAITING}'
-                     THEN CASE WHEN (SELECT active AND NOT limited FROM run)
+                     THEN CASE WHEN dependents.gate THEN '{TaskState.AWAITING}'
+                               WHEN (SELECT active AND NOT limited FROM run)
                                     AND NOT dependents.grouped
                                THEN '{TaskState.RUNNING}' ELSE '{TaskState.READY}' END
                      ELSE task.state END,
         started_at = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
                                AND (SELECT active AND NOT limited FROM run)
-                               AND NOT dependents.grouped
+                               AND NOT dependents.grouped AND NOT dependents.gate
                           THEN coalesce(task.started_at, now()) ELSE task.started_at END,
         not_before = CASE WHEN task.pending_dependencies = 1
                                AND task.state = '{TaskState.WAITING}'
@@ -117,6 +121,9 @@ WITH {FENCE_CTE}, run AS (
         SELECT 1, task_key, NULL, '{EventKind.TASK_RELEASED}', '{{}}'::jsonb
         FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
         UNION ALL
+        SELECT 1, task_key, NULL, '{EventKind.TASK_AWAITING_APPROVAL}', '{{}}'::jsonb
+        FROM released WHERE state = '{TaskState.AWAITING}'
+        UNION ALL
         SELECT 2, task_key, attempt, '{EventKind.TASK_DISPATCHED}', '{{}}'::jsonb
         FROM released WHERE state = '{TaskState.RUNNING}'
     ) AS events
@@ -128,7 +135,8 @@ SELECT (SELECT epoch FROM fence),
        coalesce((SELECT limited FROM run), false)
            OR coalesce((SELECT grouped FROM moved), false)
            OR EXISTS (SELECT 1 FROM released WHERE grouped),
-       (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}),
+       (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
+                                            OR state = '{TaskState.AWAITING}'),
        ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
              ORDER BY task_key),
        ARRAY(SELECT attempt FROM released WHERE state = '{TaskState.RUNNING}'
@@ -136,28 +144,12 @@ SELECT (SELECT epoch FROM fence),
        ARRAY(SELECT timeout_seconds FROM released WHERE state = '{TaskState.RUNNING}'
              ORDER BY task_key),
        ARRAY(SELECT not_before FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key)
+             ORDER BY task_key),
+       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
+             ORDER BY task_key),
+       (SELECT min({GATE_DEADLINE}) FROM released WHERE state = '{TaskState.AWAITING}')
 """
 
-SKIP_DOWNSTREAM_QUERY = f"""
-WITH RECURSIVE downstream (id) AS (
-    SELECT task_id FROM flowforge_task_dependency WHERE upstream_id = %(task)s
-    UNION
-    SELECT edge.task_id FROM flowforge_task_dependency AS edge
-    JOIN downstream ON edge.upstream_id = downstream.id
-), locked AS (
-    SELECT task.id FROM flowforge_task AS task
-    WHERE task.id IN (SELECT id FROM downstream) AND task.state = '{TaskState.WAITING}'
-    ORDER BY task.id
-    FOR NO KEY UPDATE OF task
-)
-UPDATE flowforge_task AS task
-SET state = '{TaskState.SKIPPED}', finished_at = now(), updated_at = now(),
-    last_error = 'an upstream task failed'
-FROM locked
-WHERE task.id = locked.id AND task.state = '{TaskState.WAITING}'
-RETURNING task.task_key
-"""
 
 LOCK_ATTEMPT_QUERY = (
     "SELECT id, max_attempts, compensates_key FROM flowforge_task "
@@ -191,15 +183,15 @@ async def record_outcome(
         job=job, reason=outcome.reason.value, job_gone=outcome.reason is OutcomeReason.LOST
     )
     if job.role is TaskRole.FORWARD and outcome.succeeded:
-        dispatched, released, limited = await _record_success(
+        succeeded = await _record_success(
             pool, fence=fence, run_id=run_id, job=job, outcome=outcome
         )
-        if dispatched is None:
+        if succeeded is None:
             return Decision.lost()
-        success = Decision(recorded=True, create_jobs=dispatched, outcome=recorded)
-        if limited:  # the slot it freed, and the tasks it released, are handed on locked
+        success = succeeded.decision(recorded)
+        if succeeded.limited:  # the slot it freed, and the tasks it released, are handed on
             return success.then(await _hand_on(pool, fence=fence, run_id=run_id))
-        if released:  # a released task is unresolved: whoever resolves it settles
+        if succeeded.released:  # a released task is unresolved: whoever resolves it settles
             return success
         return success.then(await settle_run(pool, fence=fence, run_id=run_id))
 
@@ -268,44 +260,92 @@ async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     return await locked_move(pool, fence=fence, run_id=run_id, move=move, fill=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class Success:
+    """What ``RECORD_SUCCESS_QUERY`` did after moving a task to succeeded."""
+
+    dispatched: tuple[Dispatch, ...]  # dependents moved straight to running
+    released: bool  # any dependent released (it is unresolved: whoever resolves it settles)
+    limited: bool  # the run is under a task limit: the locked dispatch hands on
+    awaiting: tuple[str, ...] = ()  # approval gates released (`gates.py`)
+    gate_deadline: datetime | None = None  # the first of their timeouts
+
+    def decision(self, outcome: Outcome | None = None) -> Decision:
+        return Decision(
+            recorded=True,
+            create_jobs=self.dispatched,
+            outcome=outcome,
+            notices=(notices.awaiting_approval(gates=self.awaiting),) if self.awaiting else (),
+            wake_at=self.gate_deadline,
+        )
+
+
+async def succeed_task(
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    task_key: str,
+    attempt: int,
+    from_state: TaskState,
+    detail: dict[str, Any],
+) -> Success | None:
+    """Move the forward task from ``from_state`` (``running``: its Job's attempt;
+    ``awaiting``: an approval gate people passed) to succeeded and release its dependents,
+    in one statement; None when it was not in that state (another path got there first)."""
+    cursor = await connection.execute(
+        RECORD_SUCCESS_QUERY,
+        {
+            "lease": fence.lease,
+            "epoch": fence.epoch,
+            "run": run_id,
+            "key": task_key,
+            "attempt": attempt,
+            "from": from_state.value,
+            "detail": Jsonb(detail),
+        },
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row[:8]
+    refuse_stale(fence, current_epoch)
+    if moved != 1:
+        return None
+    dispatched = tuple(
+        Dispatch(
+            run_id=run_id,
+            task_key=key,
+            role=TaskRole.FORWARD,
+            attempt=number,
+            timeout_seconds=timeout,
+            released_at=not_before,
+        )
+        for key, number, timeout, not_before in zip(
+            keys, attempts, timeouts, not_befores, strict=True
+        )
+    )
+    return Success(
+        dispatched=dispatched,
+        released=released > 0,
+        limited=bool(limited),
+        awaiting=tuple(row[8]),
+        gate_deadline=row[9],
+    )
+
+
 async def _record_success(
     pool: Pool, *, fence: Fence, run_id: int, job: JobRef, outcome: AttemptOutcome
-) -> tuple[tuple[Dispatch, ...] | None, bool, bool]:
-    """The dispatched dependents (None: the attempt was not running), whether any
-    dependent was released, and whether the run is under a task limit."""
-
-    async def decide(connection: Connection) -> tuple[tuple[Dispatch, ...] | None, bool, bool]:
-        cursor = await connection.execute(
-            RECORD_SUCCESS_QUERY,
-            {
-                "lease": fence.lease,
-                "epoch": fence.epoch,
-                "run": run_id,
-                "key": job.task_key,
-                "attempt": job.attempt,
-                "detail": Jsonb(_detail(outcome)),
-            },
+) -> Success | None:
+    async def decide(connection: Connection) -> Success | None:
+        return await succeed_task(
+            connection,
+            fence=fence,
+            run_id=run_id,
+            task_key=job.task_key,
+            attempt=job.attempt,
+            from_state=TaskState.RUNNING,
+            detail=_detail(outcome),
         )
-        row = await cursor.fetchone()
-        assert row is not None
-        current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row
-        refuse_stale(fence, current_epoch)
-        if moved != 1:
-            return None, False, False
-        dispatched = tuple(
-            Dispatch(
-                run_id=run_id,
-                task_key=key,
-                role=TaskRole.FORWARD,
-                attempt=number,
-                timeout_seconds=timeout,
-                released_at=not_before,
-            )
-            for key, number, timeout, not_before in zip(
-                keys, attempts, timeouts, not_befores, strict=True
-            )
-        )
-        return dispatched, released > 0, bool(limited)
 
     return await in_transaction(pool, decide, single_statement=True)
 
@@ -366,7 +406,7 @@ async def _record_failure(
     )
     skipped: tuple[str, ...] = ()
     if not tolerated:  # a tolerated item released its dependents instead
-        cursor = await connection.execute(SKIP_DOWNSTREAM_QUERY, {"task": task_id})
+        cursor = await connection.execute(queries.SKIP_DOWNSTREAM_QUERY, {"task": task_id})
         skipped = tuple(sorted(str(key) for (key,) in await cursor.fetchall()))
         await append_task_events(
             connection,

@@ -449,3 +449,26 @@ async def rollback_started_at(pool: Pool, run_id: int) -> datetime | None:
         )
         row = await cursor.fetchone()
     return None if row is None else row[0]
+
+
+# a forward task failed for good: everything downstream of it that still waits is skipped,
+# under row locks taken in id order
+SKIP_DOWNSTREAM_QUERY = f"""
+WITH RECURSIVE downstream (id) AS (
+    SELECT task_id FROM flowforge_task_dependency WHERE upstream_id = %(task)s
+    UNION
+    SELECT edge.task_id FROM flowforge_task_dependency AS edge
+    JOIN downstream ON edge.upstream_id = downstream.id
+), locked AS (
+    SELECT task.id FROM flowforge_task AS task
+    WHERE task.id IN (SELECT id FROM downstream) AND task.state = '{TaskState.WAITING}'
+    ORDER BY task.id
+    FOR NO KEY UPDATE OF task
+)
+UPDATE flowforge_task AS task
+SET state = '{TaskState.SKIPPED}', finished_at = now(), updated_at = now(),
+    last_error = 'an upstream task failed'
+FROM locked
+WHERE task.id = locked.id AND task.state = '{TaskState.WAITING}'
+RETURNING task.task_key
+"""

@@ -38,6 +38,7 @@ from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.duplicates import finish_waiting_duplicates_locked
 from flowforge.store.events import append_event
+from flowforge.store.gates import GATE_DEADLINE
 from flowforge.store.lease import Fence, check_fence
 from flowforge.store.stopping import replace_locked
 from flowforge.store.transaction import in_transaction
@@ -110,10 +111,14 @@ WITH run AS (
 SELECT task_key, attempt, timeout_seconds, not_before FROM moved ORDER BY task_key
 """
 
-# the next retry of the run whose backoff is not over yet
+# the next retry of the run whose backoff is not over yet, or the next timeout of an
+# approval gate (`gates.py`; the settle of the wake-up fails it)
 NEXT_DUE_QUERY = f"""
-SELECT min(not_before) FROM flowforge_task
-WHERE run_id = %s AND role = 'forward' AND state = '{TaskState.READY}' AND not_before > now()
+SELECT min(CASE WHEN state = '{TaskState.READY}' THEN not_before ELSE {GATE_DEADLINE} END)
+FROM flowforge_task
+WHERE run_id = %s AND role = 'forward'
+  AND ((state = '{TaskState.READY}' AND not_before > now())
+       OR (state = '{TaskState.AWAITING}' AND {GATE_DEADLINE} > now()))
 """
 
 LIMITS_QUERY = (

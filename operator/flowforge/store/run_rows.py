@@ -15,13 +15,13 @@ from flowforge.domain.states import CompensationState, TaskRole, TaskState
 def task_rows(
     spec: DefinitionSpec, expansion: Expansion, reused: frozenset[str]
 ) -> list[tuple[Any, ...]]:
-    """One row per forward task or forEach instance (roots and tasks whose upstreams are all
-    reused ``ready``, reused ones ``succeeded``, those whose condition is false or whose
-    forEach has no items ``skipped``, the rest ``waiting``) and per compensator (per
-    instance for a forEach task), with its position: forward tasks in topological order (a
-    forEach's instances in item order), compensators in the order a rollback runs them (a
-    forEach compensator's instances share one). A task waits for its upstreams in
-    ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
+    """One row per forward task or forEach instance (roots and tasks whose upstreams are all reused
+    ``ready``, or ``awaiting`` for an approval gate, reused ones ``succeeded``, those whose
+    condition is false or whose forEach has no items ``skipped``, the rest ``waiting``) and per
+    compensator (per instance for a forEach task), with its position and whether it is an approval
+    gate: forward tasks in topological order (a forEach's instances in item order), compensators in
+    the order a rollback runs them (a forEach compensator's instances share one). A task waits for
+    its upstreams in ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
     graph = spec.graph
     ready = set(expansion.graph.ready_tasks(reused))
     rows: list[tuple[Any, ...]] = []
@@ -32,8 +32,10 @@ def task_rows(
                 state = TaskState.SKIPPED  # when false, or a forEach without items
             elif member in reused:
                 state = TaskState.SUCCEEDED
+            elif member in ready:  # a gate awaits people, never a Job (`domain/approval.py`)
+                state = TaskState.AWAITING if task.is_gate else TaskState.READY
             else:
-                state = TaskState.READY if member in ready else TaskState.WAITING
+                state = TaskState.WAITING
             pending = (
                 0
                 if state is not TaskState.WAITING
@@ -46,9 +48,10 @@ def task_rows(
                     state,
                     None,
                     task.retries + 1,
-                    task.timeout_seconds,
+                    task.approval.timeout_seconds if task.approval else task.timeout_seconds,
                     pending,
                     len(rows),
+                    task.is_gate,
                 )
             )
     by_forward = {forward: compensator.key for forward, compensator in spec.compensators.items()}
@@ -66,6 +69,7 @@ def task_rows(
                 compensator.timeout_seconds,
                 0,
                 position[compensator.key],
+                False,
             )
         )
     return rows

@@ -112,16 +112,16 @@ async def create_run(
     namespace_uid: str | None = None,
 ) -> CreatedRun:
     """Create the run of a WorkflowRun object with its whole graph, in one transaction;
-    for a retry (``retry_of`` names the old run, ``requested_by`` who asked for it) the
-    reusable tasks of the old run start succeeded (``reuse.py``). Creating it again returns
-    the existing run. The run starts ``Running`` when the limits of its namespace and its
-    workflow leave room and no queued run is ahead of it (``queue.py``), else ``Queued``
-    with its ``priority`` (first come first served within one: ``submitted_at``, the
-    object's creation, else now); ``max_parallel_tasks`` is the run's own (lowering the
-    definition's). A run with an ``idempotency_key`` that an earlier run of the namespace
-    has is that run's duplicate and never executes (``duplicates.py``). ``namespace_uid``:
-    the uid of the namespace the object is in (migration 15: readers show the run only
-    while the namespace of that name has this uid)."""
+    ``requested_by`` is who created it (an approval gate's ``forbidSelf``); for a retry
+    (``retry_of`` names the old run) the reusable tasks of the old run start succeeded
+    (``reuse.py``). Creating it again returns the existing run. The run starts ``Running`` when the
+    limits of its namespace and its workflow leave room and no queued run is ahead of it
+    (``queue.py``), else ``Queued`` with its ``priority`` (first come first served within one:
+    ``submitted_at``, the object's creation, else now); ``max_parallel_tasks`` is the run's own
+    (lowering the definition's). A run with an ``idempotency_key`` that an earlier run of the
+    namespace has is that run's duplicate and never executes (``duplicates.py``). ``namespace_uid``:
+    the uid of the namespace the object is in (migration 15: readers show the run only while the
+    namespace of that name has this uid)."""
     spec = definition.spec
     # the run's shape (UserError when the parameters do not fit: admission refuses those)
     expansion = expand(spec, parameters or {})
@@ -137,8 +137,8 @@ async def create_run(
         cursor = await connection.execute(
             "INSERT INTO flowforge_run (namespace, name, uid, definition_id, parameters, phase, "
             "priority, max_parallel_tasks, concurrency_key, max_runs, concurrency_policy, "
-            "submitted_at, idempotency_key, namespace_uid) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-            "%s, %s, %s, %s, coalesce(%s, now()), %s, %s) "
+            "submitted_at, idempotency_key, namespace_uid, requested_by) VALUES (%s, %s, %s, %s, "
+            "%s, %s, %s, %s, %s, %s, %s, coalesce(%s, now()), %s, %s, %s) "
             "ON CONFLICT ON CONSTRAINT flowforge_run_identity DO NOTHING "
             f"RETURNING {_RUN_COLUMNS}",
             (
@@ -156,6 +156,7 @@ async def create_run(
                 submitted_at,
                 idempotency_key,
                 namespace_uid,
+                requested_by,
             ),
         )
         row = await cursor.fetchone()
@@ -222,7 +223,7 @@ async def _insert_graph(
     retry_of: str | None,
 ) -> None:
     spec = definition.spec
-    keys, roles, states, compensates, attempts, timeouts, pending, positions = (
+    keys, roles, states, compensates, attempts, timeouts, pending, positions, gates = (
         list(column) for column in zip(*task_rows(spec, expansion, reused), strict=True)
     )
     # each forEach item's row knows its item and its group's limits; unnest pads the item
@@ -239,17 +240,17 @@ async def _insert_graph(
         INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
             max_attempts, timeout_seconds, pending_dependencies, topological_index,
             started_at, finished_at, item_group, item_key, item, group_max_parallel,
-            group_tolerated)
+            group_tolerated, approval)
         SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
                compensates, attempts, timeout, pending, position,
                CASE WHEN state = %s THEN now() END,
                CASE WHEN state IN (%s, %s) THEN now() END,
-               item_group, item_key, item::jsonb, parallel, tolerated
+               item_group, item_key, item::jsonb, parallel, tolerated, gate
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                    %s::int[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[],
-                    %s::int[])
+                    %s::int[], %s::int[], %s::bool[], %s::text[], %s::text[], %s::text[],
+                    %s::int[], %s::int[])
              AS row(key, role, state, compensates, attempts, timeout, pending, position,
-                    item_group, item_key, item, parallel, tolerated)
+                    gate, item_group, item_key, item, parallel, tolerated)
         """,
         (
             run_id,
@@ -265,6 +266,7 @@ async def _insert_graph(
             timeouts,
             pending,
             positions,
+            gates,
             *items,
         ),
     )
@@ -336,6 +338,13 @@ async def _insert_graph(
         epoch=fence.epoch,
         task_keys=sorted(expansion.skipped),
         detail={"reason": CONDITION_FALSE},
+    )
+    await append_task_events(
+        connection,
+        run_id=run_id,
+        kind=EventKind.TASK_AWAITING_APPROVAL,
+        epoch=fence.epoch,
+        task_keys=[key for key, state in zip(keys, states, strict=True) if state == "awaiting"],
     )
     await append_task_events(
         connection,

@@ -52,6 +52,7 @@ from flowforge.domain.states import (
 from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
+from flowforge.store.gates import expire_gates_locked
 from flowforge.store.lease import Fence
 from flowforge.store.queries import UNDONE_AS_ATTEMPTED, forward_counts_locked
 from flowforge.store.queue import rebalance_locked
@@ -162,6 +163,19 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
         return await _next_step(
             connection, fence=fence, run_id=run_id, cancel=cancel_requested, paused=paused
         )
+    expired = await expire_gates_locked(connection, fence=fence, run_id=run_id)
+    return expired.then(
+        await _settle_forward(
+            connection, fence=fence, run_id=run_id, cancel_requested=cancel_requested, paused=paused
+        )
+    )
+
+
+async def _settle_forward(
+    connection: Connection, *, fence: Fence, run_id: int, cancel_requested: bool, paused: bool
+) -> Decision:
+    """A run whose rollback has not started: finish it, or start its rollback, once no
+    forward task is unresolved."""
     counts = await forward_counts_locked(connection, run_id)
     if counts.unresolved:
         holding = await connection.execute(HOLD_UNRESOLVED_QUERY, {"run": run_id})

@@ -1,5 +1,6 @@
-"""``flowforge rollback retry|skip RUN COMPENSATOR`` and ``flowforge pause|resume RUN``: the
-WorkflowRunAction each creates, and what it refuses before asking the cluster."""
+"""``flowforge rollback retry|skip RUN COMPENSATOR``, ``flowforge pause|resume RUN`` and
+``flowforge approve|reject RUN TASK``: the WorkflowRunAction each creates, and what it refuses
+before asking the cluster."""
 
 from __future__ import annotations
 
@@ -54,3 +55,23 @@ def test_pause_and_resume_create_their_action_on_the_run(verb: str, kind: str) -
     assert args.command_name == verb
     assert body["metadata"] == {"generateName": f"deploy-4711-{verb}-"}
     assert body["spec"] == {"run": "deploy-4711", "action": kind, "reason": "freeze window"}
+
+
+def test_approve_names_the_gate() -> None:
+    args = build_parser().parse_args(["approve", "deploy-4711", "approve-prod"])
+
+    body = action_body(args)
+
+    assert args.command_name == "approve"
+    assert body["spec"] == {"run": "deploy-4711", "action": "Approve", "task": "approve-prod"}
+
+
+def test_reject_without_a_reason_is_refused_naming_the_field() -> None:
+    args = build_parser().parse_args(["reject", "deploy-4711", "approve-prod"])
+
+    with pytest.raises(CommandError, match=r"spec\.reason: is required for Reject"):
+        action_body(args)
+    args = build_parser().parse_args(
+        ["reject", "deploy-4711", "approve-prod", "--reason", "prod is frozen"]
+    )
+    assert action_body(args)["spec"]["reason"] == "prod is frozen"

@@ -421,6 +421,30 @@ def _register_runs(subparsers: Subcommands) -> None:
         add_kube_options(parser)
         add_output_option(parser, forms=("json", "yaml", "name"), detail="(the action)")
 
+    for verb, help_text in (
+        ("approve", "approve a run's approval gate (each person counts once)"),
+        ("reject", "reject a run's approval gate: it fails and the run rolls back"),
+    ):
+        parser = subparsers.add_parser(
+            verb,
+            help=help_text,
+            description=f"{help_text}. Creates a WorkflowRunAction as you (admission records "
+            "you as its actor and checks the approve verb on the run); the gate's approvers "
+            "decide whether it counts.",
+        )
+        parser.set_defaults(
+            handler=LazyHandler("flowforge.cli.rollback:rollback_action"),
+            command_name=verb,
+            action_verb=verb,
+        )
+        parser.add_argument("run", metavar="RUN")
+        parser.add_argument("task", metavar="TASK", help="the approval gate's task key")
+        parser.add_argument(
+            "--reason", default="", help="why (kept in the run's history; required for reject)"
+        )
+        add_kube_options(parser)
+        add_output_option(parser, forms=("json", "yaml", "name"), detail="(the action)")
+
     logs = _command(
         subparsers,
         "logs",

@@ -1,9 +1,9 @@
-"""``flowforge rollback retry|skip RUN COMPENSATOR`` (finish a halted rollback) and
-``flowforge pause|resume RUN``.
+"""``flowforge rollback retry|skip RUN COMPENSATOR`` (finish a halted rollback),
+``flowforge pause|resume RUN`` and ``flowforge approve|reject RUN TASK`` (an approval gate).
 
 Each creates a WorkflowRunAction (``flowforge.domain.run_actions``) through the Kubernetes
-API as the user, so admission records them as the actor and checks their ``recover`` (or
-``pause``) verb on the run; the operator applies it once and writes the result to its status
+API as the user, so admission records them as the actor and checks their ``recover`` (``pause``,
+``approve``) verb on the run; the operator applies it once and writes the result to its status
 (``kubectl get wfa`` shows it; ``flowforge describe run`` the history).
 """
 
@@ -25,6 +25,8 @@ _ACTIONS = {
     "skip": RunActionKind.SKIP_COMPENSATOR,
     "pause": RunActionKind.PAUSE,
     "resume": RunActionKind.RESUME,
+    "approve": RunActionKind.APPROVE,
+    "reject": RunActionKind.REJECT,
 }
 
 
@@ -34,6 +36,8 @@ def action_body(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"run": args.run, "action": kind.value}
     if getattr(args, "compensator", None):
         spec["compensator"] = args.compensator
+    if getattr(args, "task", None):
+        spec["task"] = args.task
     if args.reason:
         spec["reason"] = args.reason
     _, errors = parse_action(spec)
@@ -58,11 +62,8 @@ def rollback_action(args: argparse.Namespace) -> int:
             )
     name = str(created["metadata"]["name"])
     what = f"{PLURAL[:-1]}.{GROUP}/{name}"
-    target = (
-        f"{body['spec']['compensator']} of {args.run}"
-        if "compensator" in body["spec"]
-        else args.run
-    )
+    part = body["spec"].get("compensator") or body["spec"].get("task")
+    target = f"{part} of {args.run}" if part else args.run
     emit(
         args.output,
         data=lambda: created,

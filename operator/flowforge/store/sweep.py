@@ -9,7 +9,8 @@ A pass asks the store two things, each in pages of runs, never once per run:
   attempts with the uid of the Job recorded for them (``flowforge_event_job_created_idx``),
   released tasks whose time has come (not a queued run's: its namespace's queue is served
   once a pass, ``dispatch.py::serve_queue``), and runs that may settle (no forward task unresolved,
-  no compensator running). A run in none of these costs one index probe and nothing else.
+  no compensator running; or an approval gate whose timeout passed). A run in none of
+  these costs one index probe and nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from flowforge.domain.states import (
     sql_list,
 )
 from flowforge.store.connection import Pool
+from flowforge.store.gates import GATE_DEADLINE
 
 LISTED_RUNS_QUERY = """
 SELECT run.namespace, run.uid, run.id, run.phase, run.cancel_requested,
@@ -68,12 +70,16 @@ LEFT JOIN LATERAL (
 UNION ALL
 SELECT 'settle', page.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, NULL
 FROM page
-WHERE NOT EXISTS (
+WHERE (NOT EXISTS (
     SELECT 1 FROM flowforge_task WHERE run_id = page.id AND role = '{TaskRole.FORWARD}'
       AND state IN {sql_list(UNRESOLVED_TASK_STATES)}
 ) AND NOT EXISTS (
     SELECT 1 FROM flowforge_task WHERE run_id = page.id AND role = '{TaskRole.COMPENSATION}'
       AND state = '{CompensationState.RUNNING}'
+-- an approval gate whose timeout passed (a wake-up lost with a restart): the settle fails it
+)) OR EXISTS (
+    SELECT 1 FROM flowforge_task WHERE run_id = page.id AND role = '{TaskRole.FORWARD}'
+      AND state = '{TaskState.AWAITING}' AND {GATE_DEADLINE} <= now()
 )
 """
 

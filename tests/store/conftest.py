@@ -48,6 +48,7 @@ def definition(
     version: int = 1,
     description: str = "",
     parameters: Sequence[Mapping[str, Any]] = (),
+    final_tasks: Sequence[Mapping[str, Any]] = (),
 ) -> DefinitionSpec:
     document: dict[str, Any] = {
         "workflow": workflow,
@@ -56,6 +57,8 @@ def definition(
         # an approval gate (``approval``) has no type: it runs no Job
         "tasks": [task if "approval" in task else {"type": "py", **task} for task in tasks],
     }
+    if final_tasks:  # ``finally``
+        document["finally"] = [{"type": "py", **task} for task in final_tasks]
     if parameters:  # typed declarations (their defaults decide the tasks' ``when``)
         document["parameters"] = list(parameters)
     if description:
@@ -103,8 +106,9 @@ async def start_run(
     max_parallel_tasks: int | None = None,
     parameters: Sequence[Mapping[str, Any]] = (),
     requested_by: str | None = None,
+    final_tasks: Sequence[Mapping[str, Any]] = (),
 ) -> StartedRun:
-    spec = definition(tasks, workflow=workflow, parameters=parameters)
+    spec = definition(tasks, workflow=workflow, parameters=parameters, final_tasks=final_tasks)
     await publish_definition(pool, namespace=namespace, definition=spec)
     stored = await load_definition(pool, namespace=namespace, workflow=workflow, version=1)
     created = await create_run(

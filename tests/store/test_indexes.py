@@ -36,6 +36,7 @@ from flowforge.store import (
     dispatch,
     duplicates,
     events,
+    final_tasks,
     gates,
     items,
     kueue_admission,
@@ -502,6 +503,16 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "moves.SETTLE_PROBE_QUERY": (
         moves.SETTLE_PROBE_QUERY,
         lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
+    "final_tasks.FINAL_STEP_QUERY": (
+        final_tasks.FINAL_STEP_QUERY,
+        lambda p: (p.run_id,),
+        needs(PROGRESS),
+    ),
+    "final_tasks.SKIP_FINALS_QUERY": (
+        final_tasks.SKIP_FINALS_QUERY,
+        lambda p: {"run": p.run_id, "reason": "gone"},
         needs(PROGRESS),
     ),
     "gates.OVERDUE_QUERY": (gates.OVERDUE_QUERY, lambda p: (p.run_id,), needs(PROGRESS)),

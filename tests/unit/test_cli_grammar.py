@@ -57,6 +57,8 @@ def test_the_listed_commands_are_verbs_and_db_rollback_and_schedule_the_groups()
         "rollback",
         "pause",  # issue 29: WorkflowRunAction Pause/Resume
         "resume",
+        "approve",  # issue 29: an approval gate's Approve/Reject
+        "reject",
         "logs",
         "schedule",  # issue 28: flowforge schedule trigger|suspend|resume NAME
         "server",
@@ -131,7 +133,7 @@ def test_every_handler_names_a_function_that_exists() -> None:
             module = __import__(handler.module, fromlist=[handler.function])
             assert callable(getattr(module, handler.function)), parser.prog
             seen += 1
-    assert seen == 23  # db, rollback and the hidden runs group hold two each, schedule three
+    assert seen == 25  # db, rollback and the hidden runs group hold two each, schedule three
 
 
 def test_help_imports_nothing_heavy() -> None:

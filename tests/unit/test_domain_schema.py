@@ -64,7 +64,11 @@ def test_every_object_outside_config_forbids_unknown_fields() -> None:
         if schema.get("additionalProperties", True) is True
     ]
     # a parameter's items schema is checked by flowforge.domain.parameters, keyword by keyword
-    assert sorted(open_objects) == ["spec.parameters[].items", "spec.tasks[].config"]
+    assert sorted(open_objects) == [
+        "spec.finally[].config",
+        "spec.parameters[].items",
+        "spec.tasks[].config",
+    ]
 
 
 def test_a_valid_spec_has_no_shape_errors() -> None:

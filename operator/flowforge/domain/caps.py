@@ -166,13 +166,17 @@ def definition_cap_errors(spec: Any) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     edges = 0
     configs = 0
-    for index, task in enumerate(spec["tasks"]):
+    finals = spec.get("finally")
+    listed = [("tasks", task) for task in spec["tasks"]]
+    listed += [("finally", task) for task in (finals if isinstance(finals, list) else [])]
+    for index, (field, task) in enumerate(listed):
         if not isinstance(task, Mapping):
             continue
+        where = f"spec.{field}[{index if field == 'tasks' else index - len(spec['tasks'])}]"
         depends_on = task.get("dependsOn")
         if isinstance(depends_on, list):
             edges += len(depends_on)
-        text, problems = _config_size(task.get("config"), path=f"spec.tasks[{index}].config")
+        text, problems = _config_size(task.get("config"), path=f"{where}.config")
         errors.extend(problems)
         if text is not None:
             configs += config_entry_bytes(str(task.get("key")), text)

@@ -49,6 +49,8 @@ class CompactSpec:
     admission_timeout_seconds: int | None = None
     # whether a task has a forEach: its instances' items are files of the run's ConfigMap
     has_items: bool = False
+    # the ``finally`` tasks (among ``_tasks`` too), in the order they run
+    finally_keys: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, spec: DefinitionSpec) -> CompactSpec:
@@ -59,7 +61,7 @@ class CompactSpec:
                 compensate_for=task.compensate_for,
                 config_json=json.dumps(task.config, separators=(",", ":")) if task.config else None,
             )
-            for task in spec.tasks
+            for task in (*spec.tasks, *spec.finally_tasks)
         }
         return cls(
             workflow=spec.workflow,
@@ -71,6 +73,7 @@ class CompactSpec:
             workload_priority_class=spec.workload_priority_class,
             admission_timeout_seconds=spec.admission_timeout_seconds,
             has_items=any(task.for_each is not None for task in spec.tasks),
+            finally_keys=tuple(task.key for task in spec.finally_tasks),
         )
 
     @property
@@ -80,7 +83,7 @@ class CompactSpec:
     @property
     def has_compensators(self) -> bool:
         """Whether a run of it can roll back (its deletion then waits for that)."""
-        return self.task_count > self.forward_count
+        return self.task_count - len(self.finally_keys) > self.forward_count
 
     def task(self, key: str) -> CompactTask:
         """The task a run's task ``key`` runs: the task with that key, or the forEach task

@@ -80,6 +80,17 @@ def fingerprint(spec: DefinitionSpec) -> str:
             key=lambda task: task["key"],
         ),
     }
+    if spec.finally_tasks:  # in their order, which is the order they run in
+        payload["finally"] = [
+            {
+                "key": task.key,
+                "type": task.type,
+                "retries": task.retries,
+                "timeoutSeconds": task.timeout_seconds,
+                "config": _normalise_numbers(task.config) if task.config else {},
+            }
+            for task in spec.finally_tasks
+        ]
     # the definition's Kueue defaults, only when set (earlier fingerprints stay the same)
     for field, value in (
         ("queueName", spec.queue_name),

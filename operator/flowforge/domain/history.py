@@ -59,6 +59,14 @@ class EventKind(StrEnum):
     RUN_PAUSED = "run.paused"
     RUN_RESUMED = "run.resumed"
     RUN_CANCEL_DEFERRED = "run.cancel_deferred"
+    # the run's outcome is decided (detail: the phase, how the rollback ended): its finally
+    # tasks run, one at a time, before it takes that phase (`domain/final_tasks.py`)
+    RUN_FINALIZING = "run.finalizing"
+    FINALLY_STARTED = "finally.started"
+    FINALLY_SUCCEEDED = "finally.succeeded"
+    FINALLY_ATTEMPT_FAILED = "finally.attempt_failed"
+    FINALLY_FAILED = "finally.failed"
+    FINALLY_SKIPPED = "finally.skipped"
 
     @classmethod
     def run_finished(cls, phase: RunPhase) -> EventKind:
@@ -80,5 +88,8 @@ OUTCOME_KINDS = frozenset(
         EventKind.COMPENSATION_SUCCEEDED,
         EventKind.COMPENSATION_ATTEMPT_FAILED,
         EventKind.COMPENSATION_FAILED,
+        EventKind.FINALLY_SUCCEEDED,
+        EventKind.FINALLY_ATTEMPT_FAILED,
+        EventKind.FINALLY_FAILED,
     }
 )

@@ -73,10 +73,10 @@ def without_kueue_keys(mapping: Mapping[str, str]) -> dict[str, str]:
 
 
 def queued_task_keys(spec: DefinitionSpec) -> list[str]:
-    """The tasks (forward and compensators) whose Jobs queue through Kueue."""
+    """The tasks (forward, compensators and finally) whose Jobs queue through Kueue."""
     return [
         task.key
-        for task in spec.tasks
+        for task in (*spec.tasks, *spec.finally_tasks)
         if task.type is not None and queueing(spec, task.type) is not None
     ]
 

@@ -193,6 +193,8 @@ class DefinitionSpec(BaseModel):
     max_parallel_tasks: int | None = None
     concurrency: ConcurrencySpec | None = None
     tasks: tuple[TaskSpec, ...]
+    # run once the outcome is decided, in order (`flowforge.domain.final_tasks`)
+    finally_tasks: tuple[TaskSpec, ...] = Field(default=(), alias="finally")
     # typed run parameters; none declared: a run's parameters are free strings, as before
     parameters: tuple[ParameterSpec, ...] = ()
     # Kueue defaults for the task types that set none of their own
@@ -202,7 +204,7 @@ class DefinitionSpec(BaseModel):
 
     @cached_property
     def _tasks_by_key(self) -> Mapping[str, TaskSpec]:
-        return MappingProxyType({task.key: task for task in self.tasks})
+        return MappingProxyType({task.key: task for task in (*self.tasks, *self.finally_tasks)})
 
     @cached_property
     def forward_tasks(self) -> tuple[TaskSpec, ...]:
@@ -217,7 +219,7 @@ class DefinitionSpec(BaseModel):
         )
 
     def task(self, key: str) -> TaskSpec:
-        """The task with ``key``; KeyError when there is none."""
+        """The task with ``key`` (a ``finally`` one too); KeyError when there is none."""
         return self._tasks_by_key[key]
 
     def task_of(self, key: str) -> TaskSpec:

@@ -251,3 +251,21 @@ def gate_failed(*, gate: str, reason: str, message: str, skipped: Sequence[str] 
     if skipped:
         text += f"; skipped {', '.join(skipped)}"
     return Notice(reason, text, warning=True)
+
+
+def finalizing(*, phase: str, rollback: str, tasks: Sequence[str]) -> Notice:
+    """The run's outcome is decided: its ``finally`` tasks run before it takes it."""
+    return Notice(
+        "Finalizing",
+        f"outcome {phase} (rollback: {rollback}); running finally: {' -> '.join(tasks)}",
+    )
+
+
+def final_task_finished(*, task_key: str, attempt: int, succeeded: bool, message: str) -> Notice:
+    if succeeded:
+        return Notice("FinallySucceeded", f"finally task {task_key} attempt {attempt} succeeded")
+    return Notice(
+        "FinallyFailed",
+        f"finally task {task_key} attempt {attempt} failed: {message} (the run's phase stands)",
+        warning=True,
+    )

@@ -499,6 +499,21 @@ CONCURRENCY_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 
+MAX_FINALLY_TASKS: Final = 16
+
+FINALLY_SCHEMA: Final[dict[str, Any]] = {
+    "type": "array",
+    "description": "Tasks that run once the run's outcome is decided: after the forward "
+    "tasks and after the rollback has settled, in list order, one at a time, each with its "
+    "own retries and timeoutSeconds. Each gets the run's outcome (FLOWFORGE_RUN_OUTCOME: "
+    "Succeeded, Failed or Cancelled; FLOWFORGE_ROLLBACK: None, Completed or Halted). They "
+    "never change the run's phase, which is set once they have run. A finally task has a "
+    "key (unique among all tasks), a type, and optionally config, retries and "
+    "timeoutSeconds.",
+    "maxItems": MAX_FINALLY_TASKS,
+    "items": TASK_SCHEMA,
+}
+
 DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -551,5 +566,6 @@ DEFINITION_SPEC_SCHEMA: Final[dict[str, Any]] = {
             "maxItems": MAX_TASKS,
             "items": TASK_SCHEMA,
         },
+        "finally": FINALLY_SCHEMA,
     },
 }

@@ -33,6 +33,8 @@ class RunPhase(StrEnum):
 class TaskRole(StrEnum):
     FORWARD = "forward"
     COMPENSATION = "compensation"
+    # a ``finally`` task: runs once the run's outcome is decided (``final_tasks.py``)
+    FINALLY = "finally"
 
 
 class TaskState(StrEnum):

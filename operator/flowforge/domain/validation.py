@@ -34,6 +34,7 @@ from flowforge.domain.errors import (
     UnknownDependencyError,
     UnknownTaskTypeError,
 )
+from flowforge.domain.final_tasks import final_task_errors
 from flowforge.domain.for_each import for_each_errors
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec, TaskSpec
@@ -181,6 +182,8 @@ def graph_errors(definition: DefinitionSpec) -> list[DefinitionError]:
             )
     if gates or not all(task.type for task in definition.tasks):
         errors.extend(gate_errors(definition))
+    if definition.finally_tasks:
+        errors.extend(final_task_errors(definition))
     if not duplicates:
         cycle = _find_cycle(definition, forward_keys=forward_keys, dangling_edges=dangling_edges)
         if cycle is not None:

@@ -24,6 +24,7 @@ from flowforge.domain import run_files
 from flowforge.domain.api import API_VERSION, GROUP, PREFIX, RUN_KIND
 from flowforge.domain.caps import parameter_env_name as parameter_env_name
 from flowforge.domain.execution import config_map_name, job_name
+from flowforge.domain.final_tasks import ROLLBACK_ENV, RUN_OUTCOME_ENV
 from flowforge.domain.for_each import ITEM_ENV, ITEM_KEY_ENV, split_instance
 from flowforge.domain.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, without_kueue_keys
 from flowforge.domain.states import TaskRole
@@ -95,6 +96,8 @@ class JobRequest:
     undo_of: str | None = None
     # a forEach instance's item (`domain/for_each.py`): its forEach task, key and JSON text
     item: ItemRef | None = None
+    # a finally task's run outcome (`domain/final_tasks.py`): the phase, how the rollback ended
+    run_outcome: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -133,6 +136,8 @@ def _identity_environment(request: JobRequest) -> dict[str, str]:
         ours[TRACEPARENT_ENV] = request.traceparent
     if request.undo_of is not None:
         ours[UNDO_OF_ENV] = request.undo_of
+    if request.run_outcome is not None:
+        ours[RUN_OUTCOME_ENV], ours[ROLLBACK_ENV] = request.run_outcome
     if request.item is not None:
         ours[ITEM_ENV] = request.item.json
         ours[ITEM_KEY_ENV] = request.item.key

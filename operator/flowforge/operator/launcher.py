@@ -53,6 +53,7 @@ from flowforge.operator.run_files import ForgedConfigMap, RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.dispatch import record_job_created
+from flowforge.store.final_tasks import decided_outcome
 from flowforge.store.items import task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import active_tasks, recorded_job_uid, recorded_jobs
@@ -352,6 +353,10 @@ class JobLauncher:
             return
         template = spec.task_types[job_type]
         queued = queueing(spec, job_type)
+        outcome = None
+        if item.role is TaskRole.FINALLY:  # told the run's decided outcome
+            phase, rollback = await decided_outcome(self._pool, context.run_id)
+            outcome = (phase.value, rollback.value)
         request = JobRequest(
             namespace=context.namespace,
             run_name=context.name,
@@ -374,6 +379,7 @@ class JobLauncher:
                 else None
             ),
             item=await self._item(context, item.task_key),
+            run_outcome=outcome,
         )
         try:  # the run's ConfigMap, which the Job mounts, first
             await self.files.ensure(context)

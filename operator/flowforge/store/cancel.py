@@ -4,9 +4,10 @@
 attempts end ``cancelled``, recorded before their Jobs are deleted) under id-ordered row
 locks, and settles the run, which triggers the compensators of what succeeded. When the
 WorkflowRun object itself is gone (``rollback=False``) no Job of the run can exist any
-more (the garbage collector removes every Job it owns), so the compensators that have not
-finished are skipped too and the run finishes ``Cancelled`` at once. A run a person paused
-keeps the cancel for its resume (``pausing.py``), unless its object is gone.
+more (the garbage collector removes every Job it owns), so the compensators (and ``finally``
+tasks) that have not finished are skipped too and the run finishes ``Cancelled`` at once.
+A run a person paused keeps the cancel for its resume (``pausing.py``), unless its object
+is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flowforge.domain.states import (
 )
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_task_events
+from flowforge.store.final_tasks import skip_finals_locked
 from flowforge.store.lease import Fence
 from flowforge.store.moves import locked_move
 from flowforge.store.pausing import defer_cancel_locked
@@ -79,4 +81,6 @@ async def _abandon(connection: Connection, *, fence: Fence, run_id: int, reason:
         epoch=fence.epoch,
         task_keys=skipped,
     )
-    return Decision(recorded=bool(skipped))
+    # its finally tasks too: their Jobs went with the object
+    stopped = await skip_finals_locked(connection, fence=fence, run_id=run_id, reason=reason)
+    return Decision(recorded=bool(skipped) or bool(stopped), stop_jobs=stopped)

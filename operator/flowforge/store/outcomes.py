@@ -13,6 +13,9 @@
   scheduled after the backoff (``running -> ready``, attempt + 1); otherwise the task fails
   and everything downstream of it that is still waiting is skipped, under id-ordered row
   locks; then the run is settled.
+- **A ``finally`` task's outcome** (``final_tasks.py``) locks the run row: success, a retry
+  after the backoff, or a failure that leaves the run's decided phase as it is; then the
+  run is settled, which starts the next one or finishes the run.
 - **A compensator's outcome** locks the run row: success, a retry after the backoff
   (``running -> pending``), or a failure that halts the rollback (the pending compensators
   are skipped); then the run is settled, which starts the next compensator.
@@ -52,6 +55,7 @@ from flowforge.domain.undo import container_started
 from flowforge.store import queries
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
+from flowforge.store.final_tasks import record_final_locked
 from flowforge.store.gates import GATE_DEADLINE
 from flowforge.store.items import item_failed_locked
 from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
@@ -230,6 +234,17 @@ async def record_outcome(
             )
             if not run_row[0]:
                 moved = moved.then(await dispatch_locked(connection, fence=fence, run_id=run_id))
+        elif job.role is TaskRole.FINALLY:
+            moved = await record_final_locked(
+                connection,
+                fence=fence,
+                run_id=run_id,
+                task_id=task_id,
+                job=job,
+                outcome=outcome,
+                delay=delay,
+                detail=_detail(outcome),
+            )
         else:
             moved = await _record_compensation(
                 connection,

@@ -20,7 +20,8 @@ def task_rows(
     condition is false or whose forEach has no items ``skipped``, the rest ``waiting``) and per
     compensator (per instance for a forEach task), with its position and whether it is an approval
     gate: forward tasks in topological order (a forEach's instances in item order), compensators in
-    the order a rollback runs them (a forEach compensator's instances share one). A task waits for
+    the order a rollback runs them (a forEach compensator's instances share one), ``finally``
+    tasks ``waiting`` in their list order. A task waits for
     its upstreams in ``expansion`` (a condition-skipped one's own upstreams stand in for it)."""
     graph = spec.graph
     ready = set(expansion.graph.ready_tasks(reused))
@@ -69,6 +70,20 @@ def task_rows(
                 compensator.timeout_seconds,
                 0,
                 position[compensator.key],
+                False,
+            )
+        )
+    for index, final in enumerate(spec.finally_tasks):  # in the order they run
+        rows.append(
+            (
+                final.key,
+                TaskRole.FINALLY,
+                TaskState.WAITING,
+                None,
+                final.retries + 1,
+                final.timeout_seconds,
+                0,
+                index,
                 False,
             )
         )

@@ -52,6 +52,7 @@ from flowforge.domain.states import (
 from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
+from flowforge.store.final_tasks import begin_finally_locked, next_final_step_locked
 from flowforge.store.gates import expire_gates_locked
 from flowforge.store.lease import Fence
 from flowforge.store.queries import UNDONE_AS_ATTEMPTED, forward_counts_locked
@@ -144,14 +145,22 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
     """Inside a transaction that passed the fence check: lock the run and settle it.
     ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, cancel_requested, namespace, recovering, paused "
-        "FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
+        "SELECT phase, compensating, cancel_requested, namespace, recovering, paused, "
+        "final_phase FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
         (run_id,),
     )
     row = await cursor.fetchone()
     if row is None:
         return Decision.lost()
     compensating, cancel_requested, paused = bool(row[1]), bool(row[2]), bool(row[5])
+    if row[6] is not None and RunPhase(row[0]) not in TERMINAL_RUN_PHASES:
+        # the outcome is decided: its finally tasks run, then it takes the phase
+        step = await next_final_step_locked(connection, fence=fence, run_id=run_id, paused=paused)
+        if step is not None:
+            return step
+        return await _finish(
+            connection, fence=fence, run_id=run_id, phase=RunPhase(row[6]), decided=True
+        )
     if RunPhase(row[0]) in TERMINAL_RUN_PHASES:
         if not row[4]:
             return Decision.lost()
@@ -348,12 +357,22 @@ async def _recovered(connection: Connection, *, fence: Fence, run_id: int) -> De
 
 
 async def _finish(
-    connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase
+    connection: Connection,
+    *,
+    fence: Fence,
+    run_id: int,
+    phase: RunPhase,
+    decided: bool = False,
 ) -> Decision:
-    """Finish the run; its slot goes to the next queued run of its namespace at once (the
-    caller holds the namespace's lock, ``queue.py``)."""
+    """Finish the run, unless its ``finally`` tasks are to run first (``decided``: they
+    have run); its slot goes to the next queued run of its namespace at once (the caller
+    holds the namespace's lock, ``queue.py``)."""
+    if not decided:
+        begun = await begin_finally_locked(connection, fence=fence, run_id=run_id, phase=phase)
+        if begun is not None:
+            return begun
     cursor = await connection.execute(
-        "UPDATE flowforge_run AS run SET phase = %s, compensating = false, "
+        "UPDATE flowforge_run AS run SET phase = %s, compensating = false, finalizing = false, "
         "finished_at = now(), queue_reason = NULL, updated_at = now() "
         "FROM (SELECT phase FROM flowforge_run WHERE id = %s) AS before "
         "WHERE run.id = %s RETURNING run.namespace, before.phase = %s",

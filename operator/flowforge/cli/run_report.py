@@ -12,8 +12,8 @@ from typing import Any
 
 from flowforge.cli.output import table
 from flowforge.domain.execution import attempts_made
-from flowforge.domain.history import EventKind
-from flowforge.domain.states import CompensationState, TaskState
+from flowforge.domain.history import OUTCOME_KINDS, EventKind
+from flowforge.domain.states import CompensationState, TaskRole, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
 from flowforge.store.queries import TaskRecord, list_tasks, rollback_steps, run_progress
@@ -21,17 +21,9 @@ from flowforge.store.reuse import NamedRun
 
 # what a run report holds: the store's rows and the outcomes its event history recorded
 
-OUTCOME_KINDS = frozenset(
-    {
-        EventKind.TASK_SUCCEEDED,
-        EventKind.TASK_FAILED,
-        EventKind.TASK_ATTEMPT_FAILED,
-        EventKind.COMPENSATION_SUCCEEDED,
-        EventKind.COMPENSATION_FAILED,
-        EventKind.COMPENSATION_ATTEMPT_FAILED,
-    }
+START_KINDS = frozenset(
+    {EventKind.TASK_DISPATCHED, EventKind.COMPENSATION_STARTED, EventKind.FINALLY_STARTED}
 )
-START_KINDS = frozenset({EventKind.TASK_DISPATCHED, EventKind.COMPENSATION_STARTED})
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -110,6 +102,7 @@ class RunReport:
     counts: Mapping[str, int]
     tasks: Sequence[TaskReport] = ()
     compensation: Sequence[TaskReport] = ()  # the steps of the rollback, in running order
+    finals: Sequence[TaskReport] = ()  # the finally tasks, in the order they run
     retry_of: str | None = None
     # the WorkflowRunActions applied to the run or refused: who acted, on what, and why
     actions: Sequence[Mapping[str, Any]] = ()
@@ -149,6 +142,7 @@ class RunReport:
             "counts": dict(self.counts),
             "tasks": [task.to_dict() for task in self.tasks],
             "compensation": [step.to_dict() for step in self.compensation],
+            "finally": [step.to_dict() for step in self.finals],
             "actions": [dict(action) for action in self.actions],
         }
 
@@ -223,12 +217,12 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
             row=row, attempts=attempts.get(row.task_key, ()), reused_from=reused.get(row.task_key)
         )
         for row in rows
-        if row.compensates_key is None
+        if row.role is TaskRole.FORWARD
     ]
     succeeded = {
         row.task_key
         for row in rows
-        if row.compensates_key is None and row.state == TaskState.SUCCEEDED
+        if row.role is TaskRole.FORWARD and row.state == TaskState.SUCCEEDED
     }
     # the rollback's steps: compensators of what succeeded (or was undone as attempted,
     # compensateOn), once triggered (a skipped one among them was halted by a failed step)
@@ -253,6 +247,11 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
         counts=counts,
         tasks=tasks,
         compensation=compensation,
+        finals=[
+            TaskReport(row=row, attempts=attempts.get(row.task_key, ()))
+            for row in rows
+            if row.role is TaskRole.FINALLY
+        ],
         retry_of=retry_of,
         actions=_actions(events),
     )
@@ -383,6 +382,11 @@ def report_text(report: RunReport, *, wide: bool = False) -> str:
                 ]
                 for number, step in enumerate(report.compensation, start=1)
             ],
+        )
+    if report.finals:
+        text += "\nFinally (once the outcome was decided, in order):\n" + table(
+            ["TASK", *headers],
+            [_task_row(step, first=step.row.task_key, wide=wide) for step in report.finals],
         )
     if report.actions:
         text += "\nActions (people's decisions, oldest first):\n" + table(

@@ -31,6 +31,7 @@ from flowforge.domain.run import (
     Condition,
     ConditionStatus,
     DuplicateOf,
+    FinallySummary,
     QueueStatus,
     RunProgress,
     RunStatus,
@@ -39,6 +40,7 @@ from flowforge.domain.run import (
 from flowforge.domain.states import (
     TERMINAL_COMPENSATION_STATES,
     TERMINAL_RUN_PHASES,
+    TERMINAL_TASK_STATES,
     CompensationState,
     RunPhase,
 )
@@ -49,6 +51,8 @@ STALLED = "Stalled"
 COMPLETED = "Completed"
 # approval gates wait for people: a condition, and the reason the run is not done yet
 AWAITING_APPROVAL = "AwaitingApproval"
+# the outcome is decided, the finally tasks run (`final_tasks.py`)
+FINALIZING = "Finalizing"
 
 # per-task entries in the status only while the run is this small; above it, counts only
 STATUS_TASK_SUMMARY_LIMIT = 50
@@ -147,6 +151,12 @@ class StatusInput:
     deferred_cancel: str | None = None
     # the approval gates that wait for people, and since when (`approval.py`)
     awaiting_approval: Sequence[tuple[str, datetime]] = field(default_factory=tuple)
+    # once the outcome is decided: that phase, how the rollback ended, the finally tasks
+    final: FinallySummary | None = None
+
+    @property
+    def finalizing(self) -> bool:
+        return self.final is not None and self.phase not in TERMINAL_RUN_PHASES
 
     @property
     def paused(self) -> bool:
@@ -272,6 +282,8 @@ def reconciling_reason(status: StatusInput) -> str:
         return "Queued"
     if status.paused:
         return "Paused"
+    if status.finalizing:
+        return FINALIZING
     if status.compensating:
         return "Compensating"
     if status.cancel_requested:
@@ -324,6 +336,8 @@ def run_conditions(status: StatusInput) -> list[Condition]:
         progressing_reason = "Queued"
     elif status.paused:
         progressing_reason = "Paused"
+    elif status.finalizing:
+        progressing_reason = FINALIZING
     elif status.compensating:
         progressing_reason = "Compensating"
     elif status.cancel_requested and not finished:
@@ -492,6 +506,12 @@ def _phase_message(status: StatusInput) -> str:
         return f"queued: {status.queue.message}" if status.queue else "queued"
     if status.paused:
         return f"paused: {progress_text(counts, rollback=status.compensation)}"
+    if status.final is not None and status.finalizing:
+        done = sum(step.state in TERMINAL_TASK_STATES for step in status.final.steps)
+        return (
+            f"outcome {status.final.outcome.value} decided (rollback: "
+            f"{status.final.rollback}); running finally tasks {done}/{len(status.final.steps)}"
+        )
     if status.compensating:
         return f"rolling back: {progress_text(counts, rollback=status.compensation)}"
     text = f"{counts.succeeded} of {counts.total} tasks succeeded, {counts.running} running"
@@ -534,6 +554,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
         tasks=list(status.tasks) if small else [],
         tasks_truncated=not small,
         compensation=compensation_summary(status),
+        finally_=status.final,
         queue=status.queue if status.phase is RunPhase.QUEUED else None,
         duplicate_of=status.duplicate_of,
         message=_phase_message(status)[:4096],

@@ -28,6 +28,7 @@ from flowforge.domain.states import (
     RunPhase,
     ShownTaskState,
     TaskRole,
+    TaskState,
 )
 
 MAX_TASK_SUMMARIES = 100
@@ -276,6 +277,29 @@ class CompensationSummary(_WireModel):
     )
 
 
+class FinalStep(_WireModel):
+    """One ``finally`` task and its state."""
+
+    name: str = Field(min_length=1, description="The finally task's key.")
+    state: TaskState = Field(description="Its state: waiting, running, succeeded, failed...")
+    attempt: int = Field(default=0, ge=0, description="Attempt number of the latest try.")
+    message: str = Field(
+        default="", max_length=1024, description="Short explanation of the state, e.g. an error."
+    )
+
+
+class FinallySummary(_WireModel):
+    """The ``finally`` tasks, once the run's outcome is decided."""
+
+    outcome: RunPhase = Field(description="The decided phase the finally tasks were told.")
+    rollback: str = Field(
+        description="How the rollback ended, as they were told: None, Completed or Halted."
+    )
+    steps: list[FinalStep] = Field(
+        default_factory=list, max_length=16, description="The finally tasks, in list order."
+    )
+
+
 class QueueStatus(_WireModel):
     """Why a queued run waits, and where."""
 
@@ -344,6 +368,11 @@ class RunStatus(_WireModel):
     )
     compensation: CompensationSummary | None = Field(
         default=None, description="Progress of the saga rollback, once one is triggered."
+    )
+    finally_: FinallySummary | None = Field(
+        default=None,
+        alias="finally",
+        description="The finally tasks, once the outcome is decided (spec.finally).",
     )
     queue: QueueStatus | None = Field(
         default=None, description="Present while the run is Queued: the limit and its position."

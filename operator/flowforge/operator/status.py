@@ -27,7 +27,14 @@ from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.kueue import queueing
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT, StatusInput, project_status
 from flowforge.domain.queue import queue_message
-from flowforge.domain.run import CompensationStep, DuplicateOf, QueueStatus, TaskSummary
+from flowforge.domain.run import (
+    CompensationStep,
+    DuplicateOf,
+    FinallySummary,
+    FinalStep,
+    QueueStatus,
+    TaskSummary,
+)
 from flowforge.domain.states import (
     TERMINAL_RUN_PHASES,
     CompensationState,
@@ -41,6 +48,7 @@ from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.store.actions import recovery_note
 from flowforge.store.connection import Pool
+from flowforge.store.final_tasks import final_steps
 from flowforge.store.gates import awaiting_gates
 from flowforge.store.queries import (
     RollbackStep,
@@ -51,7 +59,7 @@ from flowforge.store.queries import (
     rollback_steps,
 )
 from flowforge.store.queue import queue_position
-from flowforge.store.runs import get_run
+from flowforge.store.runs import RunRecord, get_run
 
 logger = logging.getLogger(__name__)
 FINAL_PHASES = frozenset(phase.value for phase in TERMINAL_RUN_PHASES)
@@ -251,10 +259,25 @@ class StatusWriter:
                 duplicate_of=duplicate,
                 paused_at=record.paused_at,
                 deferred_cancel=record.deferred_cancel,
+                final=await self._final(record),
                 awaiting_approval=(
                     await awaiting_gates(self._pool, context.run_id) if counts.awaiting else ()
                 ),
             )
+        )
+
+    async def _final(self, record: RunRecord) -> FinallySummary | None:
+        """The finally tasks, once the run's outcome is decided."""
+        if record.final_phase is None:
+            return None
+        steps = [
+            FinalStep(name=key, state=state, attempt=attempt, message=error[:1024])
+            for key, state, attempt, error in await final_steps(self._pool, record.id)
+        ]
+        return FinallySummary(
+            outcome=RunPhase(record.final_phase),
+            rollback=record.rollback_outcome or "None",
+            steps=steps,
         )
 
     async def _queue(self, context: RunContext) -> QueueStatus | None:

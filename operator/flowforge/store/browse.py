@@ -198,12 +198,13 @@ async def run_tasks(
     keys: Sequence[str] | None = None,
     compensators: bool = False,
 ) -> list[TaskRow]:
-    """The run's task rows (forward and compensators) in topological order; only those
+    """The run's task rows (forward and compensators, not the finally tasks) in topological
+    order; only those
     named ``keys`` (and every compensator, with ``compensators``) when ``keys`` is given."""
     cursor = await connection.execute(
         "SELECT task_key, compensates_key, state, attempt, max_attempts, started_at, "
         "finished_at, last_error FROM flowforge_task WHERE run_id = %(run)s "
-        "AND (%(keys)s::text[] IS NULL OR task_key = ANY(%(keys)s) "
+        "AND role <> 'finally' AND (%(keys)s::text[] IS NULL OR task_key = ANY(%(keys)s) "
         "     OR (%(compensators)s AND role = 'compensation')) "
         "ORDER BY topological_index, task_key",
         {

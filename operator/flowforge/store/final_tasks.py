@@ -228,3 +228,17 @@ async def decided_outcome(pool: Pool, run_id: int) -> tuple[RunPhase, RollbackOu
     if row is None or row[0] is None:
         raise LookupError(f"run {run_id} has no decided outcome")
     return RunPhase(row[0]), RollbackOutcome(row[1] or RollbackOutcome.NONE)
+
+
+async def final_steps(pool: Pool, run_id: int) -> list[tuple[str, TaskState, int, str]]:
+    """The run's ``finally`` tasks in list order: key, state, attempt, last error."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT task_key, state, attempt, coalesce(last_error, '') FROM flowforge_task "
+            f"WHERE run_id = %s AND role = '{TaskRole.FINALLY}' ORDER BY topological_index",
+            (run_id,),
+        )
+        return [
+            (str(key), TaskState(state), int(attempt), str(error))
+            for key, state, attempt, error in await cursor.fetchall()
+        ]

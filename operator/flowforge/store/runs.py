@@ -50,7 +50,7 @@ from flowforge.store.transaction import in_transaction
 _RUN_COLUMNS = (
     "id, namespace, name, uid, definition_id, parameters, phase, compensating, "
     "cancel_requested, created_at, finished_at, pruned_at, recovering, duplicate_of, "
-    "paused_at, deferred_cancel"
+    "paused_at, deferred_cancel, final_phase, rollback_outcome"
 )
 
 FIND_RUN_QUERY = (
@@ -80,6 +80,9 @@ class RunRecord:
     # its resume (the reason; flowforge.store.pausing)
     paused_at: datetime | None = None
     deferred_cancel: str | None = None
+    # once its outcome is decided and it has finally tasks (flowforge.store.final_tasks)
+    final_phase: str | None = None
+    rollback_outcome: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:

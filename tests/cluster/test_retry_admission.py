@@ -21,22 +21,12 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.validation import parse_definition
-from flowforge.kube.webhook_config import (
-    apply_webhook_configurations,
-    delete_webhook_configurations,
-    local_endpoint,
-)
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.definitions import publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.reuse import find_run_by_name
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import (
-    WebhookServer,
-    _wait_until_enforced,
-    spawn_webhook_server,
-    stop_webhook_server,
-)
+from tests.plugins.webhooks import WebhookServer, webhooks_on_store
 
 pytestmark = pytest.mark.cluster
 
@@ -61,15 +51,8 @@ def workflow(name: str, last: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def store_webhooks(cluster: Cluster, store_dsn: str, tmp_path: Path) -> Iterator[WebhookServer]:
     """The webhooks on the operator's store, enforced by the apiserver."""
-    server = spawn_webhook_server(cluster, directory=tmp_path, dsn=store_dsn)
-    try:
-        endpoint = local_endpoint(port=server.port, ca_pem=server.certs.ca_pem)
-        apply_webhook_configurations(endpoint, kubeconfig=cluster.kubeconfig)
-        _wait_until_enforced(cluster, server)
+    with webhooks_on_store(cluster, directory=tmp_path, dsn=store_dsn) as server:
         yield server
-    finally:
-        delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
-        stop_webhook_server(server)
 
 
 def create(

@@ -88,6 +88,18 @@ READER_RULES: list[dict[str, Any]] = [
         "resources": ["workflowruns", "workflowdefinitions"],
         "verbs": ["get", "list", "watch", "create", "patch"],
     },
+    {
+        "apiGroups": ["flowforge.io"],
+        "resources": ["workflowschedules"],
+        "verbs": ["get", "list", "watch"],
+    },
+    # a person's actions about runs: the object, and the custom verbs admission checks
+    {"apiGroups": ["flowforge.io"], "resources": ["workflowrunactions"], "verbs": ["create"]},
+    {
+        "apiGroups": ["flowforge.io"],
+        "resources": ["workflowruns"],
+        "verbs": ["pause", "recover", "approve"],
+    },
     {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
 ]
 
@@ -117,13 +129,26 @@ class ApiServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def request(
-        self, path: str, *, token: str | None = None, method: str = "GET", timeout: float = 30
+        self,
+        path: str,
+        *,
+        token: str | None = None,
+        method: str = "GET",
+        timeout: float = 30,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> Response:
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        """``body``: JSON (bytes as they are); ``headers``: instead of those the UI sends
+        with a POST (``X-FlowForge-Request``, and the JSON content type with a body)."""
+        sent = {"Authorization": f"Bearer {token}"} if token is not None else {}
         data = b"" if method == "POST" else None
-        if method == "POST":  # what the UI sends; a cross-site POST cannot (server/app.py)
-            headers["X-FlowForge-Request"] = "1"
-        request = urllib.request.Request(self.url + path, headers=headers, method=method, data=data)
+        # what the UI sends; a cross-site POST cannot (server/app.py)
+        usual = {"X-FlowForge-Request": "1"} if method == "POST" else {}
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            usual["Content-Type"] = "application/json"
+        sent.update(usual if headers is None else headers)
+        request = urllib.request.Request(self.url + path, headers=sent, method=method, data=data)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 return Response(answer.status, _lower(answer.headers), answer.read())
@@ -171,9 +196,14 @@ def module_database(postgres_server_dsn: str, postgres_template: str) -> Iterato
     _drop_database(postgres_server_dsn, name)
 
 
-def reader_token(cluster: Cluster, namespace: str, account: str = "reader") -> str:
-    """A ServiceAccount in ``namespace`` bound to READER_RULES there, and its real token."""
-    manifest = bound_service_account(account, namespace=namespace, rules=READER_RULES)
+def reader_token(
+    cluster: Cluster,
+    namespace: str,
+    account: str = "reader",
+    rules: list[dict[str, Any]] = READER_RULES,
+) -> str:
+    """A ServiceAccount in ``namespace`` bound to ``rules`` there, and its real token."""
+    manifest = bound_service_account(account, namespace=namespace, rules=rules)
     kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
     created = kubectl(cluster, "create", "token", account, "-n", namespace, "--duration=1h")
     return created.stdout.strip()

@@ -236,6 +236,21 @@ def stop_webhook_server(server: WebhookServer) -> None:
         server.process.wait(timeout=5)
 
 
+@contextlib.contextmanager
+def webhooks_on_store(cluster: Cluster, *, directory: Path, dsn: str) -> Iterator[WebhookServer]:
+    """A webhook server of its own on the store ``dsn`` (an operator's, whose published
+    definitions admission then finds), enforced by the apiserver until the block ends."""
+    server = spawn_webhook_server(cluster, directory=directory, dsn=dsn)
+    try:
+        endpoint = local_endpoint(port=server.port, ca_pem=server.certs.ca_pem)
+        apply_webhook_configurations(endpoint, kubeconfig=cluster.kubeconfig)
+        _wait_until_enforced(cluster, server)
+        yield server
+    finally:
+        delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
+        stop_webhook_server(server)
+
+
 @pytest.fixture(scope="session")
 def webhook_server(
     cluster: Cluster,

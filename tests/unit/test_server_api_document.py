@@ -48,6 +48,9 @@ def test_it_documents_every_endpoint_of_the_contract_and_no_422() -> None:
         f"{base}/runs/{{name}}/stream",
         f"{base}/runs/{{name}}/cancel",
         f"{base}/runs/{{name}}/retry",
+        f"{base}/runs/{{name}}/actions",
+        f"{base}/schedules",
+        f"{base}/schedules/{{name}}",
         f"{base}/definitions",
         f"{base}/definitions/{{name}}",
     }

@@ -5,6 +5,7 @@ import { setToken, token } from "./auth";
 import { DefinitionPage, DefinitionsPage } from "./pages/Definitions";
 import { RunPage } from "./pages/RunPage";
 import { RunsPage } from "./pages/RunsPage";
+import { SchedulePage, SchedulesPage } from "./pages/Schedules";
 import { href, interceptLinks, useLocation } from "./router";
 
 type Who = { username: string; groups: string[] };
@@ -49,6 +50,9 @@ export function App() {
         <a class="brand" href={href.runs()}>FlowForge</a>
         <nav aria-label="Main">
           <a href={href.runs()} aria-current={route.page.startsWith("run") ? "page" : undefined}>Runs</a>
+          <a href={href.schedules()} aria-current={route.page.startsWith("schedule") ? "page" : undefined}>
+            Schedules
+          </a>
           <a href={href.definitions()} aria-current={route.page.startsWith("definition") ? "page" : undefined}>
             Definitions
           </a>
@@ -75,6 +79,10 @@ function Page({ route, search }: ReturnType<typeof useLocation>) {
       return <RunsPage search={search} />;
     case "run":
       return <RunPage key={`${route.namespace}/${route.name}`} namespace={route.namespace} name={route.name} />;
+    case "schedules":
+      return <SchedulesPage search={search} />;
+    case "schedule":
+      return <SchedulePage key={`${route.namespace}/${route.name}`} namespace={route.namespace} name={route.name} search={search} />;
     case "definitions":
       return <DefinitionsPage search={search} />;
     case "definition":

@@ -75,6 +75,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/namespaces/{namespace}/runs/{name}/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Actions
+         * @description The run's WorkflowRunActions the operator processed, oldest first (its history).
+         */
+        get: operations["run_actions_api_v1_namespaces__namespace__runs__name__actions_get"];
+        put?: never;
+        /**
+         * Create Action
+         * @description Create a WorkflowRunAction about the run as the caller: RBAC (``create
+         *     workflowrunactions``) and admission (the action's verb on the run) judge the caller,
+         *     whom the webhook records as its actor.
+         */
+        post: operations["create_action_api_v1_namespaces__namespace__runs__name__actions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/namespaces/{namespace}/runs/{name}/cancel": {
         parameters: {
             query?: never;
@@ -186,6 +212,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/namespaces/{namespace}/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Schedules
+         * @description The namespace's WorkflowSchedules by name (at most 500).
+         */
+        get: operations["list_schedules_api_v1_namespaces__namespace__schedules_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/namespaces/{namespace}/schedules/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Schedule Detail
+         * @description One WorkflowSchedule and the runs it made, newest fire first (``continue``: the
+         *     next page, as for the run list).
+         */
+        get: operations["schedule_detail_api_v1_namespaces__namespace__schedules__name__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs": {
         parameters: {
             query?: never;
@@ -227,6 +294,39 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * ActionReference
+         * @description The WorkflowRunAction created: the operator processes it, then the run's history
+         *     (and its ``actions``) shows the result.
+         */
+        ActionReference: {
+            /** Name */
+            name: string;
+            /** Namespace */
+            namespace: string;
+            /** Run */
+            run: string;
+        };
+        /**
+         * ActionRequest
+         * @description A WorkflowRunAction's spec without ``run`` (the path names it).
+         */
+        ActionRequest: {
+            action: components["schemas"]["RunActionKind"];
+            /** Compensator */
+            compensator?: string | null;
+            /** Reason */
+            reason?: string | null;
+            /** Task */
+            task?: string | null;
+        };
+        /** Actor */
+        Actor: {
+            /** Groups */
+            groups: string[];
+            /** Username */
+            username: string;
+        };
         /** Attempt */
         Attempt: {
             /** Durationseconds */
@@ -428,6 +528,18 @@ export interface components {
             /** Task */
             task: string | null;
         };
+        /** LastFire */
+        LastFire: {
+            /**
+             * Nominaltime
+             * Format: date-time
+             */
+            nominalTime: string;
+            /** Phase */
+            phase: string | null;
+            /** Run */
+            run: string;
+        };
         /** NamespaceItem */
         NamespaceItem: {
             /** Name */
@@ -478,6 +590,45 @@ export interface components {
              */
             reason: string | null;
         };
+        /**
+         * RunAction
+         * @description A WorkflowRunAction as the run's history recorded it when the operator processed it.
+         */
+        RunAction: {
+            /** Action */
+            action: string;
+            actor: components["schemas"]["Actor"] | null;
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Compensator */
+            compensator: string | null;
+            /** Message */
+            message: string;
+            /** Name */
+            name: string;
+            /** Reason */
+            reason: string;
+            /**
+             * Result
+             * @enum {string}
+             */
+            result: "Accepted" | "Refused";
+            /** Task */
+            task: string | null;
+        };
+        /**
+         * RunActionKind
+         * @enum {string}
+         */
+        RunActionKind: "Approve" | "Reject" | "RetryCompensator" | "SkipCompensator" | "Pause" | "Resume";
+        /** RunActionList */
+        RunActionList: {
+            /** Items */
+            items: components["schemas"]["RunAction"][];
+        };
         /** RunChange */
         RunChange: {
             compensation: components["schemas"]["Compensation"];
@@ -489,6 +640,11 @@ export interface components {
         };
         /** RunDetail */
         RunDetail: {
+            /**
+             * Actions
+             * @default []
+             */
+            actions: components["schemas"]["RunAction"][];
             /**
              * Cancelrequested
              * @default false
@@ -515,6 +671,11 @@ export interface components {
             parameters: {
                 [key: string]: unknown;
             };
+            /**
+             * Paused
+             * @default false
+             */
+            paused: boolean;
             /** Phase */
             phase: string;
             progress: components["schemas"]["Progress"];
@@ -617,6 +778,111 @@ export interface components {
             version: number;
             /** Workflow */
             workflow: string;
+        };
+        /** ScheduleDetail */
+        ScheduleDetail: {
+            /** Active */
+            active: string[];
+            /** Conditions */
+            conditions: components["schemas"]["Condition"][];
+            /** Continue */
+            continue: string | null;
+            /** Createdat */
+            createdAt: string | null;
+            lastFire: components["schemas"]["LastFire"] | null;
+            /** Missed */
+            missed: {
+                [key: string]: number;
+            };
+            /** Name */
+            name: string;
+            /** Namespace */
+            namespace: string;
+            /** Nextfiretimes */
+            nextFireTimes: string[];
+            /** Overlappolicy */
+            overlapPolicy: string;
+            /** Queued */
+            queued: string | null;
+            /** Runs */
+            runs: components["schemas"]["ScheduledRun"][];
+            /** Schedule */
+            schedule: string;
+            /** Suspended */
+            suspended: boolean;
+            /** Timezone */
+            timeZone: string;
+            /** Uid */
+            uid: string;
+            /** Version */
+            version: number | null;
+            /** Workflow */
+            workflow: string;
+        };
+        /** ScheduleList */
+        ScheduleList: {
+            /** Items */
+            items: components["schemas"]["ScheduleSummary"][];
+        };
+        /**
+         * ScheduleSummary
+         * @description A WorkflowSchedule: its spec and next times from the object (read with the caller's
+         *     token), what it fired from the store.
+         */
+        ScheduleSummary: {
+            /** Active */
+            active: string[];
+            /** Conditions */
+            conditions: components["schemas"]["Condition"][];
+            /** Createdat */
+            createdAt: string | null;
+            lastFire: components["schemas"]["LastFire"] | null;
+            /** Missed */
+            missed: {
+                [key: string]: number;
+            };
+            /** Name */
+            name: string;
+            /** Namespace */
+            namespace: string;
+            /** Nextfiretimes */
+            nextFireTimes: string[];
+            /** Overlappolicy */
+            overlapPolicy: string;
+            /** Queued */
+            queued: string | null;
+            /** Schedule */
+            schedule: string;
+            /** Suspended */
+            suspended: boolean;
+            /** Timezone */
+            timeZone: string;
+            /** Uid */
+            uid: string;
+            /** Version */
+            version: number | null;
+            /** Workflow */
+            workflow: string;
+        };
+        /** ScheduledRun */
+        ScheduledRun: {
+            /** Backfill */
+            backfill: string | null;
+            /**
+             * Firedat
+             * Format: date-time
+             */
+            firedAt: string;
+            /** Manual */
+            manual: boolean;
+            /** Name */
+            name: string;
+            /**
+             * Nominaltime
+             * Format: date-time
+             */
+            nominalTime: string;
+            run: components["schemas"]["RunSummary"] | null;
         };
         /** TaskBrief */
         TaskBrief: {
@@ -958,6 +1224,159 @@ export interface operations {
             };
             /** @description NotFound */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    run_actions_api_v1_namespaces__namespace__runs__name__actions_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a namespace */
+                namespace: string;
+                /** @description a WorkflowRun */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunActionList"];
+                };
+            };
+            /** @description BadRequest */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description NotFound */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    create_action_api_v1_namespaces__namespace__runs__name__actions_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a namespace */
+                namespace: string;
+                /** @description a WorkflowRun */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ActionRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActionReference"];
+                };
+            };
+            /** @description BadRequest */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description NotFound */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1372,6 +1791,147 @@ export interface operations {
                 };
                 content: {
                     "text/plain": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    list_schedules_api_v1_namespaces__namespace__schedules_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a namespace */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description BadRequest */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description NotFound */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    schedule_detail_api_v1_namespaces__namespace__schedules__name__get: {
+        parameters: {
+            query?: {
+                limit?: number;
+                continue?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a namespace */
+                namespace: string;
+                /** @description a WorkflowSchedule */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleDetail"];
+                };
+            };
+            /** @description BadRequest */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description NotFound */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

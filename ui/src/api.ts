@@ -26,6 +26,12 @@ export type DefinitionSummary = Schemas["DefinitionSummary"];
 export type TaskType = Schemas["TaskTypeBrief"];
 export type DefinitionVersion = Schemas["DefinitionVersion"];
 export type DefinitionDetail = Schemas["DefinitionDetail"];
+export type RunAction = Schemas["RunAction"];
+export type ActionRequest = Schemas["ActionRequest"];
+export type ActionReference = Schemas["ActionReference"];
+export type ScheduleSummary = Schemas["ScheduleSummary"];
+export type ScheduleDetail = Schemas["ScheduleDetail"];
+export type ScheduledRun = Schemas["ScheduledRun"];
 
 export type Page<T> = { items: T[]; continue?: string | null };
 
@@ -69,11 +75,14 @@ export async function getText(path: string, signal?: AbortSignal): Promise<strin
   return (await request(path, { signal, headers: { Accept: "text/plain" } })).text();
 }
 
-export async function post<T>(path: string): Promise<T> {
+export async function post<T>(path: string, body?: unknown): Promise<T> {
   // The server refuses a POST without this header: a cross-site form or text/plain fetch
   // cannot send it without a CORS preflight, which the server never grants.
-  return (await (await request(path, { method: "POST", headers: { "X-FlowForge-Request": "1" } }))
-    .json()) as T;
+  const headers: Record<string, string> = { "X-FlowForge-Request": "1" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const init: RequestInit = { method: "POST", headers };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  return (await (await request(path, init)).json()) as T;
 }
 
 const seg = encodeURIComponent;
@@ -84,6 +93,9 @@ export const paths = {
     `/namespaces/${seg(ns)}/runs/${seg(name)}/tasks/${seg(task)}`,
   definitions: (ns: string) => `/namespaces/${seg(ns)}/definitions`,
   definition: (ns: string, name: string) => `/namespaces/${seg(ns)}/definitions/${seg(name)}`,
+  actions: (ns: string, name: string) => `/namespaces/${seg(ns)}/runs/${seg(name)}/actions`,
+  schedules: (ns: string) => `/namespaces/${seg(ns)}/schedules`,
+  schedule: (ns: string, name: string) => `/namespaces/${seg(ns)}/schedules/${seg(name)}`,
 };
 
 export type StreamHandlers = {

@@ -16,6 +16,11 @@ export function age(iso: string | null | undefined, now: number = Date.now()): s
   return duration(Math.floor(seconds)).replace(/\.\d/, "");
 }
 
+/** How long until a future time (a schedule's next fire), as ``age`` reads a past one. */
+export function until(iso: string, now: number = Date.now()): string {
+  return age(new Date(now).toISOString(), Date.parse(iso));
+}
+
 export function time(iso: string | null | undefined): string {
   if (!iso) return "—";
   return new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
@@ -27,7 +32,7 @@ export const KNOWN_PHASES = ["Pending", "Queued", "Running", "Succeeded", "Faile
 
 const KNOWN_STATES = new Set([
   "waiting", "ready", "admitting", "running", "succeeded", "failed", "skipped", "cancelled",
-  "not_triggered", "pending",
+  "not_triggered", "pending", "awaiting",
 ]);
 
 /** The CSS class of a task or compensator state; an unknown one is shown neutrally. */

@@ -7,6 +7,8 @@ export type Route =
   | { page: "run"; namespace: string; name: string }
   | { page: "definitions" }
   | { page: "definition"; namespace: string; name: string }
+  | { page: "schedules" }
+  | { page: "schedule"; namespace: string; name: string }
   | { page: "missing"; path: string };
 
 export function parse(pathname: string): Route {
@@ -17,6 +19,9 @@ export function parse(pathname: string): Route {
   if (parts[0] === "definitions" && parts.length === 1) return { page: "definitions" };
   if (parts[0] === "definitions" && parts.length === 3)
     return { page: "definition", namespace: parts[1], name: parts[2] };
+  if (parts[0] === "schedules" && parts.length === 1) return { page: "schedules" };
+  if (parts[0] === "schedules" && parts.length === 3)
+    return { page: "schedule", namespace: parts[1], name: parts[2] };
   return { page: "missing", path: pathname };
 }
 
@@ -27,6 +32,8 @@ export const href = {
   run: (ns: string, name: string) => `/runs/${seg(ns)}/${seg(name)}`,
   definitions: (query = "") => `/definitions${query}`,
   definition: (ns: string, name: string) => `/definitions/${seg(ns)}/${seg(name)}`,
+  schedules: (query = "") => `/schedules${query}`,
+  schedule: (ns: string, name: string) => `/schedules/${seg(ns)}/${seg(name)}`,
 };
 
 export function navigate(to: string, replace = false): void {

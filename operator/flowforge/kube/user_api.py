@@ -18,6 +18,8 @@ import aiohttp
 
 from flowforge.domain.api import API_VERSION, RUN_PLURAL
 from flowforge.domain.observed_pod import CONTROLLER_UID_LABEL, JobClaim, job_claim
+from flowforge.domain.run_actions import PLURAL as ACTION_PLURAL
+from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.errors import (
     TOO_MANY_REQUESTS,
     KubernetesError,
@@ -27,6 +29,8 @@ from flowforge.kube.errors import (
 
 TIMEOUT_SECONDS: Final = 15.0
 MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
+# the WorkflowSchedules one listing reads (a namespace holding more shows the first ones)
+MAX_SCHEDULES: Final = 500
 
 
 def _controlled_by(pod: Mapping[str, Any], namespace: str, job_uid: str) -> bool:
@@ -110,9 +114,13 @@ class UserApi:
         return document
 
     @staticmethod
-    def _runs_path(namespace: str, name: str = "") -> str:
-        path = f"/apis/{API_VERSION}/namespaces/{quote(namespace)}/{RUN_PLURAL}"
+    def _path(plural: str, namespace: str, name: str = "") -> str:
+        path = f"/apis/{API_VERSION}/namespaces/{quote(namespace)}/{plural}"
         return f"{path}/{quote(name)}" if name else path
+
+    @classmethod
+    def _runs_path(cls, namespace: str, name: str = "") -> str:
+        return cls._path(RUN_PLURAL, namespace, name)
 
     async def cancel_run(self, *, token: str, namespace: str, name: str) -> dict[str, Any]:
         """Set ``spec.cancel: true`` on the WorkflowRun (a merge patch)."""
@@ -128,6 +136,27 @@ class UserApi:
         self, *, token: str, namespace: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         return await self._json("POST", self._runs_path(namespace), token=token, body=body)
+
+    async def create_action(
+        self, *, token: str, namespace: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Create a WorkflowRunAction (admission records the caller as its actor)."""
+        return await self._json(
+            "POST", self._path(ACTION_PLURAL, namespace), token=token, body=body
+        )
+
+    async def list_schedules(self, *, token: str, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's WorkflowSchedules (at most ``MAX_SCHEDULES``)."""
+        listing = await self._json(
+            "GET",
+            self._path(SCHEDULE_PLURAL, namespace),
+            token=token,
+            params={"limit": str(MAX_SCHEDULES)},
+        )
+        return [dict(item) for item in listing.get("items") or []]
+
+    async def get_schedule(self, *, token: str, namespace: str, name: str) -> dict[str, Any]:
+        return await self._json("GET", self._path(SCHEDULE_PLURAL, namespace, name), token=token)
 
     async def job_log(
         self, *, token: str, namespace: str, job_uid: str, container: str, max_bytes: int

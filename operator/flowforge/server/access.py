@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL
+from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.access_review import (
     AccessReviewUnavailable,
     CachedAccessReviewer,
@@ -31,6 +32,8 @@ LIST_RUNS: Final = Permission(verb="list", resource=RUN_PLURAL, group=GROUP)
 GET_RUNS: Final = Permission(verb="get", resource=RUN_PLURAL, group=GROUP)
 LIST_DEFINITIONS: Final = Permission(verb="list", resource=DEFINITION_PLURAL, group=GROUP)
 GET_DEFINITIONS: Final = Permission(verb="get", resource=DEFINITION_PLURAL, group=GROUP)
+LIST_SCHEDULES: Final = Permission(verb="list", resource=SCHEDULE_PLURAL, group=GROUP)
+GET_SCHEDULES: Final = Permission(verb="get", resource=SCHEDULE_PLURAL, group=GROUP)
 GET_LOGS: Final = Permission(verb="get", resource="pods", subresource="log")
 
 

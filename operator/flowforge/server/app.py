@@ -14,7 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse
 
 from flowforge import __version__
-from flowforge.server import models, routes, stream
+from flowforge.server import models, routes, schedules, stream
 from flowforge.server.errors import error_response, install_error_handlers
 from flowforge.server.probes import start_probe_server
 from flowforge.server.state import ServerState
@@ -70,7 +70,8 @@ def create_app(
     app = FastAPI(
         title="FlowForge read API",
         version=__version__,
-        description="Runs, their tasks, graphs, logs and live changes, and definitions, as "
+        description="Runs, their tasks, graphs, logs, actions and live changes, schedules and "
+        "definitions, as "
         "Kubernetes lets the caller see them. Every /api/v1 request but this document "
         "carries `Authorization: Bearer <kubernetes token>`.",
         openapi_url=OPENAPI_PATH,
@@ -107,6 +108,7 @@ def create_app(
         return PlainTextResponse("ok")
 
     app.include_router(routes.router)
+    app.include_router(schedules.router)
     app.include_router(stream.router)
     assets = static_dir / "assets"
     app.mount("/assets", HashedAssets(directory=assets, check_dir=False), name="assets")

@@ -10,6 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from flowforge.domain.run_actions import MAX_REASON_LENGTH, RunActionKind
+
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -150,6 +152,30 @@ class HistoryEntry(ApiModel):
     message: str
 
 
+class Actor(ApiModel):
+    username: str
+    groups: list[str]
+
+
+class RunAction(ApiModel):
+    """A WorkflowRunAction as the run's history recorded it when the operator processed it."""
+
+    name: str
+    action: str
+    actor: Actor | None
+    # the gate (Approve, Reject) or the compensator (RetryCompensator, SkipCompensator)
+    task: str | None
+    compensator: str | None
+    reason: str
+    result: Literal["Accepted", "Refused"]
+    message: str
+    at: datetime
+
+
+class RunActionList(ApiModel):
+    items: list[RunAction]
+
+
 class RunDetail(RunSummary):
     parameters: dict[str, Any]
     retry_of: str | None
@@ -158,6 +184,9 @@ class RunDetail(RunSummary):
     tasks_omitted: bool = False
     compensation: Compensation
     events: list[HistoryEntry]
+    # a person's Pause holds it (nothing starts until Resume)
+    paused: bool = False
+    actions: list[RunAction] = []
 
 
 class GraphNode(ApiModel):
@@ -200,6 +229,28 @@ class RunReference(ApiModel):
     name: str
 
 
+class ActionRequest(ApiModel):
+    """A WorkflowRunAction's spec without ``run`` (the path names it)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+    action: RunActionKind
+    task: str | None = Field(default=None, max_length=63)
+    compensator: str | None = Field(default=None, max_length=63)
+    reason: str | None = Field(default=None, max_length=MAX_REASON_LENGTH)
+
+
+class ActionReference(ApiModel):
+    """The WorkflowRunAction created: the operator processes it, then the run's history
+    (and its ``actions``) shows the result."""
+
+    namespace: str
+    name: str
+    run: str
+
+
 class DefinitionVersionBrief(ApiModel):
     version: int
     fingerprint: str
@@ -235,3 +286,51 @@ class DefinitionDetail(ApiModel):
     namespace: str
     name: str
     versions: list[DefinitionVersion]
+
+
+class LastFire(ApiModel):
+    nominal_time: datetime
+    run: str
+    # None: the store does not hold the run (yet)
+    phase: str | None
+
+
+class ScheduleSummary(ApiModel):
+    """A WorkflowSchedule: its spec and next times from the object (read with the caller's
+    token), what it fired from the store."""
+
+    namespace: str
+    name: str
+    uid: str
+    workflow: str
+    version: int | None
+    schedule: str
+    time_zone: str
+    suspended: bool
+    overlap_policy: str
+    next_fire_times: list[datetime]
+    conditions: list[Condition]
+    created_at: datetime | None
+    last_fire: LastFire | None
+    active: list[str]
+    missed: dict[str, int]
+    queued: datetime | None
+
+
+class ScheduleList(ApiModel):
+    items: list[ScheduleSummary]
+
+
+class ScheduledRun(ApiModel):
+    nominal_time: datetime
+    name: str
+    backfill: str | None
+    manual: bool
+    fired_at: datetime
+    # None: the store does not hold the run (not created yet, or deleted and pruned)
+    run: RunSummary | None
+
+
+class ScheduleDetail(ScheduleSummary):
+    runs: list[ScheduledRun]
+    continue_: str | None = Field(alias="continue")

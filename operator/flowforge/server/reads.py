@@ -9,9 +9,12 @@ from flowforge.domain.history import EventKind
 from flowforge.server import models, views
 from flowforge.server.errors import ApiError
 from flowforge.server.state import ServerState
-from flowforge.store import browse
+from flowforge.store import action_reads, browse
 from flowforge.store.browse import RunRow, TaskRow
 from flowforge.store.connection import Connection
+
+# a run's detail shows its newest actions; ``.../actions`` up to ``action_reads.MAX_ACTIONS``
+MAX_DETAIL_ACTIONS = 100
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ async def detail(
         tasks = views.task_briefs(definition, rows, attempts)
     retried = await browse.first_event(connection, run.id, EventKind.RUN_RETRY_OF)
     events = await browse.recent_events(connection, run.id)
+    actions = await action_reads.action_events(connection, run.id, limit=MAX_DETAIL_ACTIONS)
     return models.RunDetail(
         **views.summary(run).model_dump(),
         parameters=dict(run.parameters),
@@ -103,6 +107,15 @@ async def detail(
         tasks_omitted=omitted,
         compensation=rolled_back,
         events=views.history(events),
+        paused=await action_reads.run_paused(connection, run.id),
+        actions=views.run_actions(actions),
+    )
+
+
+async def actions(connection: Connection, *, namespace: str, name: str) -> models.RunActionList:
+    run = await find(connection, namespace=namespace, name=name)
+    return models.RunActionList(
+        items=views.run_actions(await action_reads.action_events(connection, run.id))
     )
 
 

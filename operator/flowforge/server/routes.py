@@ -1,6 +1,7 @@
 """The ``/api/v1`` endpoints (``docs/api.md``). Each one authenticates the caller, checks the
 namespace it reads with a SubjectAccessReview, then reads the store in a transaction scoped
-to that namespace; cancel and retry are the caller's own calls to the Kubernetes API."""
+to that namespace; cancel, retry and a run's actions are the caller's own calls to the
+Kubernetes API."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel
 
 from flowforge.domain.api import API_VERSION, RUN_KIND
 from flowforge.domain.execution import job_name
+from flowforge.domain.run_actions import KIND as ACTION_KIND
+from flowforge.domain.run_actions import parse_action
 from flowforge.domain.states import TaskRole
 from flowforge.kube.jobs import CONTAINER_NAME
 from flowforge.server import access, models, reads, views
@@ -90,7 +93,8 @@ async def namespaces(caller: Authenticated, state: State) -> models.NamespaceLis
     return models.NamespaceList(items=[models.NamespaceItem(name=name) for name in known])
 
 
-def _cursor(text: str | None) -> int | None:
+def cursor_before(text: str | None) -> int | None:
+    """The id a ``continue`` cursor this server gave continues before."""
     if text is None:
         return None
     try:
@@ -103,7 +107,7 @@ def _cursor(text: str | None) -> int | None:
     return before
 
 
-def _next_cursor(last_id: int) -> str:
+def next_cursor(last_id: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"before": last_id}).encode()).decode().rstrip("=")
 
 
@@ -118,7 +122,7 @@ async def list_runs(
     continue_: Annotated[str | None, Query(alias="continue", max_length=256)] = None,
 ) -> models.RunList:
     """Runs, newest first; without ``namespace``, of every namespace the caller may list."""
-    before = _cursor(continue_)
+    before = cursor_before(continue_)
     if namespace is not None:
         await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_RUNS)
         allowed = [namespace]
@@ -139,7 +143,7 @@ async def list_runs(
     rows = rows[:limit]
     return models.RunList(
         items=[views.summary(row) for row in rows],
-        continue_=_next_cursor(rows[-1].id) if more else None,
+        continue_=next_cursor(rows[-1].id) if more else None,
     )
 
 
@@ -265,6 +269,52 @@ async def retry(
     created_name = str(created["metadata"]["name"])
     response.headers["Location"] = f"/api/v1/namespaces/{namespace}/runs/{created_name}"
     return models.RunReference(namespace=namespace, name=created_name)
+
+
+@router.get("/namespaces/{namespace}/runs/{name}/actions", response_model=models.RunActionList)
+async def run_actions(
+    caller: Authenticated, state: State, namespace: Namespace, name: RunName
+) -> Response:
+    """The run's WorkflowRunActions the operator processed, oldest first (its history)."""
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        return json_of(await reads.actions(connection, namespace=namespace, name=name))
+
+
+@router.post(
+    "/namespaces/{namespace}/runs/{name}/actions",
+    status_code=201,
+    response_model=models.ActionReference,
+    responses={409: {"model": models.ErrorResponse}},
+)
+async def create_action(
+    caller: Authenticated,
+    state: State,
+    namespace: Namespace,
+    name: RunName,
+    request: models.ActionRequest,
+) -> models.ActionReference:
+    """Create a WorkflowRunAction about the run as the caller: RBAC (``create
+    workflowrunactions``) and admission (the action's verb on the run) judge the caller,
+    whom the webhook records as its actor."""
+    spec = {"run": name, **request.model_dump(mode="json", exclude_none=True)}
+    action, errors = parse_action(spec)
+    if action is None:
+        field, problem = errors[0]
+        raise ApiError(400, f"invalid parameter {field.removeprefix('spec.')}: {problem}")
+    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
+    async with state.reader([namespace]) as connection:
+        await reads.find(connection, namespace=namespace, name=name)
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": ACTION_KIND,
+        "metadata": {"generateName": f"{name[:200]}-{action.action.value.lower()}-"},
+        "spec": spec,
+    }
+    created = await state.user_api.create_action(token=caller.token, namespace=namespace, body=body)
+    return models.ActionReference(
+        namespace=namespace, name=str(created["metadata"]["name"]), run=name
+    )
 
 
 @router.get("/namespaces/{namespace}/definitions", response_model=models.DefinitionList)

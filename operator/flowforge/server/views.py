@@ -328,6 +328,34 @@ def history(events: Sequence[Event]) -> list[models.HistoryEntry]:
     ]
 
 
+def run_actions(events: Sequence[Event]) -> list[models.RunAction]:
+    """The actions the history recorded (``store/actions.py`` writes their detail)."""
+    actions = []
+    for event in events:
+        detail = event.detail
+        actor = detail.get("actor")
+        compensator = detail.get("compensator")
+        actions.append(
+            models.RunAction(
+                name=str(detail.get("name") or ""),
+                action=str(detail.get("action") or ""),
+                actor=models.Actor(
+                    username=str(actor.get("username") or ""),
+                    groups=[str(group) for group in actor.get("groups") or []],
+                )
+                if isinstance(actor, Mapping)
+                else None,
+                task=None if compensator else event.task_key,
+                compensator=str(compensator) if compensator else None,
+                reason=str(detail.get("reason") or ""),
+                result="Accepted" if event.kind == EventKind.ACTION_ACCEPTED else "Refused",
+                message=str(detail.get("message") or ""),
+                at=event.recorded_at,
+            )
+        )
+    return actions
+
+
 def _event_message(event: Event) -> str:
     detail = dict(event.detail)
     words = [f"attempt {event.attempt}"] if event.attempt is not None else []

@@ -1,5 +1,6 @@
 // One run: its graph coloured by state and kept live from /stream, the rollback path, a
-// task's attempts and logs, conditions and events, and cancel/retry as the signed-in user.
+// task's attempts and logs, conditions and events, cancel/retry and a person's actions
+// (pause, recover a halted rollback, approve) as the signed-in user.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import {
   ApiError, getJson, paths, post, readStream,
@@ -8,6 +9,7 @@ import {
 import { ErrorNote, Phase, ProgressBar, Section, StateBadge } from "../components/Bits";
 import { Dag, MAX_DRAWN } from "../components/Dag";
 import { Rollback } from "../components/Rollback";
+import { RunActions } from "../components/RunActions";
 import { TaskPanel } from "../components/TaskPanel";
 import { duration, FINAL_PHASES, label, time } from "../format";
 import { useData, useNow } from "../hooks";
@@ -17,6 +19,8 @@ type Live = { run: RunSummary & { conditions: Condition[] }; states: Record<stri
 type StreamState = "connecting" | "live" | "reconnecting" | "ended" | "closed";
 
 const DETAIL_REFRESH_MS = 1000;
+// how long the page re-reads the run for an action it sent to show up in the history
+const ACTION_WAIT_MS = 60_000;
 
 /** Follows the run's stream, reconnecting until the run is final; merges every change. */
 function useRunStream(namespace: string, name: string, onChange: () => void, enabled: boolean) {
@@ -131,15 +135,33 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
   const [level, setLevel] = useState<number | null>(null);
 
   const d = detail.data;
+  // A final run's stream has ended, but a person's action (a recovered rollback) still
+  // changes it: from then on the run's detail, re-read, is the newer word.
+  const streamDone = stream.status === "ended" || stream.status === "closed";
   const run = stream.live?.run ?? d;
-  const compensation = stream.live?.compensation ?? d?.compensation;
+  const compensation = (streamDone ? d?.compensation : undefined) ?? stream.live?.compensation ?? d?.compensation;
   const conditions = stream.live?.run.conditions ?? d?.conditions ?? [];
   const states = useMemo(() => {
-    if (stream.live) return stream.live.states;
     const fromDetail: Record<string, string> = {};
-    for (const t of d?.tasks ?? []) fromDetail[t.name] = t.state;
-    return fromDetail;
-  }, [stream.live, d]);
+    for (const t of d?.tasks ?? []) {
+      fromDetail[t.name] = t.state;
+      if (t.compensator?.name) fromDetail[t.compensator.name] = t.compensator.state;
+    }
+    if (!stream.live) return fromDetail;
+    return streamDone ? { ...stream.live.states, ...fromDetail } : stream.live.states;
+  }, [stream.live, d, streamDone]);
+
+  // After an action is sent, and while a final run's rollback runs again, re-read the run.
+  const [expecting, setExpecting] = useState<{ name: string; until: number } | null>(null);
+  const seen = expecting !== null && (d?.actions ?? []).some((a) => a.name === expecting.name);
+  const recovering = streamDone && compensation?.state === "Running";
+  useEffect(() => {
+    if (seen) setExpecting(null);
+    const waiting = expecting !== null && !seen && Date.now() < expecting.until;
+    if (!waiting && !recovering) return;
+    const timer = setTimeout(() => setVersion((v) => v + 1), DETAIL_REFRESH_MS);
+    return () => clearTimeout(timer);
+  }, [d, expecting, seen, recovering]);
 
   if (!run && !graph.data) {
     const error = graph.error ?? detail.error;
@@ -158,7 +180,10 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
       <div class="run-head">
         <div>
           <p class="crumbs"><a href={href.runs(`?namespace=${encodeURIComponent(namespace)}`)}>{namespace}</a> / runs</p>
-          <h1>{name} {run && <Phase phase={run.phase} compensating={run.compensating} />}</h1>
+          <h1>
+            {name} {run && <Phase phase={run.phase} compensating={run.compensating} />}
+            {d?.paused && !FINAL_PHASES.has(run?.phase ?? "") && <span class="phase ph-Queued">paused</span>}
+          </h1>
           {run && (
             <p class="muted">
               <a href={href.definition(namespace, run.workflow)}>{run.workflow}</a> v{run.version}
@@ -189,6 +214,14 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
       {compensation && (
         <Section title="Rollback" id="rollback-sec">
           <Rollback compensation={compensation} onSelect={select} />
+        </Section>
+      )}
+      {d && run && (
+        <Section title="Actions" id="run-actions-sec">
+          <RunActions namespace={namespace} name={name} actions={d.actions ?? []} paused={d.paused ?? false}
+            final={FINAL_PHASES.has(run.phase)} compensation={compensation}
+            awaiting={d.tasks.filter((t) => (states[t.name] ?? t.state) === "awaiting").map((t) => t.name)}
+            onSent={(made) => setExpecting({ name: made.name, until: Date.now() + ACTION_WAIT_MS })} />
         </Section>
       )}
       <Section title="Conditions" id="conditions">

@@ -461,12 +461,18 @@ async def _decide_retry(
             f"{spec['workflow']!r}",
             code=CODE_INVALID,
         )
-    if canonical_json(dict(source.parameters)) != canonical_json(
-        dict(spec.get("parameters") or {})
-    ):
+    asked = dict(spec.get("parameters") or {})
+    if canonical_json(dict(source.parameters)) != canonical_json(asked):
+        # names only: the stored values are the old run's, which the refusal never repeats
+        differ = sorted(
+            name
+            for name in set(source.parameters) | set(asked)
+            if canonical_json(source.parameters.get(name)) != canonical_json(asked.get(name))
+        )
         return Verdict.deny(
-            f"spec.retryOf: run {retry_of!r} ran with other parameters; a retry runs with "
-            f"identical spec.parameters ({canonical_json(dict(source.parameters))})",
+            f"spec.retryOf: run {retry_of!r} ran with other parameters (these differ: "
+            f"{', '.join(differ)}); a retry runs with identical spec.parameters "
+            "(`flowforge retry` copies them)",
             code=CODE_INVALID,
         )
     return Verdict.allow()

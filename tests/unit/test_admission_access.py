@@ -308,3 +308,26 @@ async def test_a_run_of_a_definition_whose_queue_the_policy_no_longer_allows_is_
     assert (
         "spec.taskTypes.py.queueName: LocalQueue 'team-b-gpu' is not allowed by policy team-a/p"
     ) in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("regions", "allowed"), [(["eu", "us"], True), (["eu", "us", "ap"], False)]
+)
+async def test_a_policy_lowers_the_items_a_for_each_may_have(
+    regions: list[str], allowed: bool
+) -> None:
+    document = definition_spec()
+    document["parameters"] = [{"name": "regions", "type": "array", "items": {"type": "string"}}]
+    document["tasks"][0]["forEach"] = {"items": "params.regions"}
+    policy = {"metadata": {"name": "p"}, "spec": {"caps": {"maxItemsPerTask": 2}}}
+    verdict = await decide_run_access(
+        create(
+            "WorkflowRun", {"workflow": "etl", "version": 1, "parameters": {"regions": regions}}
+        ),
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[policy], stored=parse_definition(document)),
+    )
+    assert verdict.allowed is allowed, verdict.message
+    if not allowed:
+        assert "spec.tasks[0].forEach.items" in verdict.message
+        assert "3 items" in verdict.message and "team-a/p" in verdict.message

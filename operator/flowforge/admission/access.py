@@ -25,10 +25,12 @@ from flowforge.admission.review import (
     AdmissionRequest,
     Verdict,
 )
-from flowforge.domain.errors import InvalidDefinitionError
+from flowforge.domain.errors import InvalidDefinitionError, UserError
+from flowforge.domain.expansion import Expansion, expand
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
     definition_violations,
+    expansion_violations,
     named_service_accounts,
     parameter_violations,
     policies_or_default,
@@ -87,6 +89,7 @@ async def _decide_access(
     parameters: Mapping[str, str],
     priority: int | None,
     action: str,
+    expansion: Expansion | None = None,
 ) -> Verdict:
     if user is None:
         return Verdict.deny(
@@ -122,6 +125,8 @@ async def _decide_access(
     violations += parameter_violations(parameters, in_force)
     if priority is not None:
         violations += priority_violations(priority, in_force)
+    if expansion is not None:
+        violations += expansion_violations(definition, expansion, in_force)
     lines += [str(violation) for violation in violations]
     if not lines:
         return Verdict.allow()
@@ -197,6 +202,12 @@ async def decide_run_access(
         if isinstance(raw_parameters, Mapping)
         else {}
     )
+    try:  # the run's shape, as the operator will create it (its own refusals are decide_run's)
+        expansion = expand(
+            definition, raw_parameters if isinstance(raw_parameters, Mapping) else {}
+        )
+    except UserError:
+        expansion = None
     return await _decide_access(
         checks,
         user=user,
@@ -205,4 +216,5 @@ async def decide_run_access(
         parameters=parameters,
         priority=_priority(spec),
         action=f"run workflow {workflow!r} version {version}",
+        expansion=expansion,
     )

@@ -30,6 +30,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from flowforge.domain.caps import config_text, nesting_depth
+from flowforge.domain.expansion import Expansion
 from flowforge.domain.kueue import QueueDefaults, queueing
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec
 from flowforge.domain.policy_images import (
@@ -330,6 +331,24 @@ def parameter_violations(
     return found
 
 
+def expansion_violations(
+    definition: DefinitionSpec, expansion: Expansion, policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies' caps refuse in a run's shape: a forEach with more items than
+    ``maxItemsPerTask``."""
+    index_of = {task.key: index for index, task in enumerate(definition.tasks)}
+    found: list[Violation] = []
+    for key, members in expansion.groups.items():
+        found += _over(
+            policies,
+            "max_items_per_task",
+            actual=len(members),
+            path=f"spec.tasks[{index_of[key]}].forEach.items",
+            what="items",
+        )
+    return found
+
+
 def priority_violations(priority: int, policies: Sequence[Policy]) -> list[Violation]:
     """What the policies refuse in a run's ``spec.priority``: more than a ``maxPriority``."""
     return [
@@ -418,6 +437,7 @@ __all__ = [
     "TolerationRule",
     "Violation",
     "definition_violations",
+    "expansion_violations",
     "job_refusal",
     "named_service_accounts",
     "parameter_violations",

@@ -15,6 +15,7 @@ from flowforge.domain.caps import (
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
     MAX_EDGES,
+    MAX_ITEMS_PER_TASK,
     MAX_PARAMETER_VALUE_LENGTH,
     MAX_PARAMETERS,
     MAX_PARAMETERS_TOTAL_LENGTH,
@@ -92,6 +93,12 @@ class PolicyCaps(_PolicyModel):
         le=10_000,
         description="Tasks of one run running at once: caps the definition's and the run's "
         "maxParallelTasks (a run without one is capped too).",
+    )
+    max_items_per_task: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_ITEMS_PER_TASK,
+        description="Items of one forEach task in a run (decided when the run is created).",
     )
 
 

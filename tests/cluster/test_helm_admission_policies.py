@@ -96,31 +96,9 @@ def test_only_the_operator_creates_flowforge_jobs_and_the_webhook_only_dry_runs(
     release_namespace: str,  # noqa: F811
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
-    # this control plane's controller manager runs as its admin user: name it, as a cluster
-    # whose distribution differs would (rbac.jobControllerUsers)
-    whoami = json.loads(kubectl(cluster, "auth", "whoami", "-o", "json").stdout)
-    controller = whoami["status"]["userInfo"]["username"]
-    values = helm.values_file(
-        {
-            "rbac": {
-                "jobControllerUsers": [
-                    "system:serviceaccount:kube-system:job-controller",
-                    "system:kube-controller-manager",
-                    controller,
-                ]
-            }
-        }
-    )
-    helm.run(
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        release_namespace,
-        "-f",
-        str(values),
-        kubeconfig=cluster.kubeconfig,
-    )
+    # the fixture names this control plane's controller manager's user in
+    # rbac.jobControllerUsers (it runs as the admin: test_helm_chart.job_controllers)
+    helm.run("install", release, str(CHART), "-n", release_namespace, kubeconfig=cluster.kubeconfig)
     namespace = release_namespace
     # a tenant whom RBAC lets create Jobs and Pods in the namespace
     grant(

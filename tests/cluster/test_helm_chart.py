@@ -67,6 +67,26 @@ OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def job_controllers(kubectl_binary: Path, kubeconfig: Path) -> list[str]:
+    """Who creates Jobs' Pods on the tests' control plane: its controller manager runs with
+    the admin's credentials (no --use-service-account-credentials), so the chart's policy
+    that only the operator and the Job controller make FlowForge's Pods must name that user
+    besides the defaults (``rbac.jobControllerUsers``)."""
+    whoami = subprocess.run(
+        [str(kubectl_binary), "--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    user = str(json.loads(whoami.stdout)["status"]["userInfo"]["username"])
+    return [
+        "system:serviceaccount:kube-system:job-controller",
+        "system:kube-controller-manager",
+        user,
+    ]
+
+
 class Helm:
     """The helm binary built with the control plane, with its state in a folder of ours."""
 
@@ -87,6 +107,9 @@ class Helm:
         command = [str(self.binary), *args]
         if kubeconfig is not None:
             command += ["--kubeconfig", str(kubeconfig)]
+        if kubeconfig is not None and args and args[0] in ("install", "upgrade"):
+            users = job_controllers(self.binary.parent / "kubectl", kubeconfig)
+            command += ["--set-json", f"rbac.jobControllerUsers={json.dumps(users)}"]
         completed = subprocess.run(
             command, env=self.environment, capture_output=True, text=True, timeout=180, check=False
         )

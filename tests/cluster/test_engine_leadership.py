@@ -72,15 +72,15 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
         driver.pool, namespace=driver.namespace, name="after", uid=body["metadata"]["uid"]
     )
     with pytest.raises(StaleEpochError):
-        await store_dispatch.record_job_created(
+        await store_dispatch.record_jobs_created(
             driver.pool,
             fence=Fence(lease="operator", epoch=first_epoch),
             run_id=run.id,
-            task_key="one",
-            attempt=1,
-            job="forged",
-            uid="forged-uid",
-            created=True,
+            jobs=(
+                store_dispatch.JobCreated(
+                    task_key="one", attempt=1, job="forged", uid="forged-uid", created=True
+                ),
+            ),
         )
 
 

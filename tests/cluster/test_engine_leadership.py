@@ -13,7 +13,8 @@ from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence, current_lease
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -52,7 +53,9 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     lease = await current_lease(driver.pool)
     assert lease is not None and lease.holder == "first"
 
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
+    wait_until_blocking(
+        lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up"
+    )
     killed_at = time.monotonic()
     first.kill()
     second_epoch = await wait_for_leader(
@@ -92,7 +95,9 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
     second = operators(identity="second")
     await driver.publish(SPEC)
     assert first.process is not None
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
+    wait_until_blocking(
+        lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up"
+    )
     first.process.send_signal(signal.SIGSTOP)  # alive but silent: its lease expires
     try:
         second_epoch = await wait_for_leader(

@@ -34,13 +34,14 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import (
     WebhookHttps,
     WebhookServer,
     spawn_webhook_server,
     stop_webhook_server,
 )
+from tests.support.waiting import wait_until_blocking
 
 CHART = repo_root() / "charts" / "flowforge"
 KUBE_VERSION = "1.34.4"
@@ -873,7 +874,9 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
             assert body["status"]["progress"] == "4/4"
             assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
             # finished Jobs are deleted after their TTL: the delete verb works as granted
-            wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
+            wait_until_blocking(
+                lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted"
+            )
             # The one refusal allowed: kopf's namespace scan (namespaced mode grants no
             # cluster-wide namespace list; kopf then uses the watched namespaces as given).
             refusals = [

@@ -18,13 +18,8 @@ from flowforge.domain.api import API_VERSION, GROUP, POLICY_KIND, POLICY_PLURAL,
 from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
-from tests.plugins.operator import (
-    OperatorProcess,
-    RunDriver,
-    fresh_namespace,
-    wait_for,
-    wait_for_leader,
-)
+from tests.plugins.operator import OperatorProcess, RunDriver, fresh_namespace, wait_for_leader
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -61,7 +56,7 @@ def job_quota(api: k8s.ApiClient, namespace: str, *, jobs: int) -> None:
         quota = core.read_namespaced_resource_quota("jobs", namespace)
         return bool(quota.status and quota.status.hard)
 
-    wait_for(enforced, timeout=30, what="ResourceQuota status")
+    wait_until_blocking(enforced, timeout=30, what="ResourceQuota status")
 
 
 async def test_a_full_quota_delays_the_third_job_until_it_frees_and_blocks_no_other_run(
@@ -213,4 +208,4 @@ async def test_an_unschedulable_pod_fails_after_the_pending_timeout(
     def stuck_job_deleted() -> bool:
         return all(job.metadata.labels["flowforge.io/task"] != "stuck" for job in driver.jobs("u1"))
 
-    wait_for(stuck_job_deleted, timeout=30, what="the stuck Job deleted")
+    wait_until_blocking(stuck_job_deleted, timeout=30, what="the stuck Job deleted")

@@ -13,8 +13,9 @@ from flowforge.domain.api import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, RUN_
 from flowforge.store.connection import Pool
 from flowforge.store.queries import list_tasks
 from flowforge.store.reuse import find_run_by_name
-from tests.cluster.test_saga import ORDER_SAGA, wait_until
+from tests.cluster.test_saga import ORDER_SAGA
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -78,12 +79,12 @@ async def delete_mid_rollback(
         operator=operator,
     )
 
-    for _ in range(450):  # 90 s
-        if (await compensators(driver.pool, driver, name)).get("refund") == "running":
-            break
-        await asyncio.sleep(0.2)
-    else:
-        raise AssertionError(f"the rollback never started\n{operator.log_tail()}")
+    async def refund_running() -> bool:
+        return (await compensators(driver.pool, driver, name)).get("refund") == "running"
+
+    await wait_until(
+        refund_running, timeout=90, what="the rollback to start (refund running)", operator=operator
+    )
     driver.delete_run(name)
 
 

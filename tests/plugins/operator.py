@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,21 +34,13 @@ from flowforge.localdev.controlplane import Cluster
 from flowforge.store.connection import Pool
 from flowforge.store.lease import current_lease
 from flowforge.store.pool import open_pool
+from tests.support.waiting import wait_until, wait_until_blocking
 
 OPERATOR_START_SECONDS = 60.0
 
 
-def wait_for(
-    predicate: Callable[[], Any], *, timeout: float, interval: float = 0.2, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+# the name tests/cluster/test_schedules.py imports (the others use tests.support.waiting)
+wait_for = wait_until_blocking
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +82,7 @@ def engine_crds(kube_api: k8s.ApiClient) -> list[str]:
                 for c in (crd.status.conditions or [])
             )
 
-        wait_for(established, timeout=60, what=f"CRD {name} Established")
+        wait_until_blocking(established, timeout=60, what=f"CRD {name} Established")
     return names
 
 
@@ -117,7 +108,7 @@ def fresh_namespace(kube_api: k8s.ApiClient, name: str) -> Iterator[str]:
             raise
         return True
 
-    wait_for(has_default_service_account, timeout=30, what="default ServiceAccount")
+    wait_until_blocking(has_default_service_account, timeout=30, what="default ServiceAccount")
     yield name
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)
@@ -212,18 +203,19 @@ async def wait_for_leader(
     process: OperatorProcess | None = None,
 ) -> int:
     """Wait until ``identity`` holds the lease; returns its epoch."""
-    import asyncio
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    async def epoch() -> int | None:
         lease = await current_lease(pool)
         if lease is not None and lease.holder == identity:
             return lease.epoch
         if process is not None and not process.running:
             raise AssertionError(f"operator exited early:\n{process.log_tail()}")
-        await asyncio.sleep(0.2)
-    tail = process.log_tail() if process else ""
-    raise AssertionError(f"{identity} did not take the lease within {timeout} s\n{tail}")
+        return None
+
+    taken: int = await wait_until(
+        epoch, what=f"{identity} to take the lease", timeout=timeout, interval=0.2, operator=process
+    )
+    return taken
 
 
 @pytest.fixture
@@ -384,19 +376,21 @@ class RunDriver:
         timeout: float = 90,
         operator: OperatorProcess | None = None,
     ) -> dict[str, Any]:
-        import asyncio
-
-        deadline = time.monotonic() + timeout
         body: dict[str, Any] = {}
-        while time.monotonic() < deadline:
+
+        def reached() -> dict[str, Any] | None:
+            nonlocal body
             body = self.run(name)
-            if (body.get("status") or {}).get("phase") in phases:
-                return body
-            await asyncio.sleep(0.25)
-        tail = operator.log_tail() if operator else ""
-        raise AssertionError(
-            f"run {name} not in {phases} after {timeout} s: {body.get('status')}\n{tail}"
-        )
+            return body if (body.get("status") or {}).get("phase") in phases else None
+
+        try:
+            found: dict[str, Any] = await wait_until(
+                reached, what=f"run {name} in {phases}", timeout=timeout, interval=0.25
+            )
+        except AssertionError as error:
+            tail = operator.log_tail() if operator else ""
+            raise AssertionError(f"{error}: {body.get('status')}\n{tail}") from None
+        return found
 
 
 @pytest.fixture

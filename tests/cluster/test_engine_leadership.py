@@ -108,10 +108,12 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
         assert body["status"]["phase"] == "Succeeded"
     finally:
         first.process.send_signal(signal.SIGCONT)
-    deadline = time.monotonic() + 15
-    while "no longer acting" not in first.log_tail(200) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "no longer acting" in first.log_tail(200), first.log_tail()
+    wait_until_blocking(
+        lambda: "no longer acting" in first.log_tail(200),
+        timeout=15,
+        what="the deposed operator to say it stopped acting",
+        operator=first,
+    )
     driver.create_run("later", workflow="chain")
     body = await driver.wait_phase("later", {"Succeeded", "Failed"}, operator=second)
     assert body["status"]["phase"] == "Succeeded"

@@ -5,8 +5,6 @@ records who asked. Who asked cannot be forged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,21 +19,14 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.validation import parse_definition
-from flowforge.kube.webhook_config import (
-    apply_webhook_configurations,
-    delete_webhook_configurations,
-    local_endpoint,
-)
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.definitions import publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.reuse import find_run_by_name
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import (
+from tests.plugins.webhooks import (  # noqa: F401 (test_run_actions.py imports store_webhooks here)
     WebhookServer,
-    _wait_until_enforced,
-    spawn_webhook_server,
-    stop_webhook_server,
+    store_webhooks,
 )
 
 pytestmark = pytest.mark.cluster
@@ -56,20 +47,6 @@ def workflow(name: str, last: dict[str, Any]) -> dict[str, Any]:
             {"key": "b", "type": "last", "dependsOn": ["a"]},
         ],
     }
-
-
-@pytest.fixture
-def store_webhooks(cluster: Cluster, store_dsn: str, tmp_path: Path) -> Iterator[WebhookServer]:
-    """The webhooks on the operator's store, enforced by the apiserver."""
-    server = spawn_webhook_server(cluster, directory=tmp_path, dsn=store_dsn)
-    try:
-        endpoint = local_endpoint(port=server.port, ca_pem=server.certs.ca_pem)
-        apply_webhook_configurations(endpoint, kubeconfig=cluster.kubeconfig)
-        _wait_until_enforced(cluster, server)
-        yield server
-    finally:
-        delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
-        stop_webhook_server(server)
 
 
 def create(
@@ -108,7 +85,7 @@ def refusal(driver: RunDriver, name: str, **kwargs: Any) -> str:
 
 async def test_retry_of_is_checked_at_admission_and_records_who_asked(
     cluster: Cluster,
-    store_webhooks: WebhookServer,
+    store_webhooks: WebhookServer,  # noqa: F811 (the fixture imported above)
     operator: OperatorProcess,
     driver: RunDriver,
 ) -> None:

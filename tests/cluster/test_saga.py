@@ -11,111 +11,30 @@ import pytest
 from flowforge.domain.api import FORCE_DELETE_ANNOTATION, GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.validation import parse_definition
 from flowforge.store.connection import Pool
-from flowforge.store.errors import RunNotFoundError
-from flowforge.store.events import Event, run_history
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, find_run
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
+from tests.support.sagas import (
+    FAIL,
+    OK,  # noqa: F401 (test_run_actions.py imports it from here)
+    ORDER_SAGA,
+    QUICK,
+    REFUND_THEN_RELEASE,
+    SLOW,
+    UNDO,
+    compensation_history,
+    compensation_jobs,
+    compensator_states,
+    condition,
+    history,
+    started_order,
+    steps,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
 FINISHED = {"Succeeded", "Failed", "Cancelled"}
-QUICK = {"image": "busybox:1.36"}
-OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
-UNDO = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "2s"}}
-FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
-SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
-
-ORDER_SAGA: dict[str, Any] = {
-    "workflow": "order",
-    "version": 1,
-    "taskTypes": {"ok": OK, "undo": UNDO, "fail": FAIL},
-    "tasks": [
-        {"key": "reserve", "type": "ok"},
-        {"key": "charge", "type": "ok", "dependsOn": ["reserve"]},
-        {"key": "ship", "type": "fail", "dependsOn": ["charge"]},
-        {"key": "release", "type": "undo", "compensateFor": "reserve"},
-        {"key": "refund", "type": "undo", "compensateFor": "charge"},
-    ],
-}
-
-
-async def history(driver: RunDriver, name: str) -> list[Event]:
-    body = driver.run(name)
-    run = await find_run(
-        driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
-    )
-    return await run_history(driver.pool, run.id)
-
-
-# The order saga's rollback (ORDER_SAGA here, examples/saga-order.yaml), as the history has it.
-REFUND_THEN_RELEASE = [
-    ("compensation.started", "refund"),
-    ("compensation.succeeded", "refund"),
-    ("compensation.started", "release"),
-    ("compensation.succeeded", "release"),
-]
-
-
-async def compensation_history(driver: RunDriver, name: str) -> list[tuple[str, str | None]]:
-    """(kind, task) of every compensator's start and success, in the order recorded."""
-    return [
-        (event.kind, event.task_key)
-        for event in await history(driver, name)
-        if event.kind in ("compensation.started", "compensation.succeeded")
-    ]
-
-
-def started_order(events: list[Event]) -> list[str]:
-    return [str(event.task_key) for event in events if event.kind == "compensation.started"]
-
-
-def compensation_jobs(driver: RunDriver, run: str) -> list[Any]:
-    jobs = [
-        job
-        for job in driver.jobs(run)
-        if job.metadata.labels["flowforge.io/role"] == "compensation"
-    ]
-    # creationTimestamp has whole seconds: two compensators' Jobs may share one, so a tie
-    # goes by the rollback's own order (its steps in the status) and the attempt
-    shown = (driver.run(run).get("status") or {}).get("compensation") or {}
-    order = {step["name"]: index for index, step in enumerate(shown.get("steps") or [])}
-    return sorted(
-        jobs,
-        key=lambda job: (
-            job.metadata.creation_timestamp,
-            order.get(job.metadata.labels["flowforge.io/task"], len(order)),
-            int(job.metadata.labels["flowforge.io/attempt"]),
-            job.metadata.name,
-        ),
-    )
-
-
-def steps(body: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [
-        (step["name"], step["compensates"], step["state"])
-        for step in body["status"]["compensation"]["steps"]
-    ]
-
-
-def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in body["status"]["conditions"] if c["type"] == kind)
-
-
-async def compensator_states(pool: Pool, driver: RunDriver, name: str) -> dict[str, str]:
-    body = driver.run(name)
-    try:
-        run = await find_run(
-            pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
-        )
-    except RunNotFoundError:
-        return {}  # the operator has not seen the run yet
-    return {
-        task.task_key: str(task.state)
-        for task in await list_tasks(pool, run.id)
-        if task.compensates_key is not None
-    }
 
 
 async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(

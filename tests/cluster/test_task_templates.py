@@ -36,9 +36,8 @@ from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
 from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
 from flowforge.store.connection import Pool
-from tests.cluster.test_admission_publishing import start_operator
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.webhooks import WebhookServer, start_operator
 from tests.support.waiting import wait_until_blocking
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]

@@ -10,7 +10,6 @@ RBAC for Jobs and `use` on the ServiceAccount can. A namespace enforcing Pod Sec
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,9 +19,9 @@ from kubernetes import client as k8s
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
 from flowforge.store.connection import Pool
-from tests.cluster.test_admission_publishing import start_operator
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.webhooks import WebhookServer, start_operator
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
@@ -96,15 +95,14 @@ def grant(
     target = f"{resource}.{group}" if group else resource
     if rule.get("resourceNames"):
         target += f"/{rule['resourceNames'][0]}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def allowed() -> bool:
         answer = kubectl(
             cluster, "auth", "can-i", verb, target, "-n", namespace, "--as", subject, check=False
         )
-        if answer.stdout.strip() == "yes":
-            return
-        assert time.monotonic() < deadline, f"RBAC never allowed {subject} {verb} {target}"
-        time.sleep(0.2)
+        return answer.stdout.strip() == "yes"
+
+    wait_until_blocking(allowed, timeout=30, what=f"RBAC to allow {subject} {verb} {target}")
 
 
 def set_policy(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> None:

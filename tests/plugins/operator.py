@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from flowforge.store.pool import open_pool
 from tests.support.waiting import wait_until, wait_until_blocking
 
 OPERATOR_START_SECONDS = 60.0
+FINISHED_PHASES = {"Succeeded", "Failed", "Cancelled"}
 
 
 # the name tests/cluster/test_schedules.py imports (the others use tests.support.waiting)
@@ -376,21 +377,48 @@ class RunDriver:
         timeout: float = 90,
         operator: OperatorProcess | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {}
+        return await wait_for_phase(
+            lambda: self.run(name), run=name, phases=phases, timeout=timeout, operator=operator
+        )
 
-        def reached() -> dict[str, Any] | None:
-            nonlocal body
-            body = self.run(name)
-            return body if (body.get("status") or {}).get("phase") in phases else None
+    async def wait_finished(self, names: Sequence[str], *, timeout: float) -> dict[str, str]:
+        """Each run's phase, once every one of them has finished."""
+        phases: dict[str, str] = {}
 
-        try:
-            found: dict[str, Any] = await wait_until(
-                reached, what=f"run {name} in {phases}", timeout=timeout, interval=0.25
-            )
-        except AssertionError as error:
-            tail = operator.log_tail() if operator else ""
-            raise AssertionError(f"{error}: {body.get('status')}\n{tail}") from None
+        def finished() -> dict[str, str] | None:
+            phases.update({n: (self.run(n).get("status") or {}).get("phase", "") for n in names})
+            return dict(phases) if set(phases.values()) <= FINISHED_PHASES else None
+
+        found: dict[str, str] = await wait_until(
+            finished, timeout=timeout, interval=0.5, what=lambda: f"every run finished: {phases}"
+        )
         return found
+
+
+async def wait_for_phase(
+    read: Callable[[], dict[str, Any]],
+    *,
+    run: str,
+    phases: set[str],
+    timeout: float,
+    operator: OperatorProcess | None = None,
+) -> dict[str, Any]:
+    """The WorkflowRun ``read`` returns, once its phase is one of ``phases``."""
+    body: dict[str, Any] = {}
+
+    def reached() -> dict[str, Any] | None:
+        nonlocal body
+        body = read()
+        return body if (body.get("status") or {}).get("phase") in phases else None
+
+    found: dict[str, Any] = await wait_until(
+        reached,
+        timeout=timeout,
+        interval=0.25,
+        what=lambda: f"run {run} in {phases}, its status: {body.get('status')}",
+        operator=operator,
+    )
+    return found
 
 
 @pytest.fixture
@@ -454,6 +482,14 @@ class JobCreationLog:
                 if error.status == 410:
                     raise AssertionError("Job watch expired: creations may be missed") from error
                 raise
+
+    async def caught_up(self, *, jobs: int, timeout: float = 30) -> None:
+        """Wait until the watch has seen ``jobs`` Jobs (it lags behind the runs' status)."""
+        await wait_until(
+            lambda: len(self.labels_by_name) >= jobs,
+            timeout=timeout,
+            what=lambda: f"the Jobs' watch to see {jobs} Jobs: {len(self.labels_by_name)}",
+        )
 
     def close(self) -> None:
         self._stop.set()

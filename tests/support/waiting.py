@@ -4,9 +4,10 @@
 The condition is asked until it answers something true (that answer is returned): at once,
 then after 10 ms, each pause twice the last up to ``interval``, so an in-process effect is
 seen within milliseconds and a cluster is not asked more than about five times a second.
-Past ``timeout`` the test fails naming ``what`` was awaited, with the tail of ``operator``'s
-log where one is given. Spawned work and timers run when the loop lets them, so a test
-waits for their effect (generously) rather than for a fixed time.
+Past ``timeout`` the test fails naming ``what`` was awaited (a callable is asked then, so it
+can tell what was seen last), with the tail of ``operator``'s log where one is given.
+Spawned work and timers run when the loop lets them, so a test waits for their effect
+(generously) rather than for a fixed time.
 """
 
 from __future__ import annotations
@@ -33,15 +34,19 @@ def _pauses(interval: float) -> Iterator[float]:
         pause = min(pause * 2, interval)
 
 
-def _timed_out(what: str, timeout: float, operator: Logged | None) -> AssertionError:
+Awaited = str | Callable[[], str]
+
+
+def _timed_out(what: Awaited, timeout: float, operator: Logged | None) -> AssertionError:
+    awaited = what() if callable(what) else what
     tail = f"\n{operator.log_tail()}" if operator is not None else ""
-    return AssertionError(f"not within {timeout:g} s: {what}{tail}")
+    return AssertionError(f"not within {timeout:g} s: {awaited}{tail}")
 
 
 async def wait_until(
     condition: Callable[[], Any | Awaitable[Any]],
     *,
-    what: str,
+    what: Awaited,
     timeout: float = 10.0,
     interval: float = 0.2,
     operator: Logged | None = None,
@@ -63,7 +68,7 @@ async def wait_until(
 def wait_until_blocking(
     condition: Callable[[], Any],
     *,
-    what: str,
+    what: Awaited,
     timeout: float,
     interval: float = 0.2,
     operator: Logged | None = None,

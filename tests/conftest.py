@@ -18,4 +18,5 @@ pytest_plugins: list[str] = [
     "tests.plugins.operator",
     "tests.plugins.api_server",
     "tests.plugins.kueue",
+    "tests.plugins.helm",
 ]

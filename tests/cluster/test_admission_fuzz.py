@@ -18,13 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowforge.domain.api import (
-    DEFINITION_KIND,
-    DEFINITION_PLURAL,
-    GROUP,
     REQUESTED_BY_ANNOTATION,
-    RUN_KIND,
-    RUN_PLURAL,
-    VERSION,
 )
 from flowforge.domain.run import RunSpec
 from flowforge.domain.validation import validate_spec
@@ -34,6 +28,7 @@ from flowforge.kube.webhook_config import (
     VALIDATE_RUN_HANDLER_ID,
 )
 from tests.plugins.webhooks import WebhookHttps, WebhookServer
+from tests.support.admission import admission_review, wrap
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
@@ -45,57 +40,6 @@ FUZZ_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-_PLURALS = {DEFINITION_KIND: DEFINITION_PLURAL, RUN_KIND: RUN_PLURAL}
-
-
-def admission_review(
-    obj: Any,
-    *,
-    kind: str = "WorkflowDefinition",
-    operation: str = "CREATE",
-    old: Any = None,
-    dry_run: bool = True,
-    namespace: str = FUZZ_NAMESPACE,
-) -> bytes:
-    group_version_kind = {"group": GROUP, "version": VERSION, "kind": kind}
-    resource = {"group": GROUP, "version": VERSION, "resource": _PLURALS[kind]}
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": group_version_kind,
-                "resource": resource,
-                "requestKind": group_version_kind,
-                "requestResource": resource,
-                "name": "fuzzed",
-                "namespace": namespace,
-                "operation": operation,
-                "userInfo": {"username": "fuzzer", "groups": ["system:authenticated"]},
-                "object": obj,
-                "oldObject": old,
-                "dryRun": dry_run,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-            },
-        },
-        ensure_ascii=False,
-    ).encode("utf-8")
-
-
-def wrap(
-    kind: str, spec: Any, *, drop: tuple[str, ...] = (), namespace: str = FUZZ_NAMESPACE
-) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "flowforge.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": "fuzzed", "namespace": namespace, "uid": str(uuid.uuid4())},
-        "spec": spec,
-    }
-    for key in drop:
-        obj.pop(key, None)
-    return obj
 
 
 def post_review(https: WebhookHttps, handler_id: str, review: bytes) -> dict[str, Any]:
@@ -193,9 +137,11 @@ definition_specs = st.one_of(
 def test_definition_verdicts_match_the_validator_and_never_crash(
     webhook_server: WebhookServer, webhook_https: WebhookHttps, spec: Any, dry_run: bool, drop: Any
 ) -> None:
-    obj = wrap("WorkflowDefinition", spec, drop=drop)
+    obj = wrap("WorkflowDefinition", spec, drop=drop, namespace=FUZZ_NAMESPACE)
     response = post_review(
-        webhook_https, VALIDATE_DEFINITION_HANDLER_ID, admission_review(obj, dry_run=dry_run)
+        webhook_https,
+        VALIDATE_DEFINITION_HANDLER_ID,
+        admission_review(obj, dry_run=dry_run, namespace=FUZZ_NAMESPACE),
     )
     if validate_spec(obj.get("spec")):
         assert_denied_with_message(response)
@@ -267,7 +213,11 @@ def test_ten_thousand_tasks_with_one_defect_are_denied(
     response = post_review(
         webhook_https,
         VALIDATE_DEFINITION_HANDLER_ID,
-        admission_review(wrap("WorkflowDefinition", spec), dry_run=False),
+        admission_review(
+            wrap("WorkflowDefinition", spec, namespace=FUZZ_NAMESPACE),
+            dry_run=False,
+            namespace=FUZZ_NAMESPACE,
+        ),
     )
     assert_denied_with_message(response)
     assert "spec.tasks[9999].dependsOn[0]" in response["status"]["message"]

@@ -9,8 +9,6 @@ object is deleted.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,22 +21,14 @@ from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
 from flowforge.operator.publishing import PendingPublisher
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions
-from tests.cluster.test_webhooks import apply, definition, names_of
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.plugins.webhooks import WebhookServer, start_operator
+from tests.support.admission import apply, definition, names_of
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
 EXAMPLE = repo_root() / "examples" / "etl-diamond.yaml"
-
-
-async def start_operator(
-    operators: Callable[..., OperatorProcess], webhook_store: Pool, server: WebhookServer
-) -> OperatorProcess:
-    """An operator on the webhook server's database, so both see the same store."""
-    process = operators(dsn=server.dsn)
-    await wait_for_leader(webhook_store, process.identity, process=process)
-    return process
 
 
 async def run_example_to_the_end(
@@ -107,10 +97,11 @@ async def test_deleting_a_published_definition_does_not_free_its_version(
 ) -> None:
     await start_operator(operators, webhook_store, admission_webhooks)
     assert apply(cluster, engine_namespace, definition()).returncode == 0
-    deadline = time.monotonic() + 60
-    while await list_versions(webhook_store, namespace=engine_namespace, workflow="etl") != [1]:
-        assert time.monotonic() < deadline, "the operator did not publish etl v1"
-        await asyncio.sleep(0.2)
+
+    async def published() -> bool:
+        return await list_versions(webhook_store, namespace=engine_namespace, workflow="etl") == [1]
+
+    await wait_until(published, timeout=60, what="the operator to publish etl v1")
     kubectl(cluster, "delete", "workflowdefinition", "etl-v1", "-n", engine_namespace)
     changed = definition(image="registry.example/attacker:latest")
     for dry_run in (True, False):

@@ -34,9 +34,8 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions
-from tests.cluster.test_admission_fuzz import admission_review, wrap
-from tests.cluster.test_webhooks import apply, definition, names_of, run
 from tests.plugins.webhooks import WebhookHttps, WebhookServer
+from tests.support.admission import admission_review, apply, definition, names_of, run, wrap
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 

@@ -18,12 +18,12 @@ from flowforge.domain.run_actions import KIND
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import find_run
-from tests.cluster.test_retry_admission import store_webhooks  # noqa: F401 (a fixture)
-from tests.cluster.test_run_actions import processed
-from tests.cluster.test_saga import OK, UNDO, compensation_history, wait_until
-from tests.cluster.test_tenancy_policy import grant
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.webhooks import WebhookServer, store_webhooks  # noqa: F401 (a fixture)
+from tests.support.rbac import grant
+from tests.support.run_actions import processed
+from tests.support.sagas import OK, UNDO, compensation_history
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from flowforge.kube.webhook_config import delete_webhook_configurations
 from flowforge.localdev.controlplane import Cluster
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.plugins.webhooks import WebhookServer
+from tests.support.waiting import wait_until
 from tests.tools.mermaid_parser import parse_mermaid
 
 pytestmark = pytest.mark.cluster
@@ -222,9 +222,7 @@ async def test_cancel_stops_a_run_and_errors_are_one_line(
         }
     )
     driver.create_run("s1", workflow="slow")
-    deadline = time.monotonic() + 60
-    while not driver.jobs("s1") and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    await wait_until(lambda: driver.jobs("s1"), timeout=60, what="s1's first Job")
     running = await cli("retry", "s1", *dsn)
     assert running.code == 1 and f"still {RunPhase.RUNNING}" in running.err, running.err
 

@@ -12,6 +12,7 @@ from flowforge.domain.api import API_VERSION, DEFINITION_KIND, DEFINITION_PLURAL
 from flowforge.domain.validation import parse_definition
 from flowforge.store.definitions import list_versions
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -28,7 +29,10 @@ SPEC: dict[str, Any] = {
 
 
 async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, Any]:
-    for _ in range(150):
+    status: dict[str, Any] = {}
+
+    async def shown() -> dict[str, Any] | None:
+        nonlocal status
         body = await asyncio.to_thread(
             driver.custom.get_namespaced_custom_object,
             GROUP,
@@ -37,11 +41,13 @@ async def _status_when(driver: RunDriver, name: str, field: str) -> dict[str, An
             DEFINITION_PLURAL,
             name,
         )
-        status: dict[str, Any] = body.get("status") or {}
-        if field in status:
-            return status
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"status.{field} of {name} never appeared: {body.get('status')}")
+        status = body.get("status") or {}
+        return status if field in status else None
+
+    found: dict[str, Any] = await wait_until(
+        shown, timeout=30, what=lambda: f"status.{field} of {name}, its status: {status}"
+    )
+    return found
 
 
 def _create(driver: RunDriver, name: str, spec: dict[str, Any]) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +14,9 @@ from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT
 from flowforge.operator.notifier import SERIES_FLUSH_SECONDS
 from flowforge.store import queries as store_queries
 from flowforge.store.events import run_history
-from flowforge.store.runs import find_run
+from flowforge.store.runs import RunRecord, find_run
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -160,23 +159,27 @@ async def test_fan_in_of_fifty_releases_the_join_exactly_once(
     # 52 tasks: above the summary limit, so the status lists none and says so
     assert width + 2 > STATUS_TASK_SUMMARY_LIMIT
     assert body["status"].get("tasks", []) == [] and body["status"]["tasksTruncated"] is True
+
     # a Job's creation is recorded after the call that made it returns, so its outcome (from
     # the Job watch) and the run's end can come first: wait for the records, then count them
-    deadline = time.monotonic() + 30
-    created = await store_queries.job_created_attempts(driver.pool, run.id)
-    while len(created) < width + 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    async def all_recorded() -> set[tuple[str, int]] | None:
         created = await store_queries.job_created_attempts(driver.pool, run.id)
+        return created if len(created) >= width + 2 else None
+
+    created = await wait_until(all_recorded, timeout=30, what="every Job's creation recorded")
     assert len(created) == width + 2
 
     # 52 starts: the first few are Events of their own, the rest one Event that counts them
-    started: list[Any] = []
-    deadline = time.monotonic() + SERIES_FLUSH_SECONDS + 10
-    while time.monotonic() < deadline:
+    def every_start_counted() -> list[Any] | None:
         started = [e for e in driver.events("f1") if e.reason == "TaskStarted"]
-        if sum(e.count for e in started) == width + 2:
-            break
-        await asyncio.sleep(0.5)
+        return started if sum(e.count for e in started) == width + 2 else None
+
+    started: list[Any] = await wait_until(
+        every_start_counted,
+        timeout=SERIES_FLUSH_SECONDS + 10,
+        interval=0.5,
+        what="TaskStarted Events counting every start",
+    )
     [series] = [e for e in started if e.count > 1]
     assert series.count == width + 2 - SIMILAR_BEFORE_SERIES
     assert series.message.startswith(COMBINED_PREFIX)
@@ -203,24 +206,23 @@ async def test_deleting_a_run_removes_its_jobs_and_keeps_its_history(
         }
     )
     body = driver.create_run("gone", workflow="doomed")
-    deadline = time.monotonic() + 60
-    while not driver.jobs("gone") and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    await wait_until(lambda: driver.jobs("gone"), timeout=60, what="the run's first Job")
     assert len(driver.jobs("gone")) == 1
     driver.delete_run("gone")
-    deadline = time.monotonic() + 60
-    while driver.jobs("gone") and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-    assert driver.jobs("gone") == [], "the garbage collector removes a deleted run's Jobs"
-    run = await find_run(
-        driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
+    await wait_until(
+        lambda: not driver.jobs("gone"),
+        timeout=60,
+        interval=0.5,
+        what="the garbage collector to remove the deleted run's Jobs",
     )
-    deadline = time.monotonic() + 30
-    while run.phase.value == "Running" and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+
+    async def stopped() -> RunRecord | None:
         run = await find_run(
             driver.pool, namespace=driver.namespace, name="gone", uid=body["metadata"]["uid"]
         )
+        return run if run.phase.value != "Running" else None
+
+    run = await wait_until(stopped, timeout=30, what="the deleted run to stop in the store")
     assert run.phase.value == "Cancelled"
     kinds = [event.kind for event in await run_history(driver.pool, run.id)]
     assert kinds[0] == "run.created" and "task.dispatched" in kinds

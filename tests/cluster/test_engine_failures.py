@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from flowforge.store.events import Event, run_history
 from flowforge.store.runs import find_run
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -136,9 +135,7 @@ async def test_cancel_stops_running_jobs_and_skips_the_rest(
         }
     )
     driver.create_run("c1", workflow="cancel")
-    deadline = time.monotonic() + 60
-    while len(driver.jobs("c1")) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    await wait_until(lambda: len(driver.jobs("c1")) >= 2, timeout=60, what="c1's first two Jobs")
     assert len(driver.jobs("c1")) == 2
     driver.cancel("c1")
     body = await driver.wait_phase("c1", {"Succeeded", "Failed", "Cancelled"}, operator=operator)
@@ -148,10 +145,7 @@ async def test_cancel_stops_running_jobs_and_skips_the_rest(
     assert status["counts"]["cancelled"] == 3
     cancelled = next(c for c in status["conditions"] if c["type"] == "Cancelled")
     assert cancelled["status"] == "True" and cancelled["reason"] == "CancelRequested"
-    deadline = time.monotonic() + 30
-    while driver.jobs("c1") and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    assert driver.jobs("c1") == []
+    await wait_until(lambda: not driver.jobs("c1"), timeout=30, what="c1's Jobs deleted")
     events = await history(driver, "c1", body)
     assert not [e for e in events if e.kind == "task.dispatched" and e.task_key == "c"]
 
@@ -173,10 +167,7 @@ async def test_vanished_job_is_a_lost_attempt_and_is_retried(
         }
     )
     driver.create_run("v1", workflow="vanish")
-    deadline = time.monotonic() + 60
-    while not driver.jobs("v1") and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    [first] = driver.jobs("v1")
+    [first] = await wait_until(lambda: driver.jobs("v1"), timeout=60, what="v1's first Job")
     driver.batch.delete_namespaced_job(
         first.metadata.name, driver.namespace, propagation_policy="Background"
     )

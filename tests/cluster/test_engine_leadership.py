@@ -13,7 +13,8 @@ from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence, current_lease
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -52,7 +53,9 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
     lease = await current_lease(driver.pool)
     assert lease is not None and lease.holder == "first"
 
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
+    wait_until_blocking(
+        lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up"
+    )
     killed_at = time.monotonic()
     first.kill()
     second_epoch = await wait_for_leader(
@@ -72,15 +75,15 @@ async def test_only_the_holder_acts_and_a_standby_takes_over(
         driver.pool, namespace=driver.namespace, name="after", uid=body["metadata"]["uid"]
     )
     with pytest.raises(StaleEpochError):
-        await store_dispatch.record_job_created(
+        await store_dispatch.record_jobs_created(
             driver.pool,
             fence=Fence(lease="operator", epoch=first_epoch),
             run_id=run.id,
-            task_key="one",
-            attempt=1,
-            job="forged",
-            uid="forged-uid",
-            created=True,
+            jobs=(
+                store_dispatch.JobCreated(
+                    task_key="one", attempt=1, job="forged", uid="forged-uid", created=True
+                ),
+            ),
         )
 
 
@@ -92,7 +95,9 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
     second = operators(identity="second")
     await driver.publish(SPEC)
     assert first.process is not None
-    wait_for(lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up")
+    wait_until_blocking(
+        lambda: "standing by" in second.log_tail(400), timeout=60, what="the standby to be up"
+    )
     first.process.send_signal(signal.SIGSTOP)  # alive but silent: its lease expires
     try:
         second_epoch = await wait_for_leader(
@@ -103,10 +108,12 @@ async def test_a_frozen_operator_is_deposed_and_stops_acting(
         assert body["status"]["phase"] == "Succeeded"
     finally:
         first.process.send_signal(signal.SIGCONT)
-    deadline = time.monotonic() + 15
-    while "no longer acting" not in first.log_tail(200) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "no longer acting" in first.log_tail(200), first.log_tail()
+    wait_until_blocking(
+        lambda: "no longer acting" in first.log_tail(200),
+        timeout=15,
+        what="the deposed operator to say it stopped acting",
+        operator=first,
+    )
     driver.create_run("later", workflow="chain")
     body = await driver.wait_phase("later", {"Succeeded", "Failed"}, operator=second)
     assert body["status"]["phase"] == "Succeeded"

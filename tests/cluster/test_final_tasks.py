@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from flowforge.domain.final_tasks import ROLLBACK_ENV, RUN_OUTCOME_ENV
-from tests.cluster.test_saga import FAIL, OK, UNDO, history
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.sagas import FAIL, OK, UNDO, history
 
 pytestmark = pytest.mark.cluster
 

@@ -14,8 +14,8 @@ import pytest
 from flowforge.domain.api import API_VERSION, GROUP, RUN_KIND, RUN_PLURAL, VERSION
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
-from tests.cluster.test_queue import JobTimes, most_at_once
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.job_times import JobTimes, most_at_once
 
 pytestmark = pytest.mark.cluster
 

@@ -22,7 +22,8 @@ from flowforge.domain.history import OUTCOME_KINDS
 from flowforge.store.events import run_history
 from flowforge.store.queries import recorded_jobs
 from flowforge.store.runs import find_run
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -108,7 +109,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
         }
     )
     created = driver.create_run("v1", workflow="victim")
-    [job] = wait_for(lambda: driver.jobs("v1"), timeout=60, what="the run's Job")
+    [job] = wait_until_blocking(lambda: driver.jobs("v1"), timeout=60, what="the run's Job")
     name = job.metadata.name
     batch, core = driver.batch, driver.core
 
@@ -126,7 +127,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
         attacker,
         forged_job(job, namespace=attacker, name="sleeper", pod_annotations=keeps_running),
     )
-    wait_for(
+    wait_until_blocking(
         lambda: (
             core.list_namespaced_pod(
                 driver.namespace,
@@ -140,7 +141,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
     core.create_namespaced_pod(
         driver.namespace, forged_pod(name, namespace=driver.namespace, exit_code=7)
     )
-    wait_for(
+    wait_until_blocking(
         lambda: (
             finished(batch, namespace=attacker, name=name)
             and finished(batch, namespace=driver.namespace, name=f"{name[:40]}-twin")
@@ -164,7 +165,7 @@ async def test_copies_of_a_runs_job_and_a_forged_pod_change_nothing(
     def forged_events() -> list[Any]:
         return [e for e in driver.events("v1") if e.reason == "ForgedJob" and e.type == "Warning"]
 
-    events = wait_for(
+    events = wait_until_blocking(
         lambda: len(forged_events()) >= 2 and forged_events(), timeout=30, what="ForgedJob Events"
     )
     messages = " | ".join(e.message for e in events)

@@ -9,22 +9,25 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from flowforge.localdev.controlplane import Cluster, kubectl
-from tests.cluster.test_helm_chart import (  # noqa: F401  (fixtures)
-    CHART,
-    KUBE_VERSION,
-    RELEASE_NAMESPACE,
-    Helm,
-    helm,
-    release_namespace,
-)
-from tests.cluster.test_tenancy_policy import grant
+from tests.plugins.helm import CHART, KUBE_VERSION, RELEASE_NAMESPACE, Helm
+from tests.support.rbac import grant
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def release_namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"ffp-{uuid.uuid4().hex[:8]}"
+    kubectl(cluster, "create", "namespace", name)
+    yield name
+    kubectl(cluster, "delete", "namespace", name, "--wait=false", check=False)
+
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "flowforge"}
 TENANT = "mallory"
@@ -74,7 +77,7 @@ def create(
     )
 
 
-def test_default_values_render_both_policies_for_a_current_cluster(helm: Helm) -> None:  # noqa: F811
+def test_default_values_render_both_policies_for_a_current_cluster(helm: Helm) -> None:
     rendered = helm.template({})
     names = {m["metadata"]["name"] for m in rendered if m["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [m for m in rendered if m["kind"] == "ValidatingAdmissionPolicyBinding"]
@@ -91,9 +94,9 @@ def test_default_values_render_both_policies_for_a_current_cluster(helm: Helm) -
 
 
 def test_only_the_operator_creates_flowforge_jobs_and_the_webhook_only_dry_runs(
-    helm: Helm,  # noqa: F811
+    helm: Helm,
     cluster: Cluster,
-    release_namespace: str,  # noqa: F811
+    release_namespace: str,
 ) -> None:
     release = f"ff{uuid.uuid4().hex[:6]}"
     # the fixture names this control plane's controller manager's user in

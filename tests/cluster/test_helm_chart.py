@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -25,28 +24,23 @@ import pytest
 import yaml
 from cryptography import x509
 
-from flowforge.domain.api import DEFINITION_KIND, DEFINITION_PLURAL, GROUP, VERSION
 from flowforge.kube.webhook_config import (
     build_mutating_configuration,
     build_validating_configuration,
     in_cluster_endpoint,
 )
-from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.plugins.helm import CHART, KUBE_VERSION, RELEASE_NAMESPACE, Helm, Manifest, one_manifest
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import (
     WebhookHttps,
     WebhookServer,
     spawn_webhook_server,
     stop_webhook_server,
 )
-
-CHART = repo_root() / "charts" / "flowforge"
-KUBE_VERSION = "1.34.4"
-RELEASE_NAMESPACE = "flowforge-system"
-
-Manifest = dict[str, Any]
+from tests.support.admission import ADMIN, admission_review, wrap
+from tests.support.waiting import wait_until_blocking
 
 OPTIONS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -65,93 +59,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "single-replicas": {"operator": {"replicas": 1}, "webhook": {"replicas": 1}},
     "no-webhook": {"webhook": {"enabled": False}},
 }
-
-
-def job_controllers(kubectl_binary: Path, kubeconfig: Path) -> list[str]:
-    """Who creates Jobs' Pods on the tests' control plane: its controller manager runs with
-    the admin's credentials (no --use-service-account-credentials), so the chart's policy
-    that only the operator and the Job controller make FlowForge's Pods must name that user
-    besides the defaults (``rbac.jobControllerUsers``)."""
-    whoami = subprocess.run(
-        [str(kubectl_binary), "--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    user = str(json.loads(whoami.stdout)["status"]["userInfo"]["username"])
-    return [
-        "system:serviceaccount:kube-system:job-controller",
-        "system:kube-controller-manager",
-        user,
-    ]
-
-
-class Helm:
-    """The helm binary built with the control plane, with its state in a folder of ours."""
-
-    def __init__(self, binary: Path, home: Path) -> None:
-        self.binary = binary
-        self.environment = {
-            **os.environ,
-            "HELM_CACHE_HOME": str(home / "cache"),
-            "HELM_CONFIG_HOME": str(home / "config"),
-            "HELM_DATA_HOME": str(home / "data"),
-        }
-        self.values_dir = home / "values"
-        self.values_dir.mkdir(parents=True, exist_ok=True)
-
-    def run(
-        self, *args: str, kubeconfig: Path | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        command = [str(self.binary), *args]
-        if kubeconfig is not None:
-            command += ["--kubeconfig", str(kubeconfig)]
-        if kubeconfig is not None and args and args[0] in ("install", "upgrade"):
-            users = job_controllers(self.binary.parent / "kubectl", kubeconfig)
-            command += ["--set-json", f"rbac.jobControllerUsers={json.dumps(users)}"]
-        completed = subprocess.run(
-            command, env=self.environment, capture_output=True, text=True, timeout=180, check=False
-        )
-        if check and completed.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{completed.stderr}")
-        return completed
-
-    def values_file(self, values: dict[str, Any]) -> Path:
-        path = self.values_dir / f"{uuid.uuid4().hex}.yaml"
-        path.write_text(yaml.safe_dump(values))
-        return path
-
-    def template(
-        self, values: dict[str, Any], *, release: str = "ff", namespace: str = RELEASE_NAMESPACE
-    ) -> list[Manifest]:
-        completed = self.run(
-            "template",
-            release,
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--kube-version",
-            KUBE_VERSION,
-            "-f",
-            str(self.values_file(values)),
-        )
-        return [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    try:
-        bin_dir = find_bin_dir()
-    except BinariesMissingError as error:
-        pytest.fail(f"helm unavailable: {error}", pytrace=False)
-    return Helm(bin_dir / "helm", tmp_path_factory.mktemp("helm"))
-
-
-def _one(manifests: list[Manifest], kind: str) -> Manifest:
-    found = [m for m in manifests if m["kind"] == kind]
-    assert len(found) == 1, f"{len(found)} {kind} rendered"
-    return found[0]
 
 
 def _kinds(manifests: list[Manifest]) -> set[str]:
@@ -251,8 +158,8 @@ def test_rendered_webhooks_are_the_operators_own_configuration(helm: Helm) -> No
     endpoint = in_cluster_endpoint(
         namespace=RELEASE_NAMESPACE, service_name="ff-flowforge-webhook", ca_pem=ca_pem
     )
-    validating = _one(manifests, "ValidatingWebhookConfiguration")
-    mutating = _one(manifests, "MutatingWebhookConfiguration")
+    validating = one_manifest(manifests, "ValidatingWebhookConfiguration")
+    mutating = one_manifest(manifests, "MutatingWebhookConfiguration")
     assert validating["webhooks"] == build_validating_configuration(endpoint)["webhooks"]
     assert mutating["webhooks"] == build_mutating_configuration(endpoint)["webhooks"]
     service = next(
@@ -283,7 +190,7 @@ def test_cert_manager_injects_the_ca_instead_of_a_generated_secret(helm: Helm) -
     ]
     assert certificate["spec"]["secretName"] == "ff-flowforge-webhook-tls"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        configuration = _one(manifests, kind)
+        configuration = one_manifest(manifests, kind)
         assert configuration["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": "flowforge-system/ff-flowforge-webhook"
         }
@@ -374,7 +281,7 @@ def test_namespaced_mode_grants_roles_in_the_watched_namespaces_only(helm: Helm)
         for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert environment["FLOWFORGE_NAMESPACES"] == "team-a,team-b"
-    for hook in _one(manifests, "ValidatingWebhookConfiguration")["webhooks"]:
+    for hook in one_manifest(manifests, "ValidatingWebhookConfiguration")["webhooks"]:
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
 
 
@@ -896,7 +803,9 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
             assert body["status"]["progress"] == "4/4"
             assert {"RunStarted", "RunSucceeded"} <= {event.reason for event in driver.events("d1")}
             # finished Jobs are deleted after their TTL: the delete verb works as granted
-            wait_for(lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted")
+            wait_until_blocking(
+                lambda: not driver.jobs("d1"), timeout=60, what="finished Jobs deleted"
+            )
             # The one refusal allowed: kopf's namespace scan (namespaced mode grants no
             # cluster-wide namespace list; kopf then uses the watched namespaces as given).
             refusals = [
@@ -916,38 +825,14 @@ async def test_operator_runs_a_diamond_with_only_the_namespaced_chart_rbac(
                 process.stop()
 
 
-def _definition_review(spec: dict[str, Any], *, namespace: str) -> bytes:
-    kind = {"group": GROUP, "version": VERSION, "kind": DEFINITION_KIND}
-    resource = {"group": GROUP, "version": VERSION, "resource": DEFINITION_PLURAL}
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": kind,
-                "resource": resource,
-                "requestKind": kind,
-                "requestResource": resource,
-                "name": "wd",
-                "namespace": namespace,
-                "operation": "CREATE",
-                "dryRun": False,
-                # an admin: the webhook's account must be able to review their access
-                "userInfo": {"username": "an-admin", "groups": ["system:masters"]},
-                "object": {
-                    "apiVersion": "flowforge.io/v1alpha1",
-                    "kind": "WorkflowDefinition",
-                    "metadata": {"name": "wd", "namespace": namespace, "uid": str(uuid.uuid4())},
-                    "spec": spec,
-                },
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-            },
-        }
-    ).encode()
-
-
 FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
+
+
+def _admin_review(spec: dict[str, Any]) -> bytes:
+    """A definition's review as an administrator's: the webhook's account must be able to
+    review their access."""
+    definition = wrap("WorkflowDefinition", spec, namespace="default")
+    return admission_review(definition, dry_run=False, namespace="default", user=ADMIN)
 
 
 @pytest.mark.cluster
@@ -1038,13 +923,9 @@ def test_webhook_server_serves_with_only_the_webhook_service_account(
                 {"key": "b", "type": "t", "dependsOn": ["a"]},
             ],
         }
-        allowed = https.post(
-            "validate-workflowdefinition", _definition_review(good, namespace="default")
-        )
+        allowed = https.post("validate-workflowdefinition", _admin_review(good))
         assert allowed.status == 200 and allowed.json()["response"]["allowed"] is True, allowed.body
-        denied = https.post(
-            "validate-workflowdefinition", _definition_review(cyclic, namespace="default")
-        )
+        denied = https.post("validate-workflowdefinition", _admin_review(cyclic))
         response = denied.json()["response"]
         assert response["allowed"] is False and "a -> b -> a" in response["status"]["message"]
         server.assert_alive()

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from flowforge.operator.settings import OperatorSettings
-from tests.cluster.test_helm_chart import Helm, helm  # noqa: F401  (the fixture)
+from tests.plugins.helm import Helm
 
 pytestmark = pytest.mark.cluster
 
 
-def _operator_container(helm: Helm, values: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+def _operator_container(helm: Helm, values: dict[str, Any]) -> dict[str, Any]:
     deployment = next(
         m
         for m in helm.template(values)
@@ -22,7 +22,7 @@ def _operator_container(helm: Helm, values: dict[str, Any]) -> dict[str, Any]:  
     return container
 
 
-def test_probes_are_the_loop_heartbeat_and_the_database_check(helm: Helm) -> None:  # noqa: F811
+def test_probes_are_the_loop_heartbeat_and_the_database_check(helm: Helm) -> None:
     container = _operator_container(helm, {})
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports["health"] == 8081
@@ -34,7 +34,7 @@ def test_probes_are_the_loop_heartbeat_and_the_database_check(helm: Helm) -> Non
         assert container[probe]["httpGet"] == {"path": path, "port": "health"}, probe
 
 
-def test_database_limits_reach_the_operator_settings(helm: Helm) -> None:  # noqa: F811
+def test_database_limits_reach_the_operator_settings(helm: Helm) -> None:
     values = {
         "operator": {
             "storeWaitSeconds": 3,
@@ -53,7 +53,7 @@ def test_database_limits_reach_the_operator_settings(helm: Helm) -> None:  # noq
     assert settings.store_pool_size == 0  # sized to the workers
 
 
-def test_the_read_api_is_probed_on_a_port_of_its_own(helm: Helm) -> None:  # noqa: F811
+def test_the_read_api_is_probed_on_a_port_of_its_own(helm: Helm) -> None:
     deployment = next(
         m
         for m in helm.template({})

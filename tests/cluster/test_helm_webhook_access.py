@@ -12,9 +12,7 @@ import pytest
 
 from flowforge.admission.certs import WebhookCertificates, generate_client_certificates
 from flowforge.admission.transport import GuardedWebhookServer
-from tests.cluster.test_helm_chart import CHART, KUBE_VERSION, Helm, Manifest, _one, helm
-
-__all__ = ["helm"]  # the module-scoped fixture, shared with the chart's other tests
+from tests.plugins.helm import CHART, KUBE_VERSION, Helm, Manifest, one_manifest
 
 CLIENT_CA_PATH = "/etc/flowforge/webhook-client-ca/ca.crt"
 
@@ -105,7 +103,7 @@ def test_by_default_the_webhook_checks_client_certificates_of_a_ca_the_chart_mad
         with pytest.raises(ssl.SSLError):
             _handshake(server, client_context(anonymous_or_forged), hostname=hostname)
     # the port stays fenced by the NetworkPolicy too
-    policy = _one(manifests, "NetworkPolicy")
+    policy = one_manifest(manifests, "NetworkPolicy")
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
     (rule,) = policy["spec"]["ingress"]
@@ -180,7 +178,7 @@ def test_a_client_ca_makes_the_webhook_require_the_apiservers_certificate(
             }
         }
     )
-    config_map = _one(manifests, "ConfigMap")
+    config_map = one_manifest(manifests, "ConfigMap")
     assert config_map["data"]["ca.crt"].strip() == ca_pem.strip()
     # a CA of the apiserver's own: the chart generates no client certificate
     assert not [m for m in manifests if m["metadata"]["name"].endswith("-webhook-client")]
@@ -190,7 +188,7 @@ def test_a_client_ca_makes_the_webhook_require_the_apiservers_certificate(
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["client-ca"]["readOnly"] is True
-    (rule,) = _one(manifests, "NetworkPolicy")["spec"]["ingress"]
+    (rule,) = one_manifest(manifests, "NetworkPolicy")["spec"]["ingress"]
     blocks = [peer["ipBlock"] for peer in rule["from"]]
     assert blocks == [
         {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]},

@@ -5,7 +5,6 @@ a running, a suspended and a failed Job and never a succeeded one, and the TTL b
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -16,6 +15,7 @@ from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.operator.reconciler import SUCCEEDED, UNSUCCEEDED
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -78,12 +78,14 @@ async def test_the_field_selector_lists_only_unsucceeded_or_succeeded_jobs(
         kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
     kube = KubeClient.connect(kubeconfig=str(cluster.kubeconfig), threads=2)
     try:
-        async with asyncio.timeout(90):  # the Job controller records kwok's ended Pods
-            while [await outcome(kube, namespace, name) for name in ("done", "failing")] != [
+
+        async def recorded() -> bool:  # the Job controller records kwok's ended Pods
+            return [await outcome(kube, namespace, name) for name in ("done", "failing")] == [
                 True,
                 False,
-            ]:
-                await asyncio.sleep(0.2)
+            ]
+
+        await wait_until(recorded, timeout=90, what="the Jobs' outcomes recorded")
         assert await names(kube, namespace, None) == ["done", "failing", "running", "suspended"]
         assert await names(kube, namespace, UNSUCCEEDED) == ["failing", "running", "suspended"]
         assert await names(kube, namespace, SUCCEEDED) == ["done"]

@@ -5,7 +5,6 @@ attempt after ``pendingTimeoutSeconds`` with the scheduler's reason."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,13 +17,8 @@ from flowforge.domain.api import API_VERSION, GROUP, POLICY_KIND, POLICY_PLURAL,
 from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
-from tests.plugins.operator import (
-    OperatorProcess,
-    RunDriver,
-    fresh_namespace,
-    wait_for,
-    wait_for_leader,
-)
+from tests.plugins.operator import OperatorProcess, RunDriver, fresh_namespace, wait_for_leader
+from tests.support.waiting import wait_until, wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -61,7 +55,7 @@ def job_quota(api: k8s.ApiClient, namespace: str, *, jobs: int) -> None:
         quota = core.read_namespaced_resource_quota("jobs", namespace)
         return bool(quota.status and quota.status.hard)
 
-    wait_for(enforced, timeout=30, what="ResourceQuota status")
+    wait_until_blocking(enforced, timeout=30, what="ResourceQuota status")
 
 
 async def test_a_full_quota_delays_the_third_job_until_it_frees_and_blocks_no_other_run(
@@ -103,20 +97,20 @@ async def test_a_full_quota_delays_the_third_job_until_it_frees_and_blocks_no_ot
     )
     driver.create_run("quota", workflow="fan")
 
-    deadline = time.monotonic() + 60
-    delayed: list[Any] = []
-    while not delayed and time.monotonic() < deadline:
-        delayed = [e for e in driver.events("quota") if e.reason == "JobCreationDelayed"]
-        await asyncio.sleep(0.2)
-    assert delayed, operator.log_tail()
+    delayed: list[Any] = await wait_until(
+        lambda: [e for e in driver.events("quota") if e.reason == "JobCreationDelayed"],
+        timeout=60,
+        what="a JobCreationDelayed Event",
+        operator=operator,
+    )
     assert delayed[0].type == "Warning" and "exceeded quota" in delayed[0].message
     assert len(driver.jobs("quota")) == 2
-    shown = ""
-    while "exceeded quota" not in shown and time.monotonic() < deadline:
-        by_name = tasks(driver.run("quota"))
-        shown = " ".join(task.get("message", "") for task in by_name.values())
-        await asyncio.sleep(0.2)
-    assert "exceeded quota" in shown  # the delayed task says why it has no Job
+
+    def shown() -> str:
+        return " ".join(task.get("message", "") for task in tasks(driver.run("quota")).values())
+
+    # the delayed task says why it has no Job
+    await wait_until(lambda: "exceeded quota" in shown(), timeout=60, what="the quota in a message")
 
     other.create_run("meanwhile", workflow="quick")
     body = await other.wait_phase("meanwhile", {"Succeeded", "Failed"}, operator=operator)
@@ -213,4 +207,4 @@ async def test_an_unschedulable_pod_fails_after_the_pending_timeout(
     def stuck_job_deleted() -> bool:
         return all(job.metadata.labels["flowforge.io/task"] != "stuck" for job in driver.jobs("u1"))
 
-    wait_for(stuck_job_deleted, timeout=30, what="the stuck Job deleted")
+    wait_until_blocking(stuck_job_deleted, timeout=30, what="the stuck Job deleted")

@@ -22,10 +22,10 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.localdev.controlplane import Cluster, kubectl
-from tests.cluster.test_helm_chart import Helm, helm  # noqa: F401 (the helm fixture)
-from tests.cluster.test_run_deletion import HANG, delete_mid_rollback, wait_gone
-from tests.cluster.test_saga import OK, ORDER_SAGA, SLOW
+from tests.plugins.helm import Helm
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.sagas import HANG, OK, ORDER_SAGA, SLOW, delete_mid_rollback, wait_gone
+from tests.support.waiting import wait_until
 from tests.tools.argocd_files import customizations
 from tests.tools.go_tools import kstatus
 
@@ -65,12 +65,17 @@ def _get_definition(driver: RunDriver, name: str) -> dict[str, Any]:
 
 
 async def _definition_with_conditions(driver: RunDriver, name: str) -> dict[str, Any]:
-    for _ in range(150):
+    body: dict[str, Any] = {}
+
+    def with_conditions() -> dict[str, Any] | None:
+        nonlocal body
         body = _get_definition(driver, name)
-        if (body.get("status") or {}).get("conditions"):
-            return body
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{name} has no conditions: {body.get('status')}")
+        return body if (body.get("status") or {}).get("conditions") else None
+
+    found: dict[str, Any] = await wait_until(
+        with_conditions, timeout=30, what=lambda: f"{name}'s conditions: {body.get('status')}"
+    )
+    return found
 
 
 async def test_kstatus_reads_live_runs_and_definitions_of_every_phase(
@@ -161,7 +166,7 @@ async def test_kstatus_reads_live_runs_and_definitions_of_every_phase(
         await wait_gone(operator, driver, "deleting", timeout=30)
 
 
-def test_the_chart_renders_the_argocd_keys_deploy_argocd_ships(helm: Helm) -> None:  # noqa: F811
+def test_the_chart_renders_the_argocd_keys_deploy_argocd_ships(helm: Helm) -> None:
     def argocd_cm(values: dict[str, Any]) -> list[dict[str, Any]]:
         return [m for m in helm.template(values) if m["metadata"]["name"] == "argocd-cm"]
 

@@ -16,6 +16,8 @@ from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
 from tests.plugins.kueue import Kueue
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.job_times import most_at_once
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -34,13 +36,6 @@ def step(*, queue: str, seconds: int, cpu: str = "1", **extra: Any) -> dict[str,
 def _time(value: Any) -> float:
     assert isinstance(value, datetime), value
     return value.timestamp()
-
-
-def _most_at_once(intervals: list[tuple[float, float]]) -> int:
-    """The largest number of [start, end) intervals that hold at one moment."""
-    return max(
-        sum(1 for start, end in intervals if start <= moment < end) for moment, _ in intervals
-    )
 
 
 # how long the operator may take to see that Kueue suspended a Job and re-project the
@@ -66,11 +61,11 @@ def _suspended_since(job: Any, *, now: float) -> float | None:
 async def _sample_until_finished(
     driver: RunDriver, name: str, *, timeout: float, operator: OperatorProcess
 ) -> list[Sample]:
-    """Every 0.2 s until the run finishes: when, its status, and since when each of its
+    """Until the run finishes (at most every 0.2 s): when, its status, and since when each of its
     Jobs has been suspended (read right after the status)."""
-    samples = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    samples: list[Sample] = []
+
+    def sampled_finished() -> bool:
         moment = time.time()
         status = driver.run(name).get("status") or {}
         suspended = {
@@ -78,10 +73,12 @@ async def _sample_until_finished(
             for job in driver.jobs(name)
         }
         samples.append((moment, status, suspended))
-        if status.get("phase") in ("Succeeded", "Failed", "Cancelled"):
-            return samples
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"run {name} did not finish in {timeout} s\n{operator.log_tail()}")
+        return status.get("phase") in ("Succeeded", "Failed", "Cancelled")
+
+    await wait_until(
+        sampled_finished, timeout=timeout, what=f"run {name} to finish", operator=operator
+    )
+    return samples
 
 
 def _never_shows_suspended_as_running(samples: list[Sample]) -> None:
@@ -129,17 +126,17 @@ async def test_fan_out_runs_two_at_a_time_under_a_two_cpu_quota(
 
     # the run ends when its last Pod succeeds, about a second before the Job controller
     # marks that Job complete
-    for _ in range(50):
+    def completed() -> list[Any] | None:
         jobs = driver.jobs("wide")
-        if all(job.status.completion_time for job in jobs):
-            break
-        await asyncio.sleep(0.2)
+        return jobs if all(job.status.completion_time for job in jobs) else None
+
+    jobs = await wait_until(completed, timeout=30, what="every Job of wide marked complete")
     assert len(jobs) == 6
     for job in jobs:
         assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == queue
     # admitted = unsuspended: the Job controller resets startTime then
     intervals = [(_time(job.status.start_time), _time(job.status.completion_time)) for job in jobs]
-    assert _most_at_once(intervals) == 2, intervals
+    assert most_at_once(intervals) == 2, intervals
     first_admitted = min(start for start, _ in intervals)
     last_admitted = max(start for start, _ in intervals)
     assert last_admitted - first_admitted >= 5, intervals  # three waves of ~3 s each
@@ -183,10 +180,12 @@ async def test_a_preempted_job_is_readmitted_without_a_failed_attempt(
         }
     )
     driver.create_run("low-1", workflow="low")
-    deadline = time.monotonic() + 60
-    while not any(job.spec.suspend is False for job in driver.jobs("low-1")):
-        assert time.monotonic() < deadline, operator.log_tail()
-        await asyncio.sleep(0.2)
+    await wait_until(
+        lambda: any(job.spec.suspend is False for job in driver.jobs("low-1")),
+        timeout=60,
+        what="low-1's Job admitted (unsuspended)",
+        operator=operator,
+    )
     (low_job,) = driver.jobs("low-1")
     assert low_job.metadata.labels["kueue.x-k8s.io/priority-class"] == "ff-low"
     first_uid = low_job.metadata.uid
@@ -244,7 +243,8 @@ async def test_admission_timeout_fails_a_job_kueue_never_admits(
     assert "not admitted by Kueue" in task["message"] and queue in task["message"], task
     assert "not admitted by Kueue" in status["message"], status
     # the Job that held its place in the queue is gone
-    deadline = time.monotonic() + 30
-    while driver.jobs("big-1"):
-        assert time.monotonic() < deadline, [job.metadata.name for job in driver.jobs("big-1")]
-        await asyncio.sleep(0.2)
+    await wait_until(
+        lambda: not driver.jobs("big-1"),
+        timeout=30,
+        what=lambda: f"big-1's Jobs gone: {[job.metadata.name for job in driver.jobs('big-1')]}",
+    )

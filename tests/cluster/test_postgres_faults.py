@@ -9,7 +9,6 @@ and after the database is back nothing is stuck longer than the statement timeou
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -31,11 +30,11 @@ from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
-from tests.cluster.test_admission_fuzz import admission_review
-from tests.cluster.test_engine_crash import assert_exactly_once, diamond, log_caught_up, wait_all
-from tests.cluster.test_webhooks import definition
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import WebhookHttps, spawn_webhook_server, stop_webhook_server
+from tests.support.admission import ADMIN, admission_review, definition
+from tests.support.exactly_once import assert_exactly_once, diamond
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -157,9 +156,9 @@ async def test_runs_ride_out_a_thirty_second_postgres_outage(
         names = [f"outage-{fault}-{i}" for i in range(RUNS)]
         for name in names:
             outage_driver.create_run(name, workflow=f"outage-{fault}")
-        deadline = time.monotonic() + 60
-        while len(outage_driver.jobs()) < RUNS and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await wait_until(
+            lambda: len(outage_driver.jobs()) >= RUNS, timeout=60, what="a Job of every run"
+        )
         began = time.monotonic()
         if fault == "stopped":
             await pool.close()
@@ -176,10 +175,10 @@ async def test_runs_ride_out_a_thirty_second_postgres_outage(
         back = time.monotonic()
         assert "Failed" not in phases.values(), phases
         assert not set(phases.values()) <= {"Succeeded"}, f"runs did not pause: {phases}"
-        finished = await wait_all(outage_driver, names, timeout=60)
+        finished = await outage_driver.wait_finished(names, timeout=60)
         done = time.monotonic()
         assert set(finished.values()) == {"Succeeded"}, (finished, operator.log_tail())
-        await log_caught_up(log, jobs=4 * RUNS)
+        await log.caught_up(jobs=4 * RUNS)
         log.close()
         assert operator.running, "the operator must ride out the outage, not die"
         await assert_exactly_once(outage_driver, log, names)
@@ -220,15 +219,11 @@ def test_admission_answers_before_the_apiserver_gives_up_while_postgres_is_pause
     kubectl(cluster, "create", "namespace", namespace)  # the templates' dry-run needs it
     server = spawn_webhook_server(cluster, directory=tmp_path, dsn=dsn)
     https = WebhookHttps(server, client=cluster.webhook_client)
-    document = json.loads(
-        admission_review(
-            definition(name="paused") | {"metadata": {"name": "paused", "namespace": namespace}},
-            namespace=namespace,
-        )
+    review = admission_review(  # an administrator, so that only the store can refuse it
+        definition(name="paused") | {"metadata": {"name": "paused", "namespace": namespace}},
+        namespace=namespace,
+        user=ADMIN,
     )
-    # an administrator, so that only the store can refuse it
-    document["request"]["userInfo"] = {"username": "admin", "groups": ["system:masters"]}
-    review = json.dumps(document).encode()
     try:
         before = https.post(VALIDATE_DEFINITION_HANDLER_ID, review).json()["response"]
         with paused(directory / "data"):

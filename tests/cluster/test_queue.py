@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,13 +17,12 @@ from flowforge.domain.history import EventKind
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
 from flowforge.store.runs import find_run
-from tests.cluster.test_retry_admission import store_webhooks  # noqa: F401 (a fixture)
-from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
+from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import WebhookServer
+from tests.support.job_times import JobTimes, most_at_once
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
-
-FINISHED = {"Succeeded", "Failed", "Cancelled"}
 
 
 def step(seconds: str) -> dict[str, Any]:
@@ -59,90 +56,6 @@ def create(
             },
         },
     )
-
-
-async def wait_finished(driver: RunDriver, names: Sequence[str], *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    phases: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        phases = {n: (driver.run(n).get("status") or {}).get("phase", "") for n in names}
-        if set(phases.values()) <= FINISHED:
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"not finished after {timeout} s: {phases}")
-
-
-def most_at_once(intervals: Sequence[tuple[datetime, datetime]]) -> int:
-    """The most half-open [start, end) intervals that hold at one instant (a Job counts from
-    its creation until its completion; second resolution orders them conservatively)."""
-    points = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    most = current = 0
-    for _, change in points:  # at equal times the end (-1) sorts first
-        current += change
-        most = max(most, current)
-    return most
-
-
-class JobTimes(JobCreationLog):
-    """Every Job's creation and completion times, as the Jobs themselves say, from a watch
-    (kept when a Job is deleted later)."""
-
-    def __init__(self, api: Any, namespace: str) -> None:
-        self.times: dict[str, tuple[str, datetime, datetime | None]] = {}
-        self.objects: dict[str, Any] = {}
-        super().__init__(api, namespace)
-
-    def _record(self, job: Any) -> None:
-        super()._record(job)
-        run = (job.metadata.labels or {}).get("flowforge.io/run", "")
-        completed = job.status.completion_time if job.status else None
-        self.times[job.metadata.name] = (run, job.metadata.creation_timestamp, completed)
-        self.objects[job.metadata.name] = job
-
-    async def completed(self, jobs: dict[str, int], *, timeout: float = 30.0) -> None:
-        """Wait until the watch has seen the Jobs of finished runs complete (``jobs``: how
-        many each run has at least): it lags behind the runs' own status."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ends = {
-                run: [end for owner, _, end in self.times.values() if owner == run] for run in jobs
-            }
-            if all(
-                len(ends[run]) >= count and None not in ends[run] for run, count in jobs.items()
-            ):
-                return
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"the Jobs' watch did not see {jobs} complete within {timeout} s")
-
-    def pods_of(self, run: str, driver: RunDriver) -> list[tuple[str, str, str | None]]:
-        """Each Pod of the run's Jobs: its name, phase and task container's finish (to tell
-        why a span is longer than its task, when the count fails)."""
-        found = []
-        for name, (owner, _, _) in self.times.items():
-            if owner != run:
-                continue
-            uid = self.objects[name].metadata.uid
-            for pod in driver.core.list_namespaced_pod(
-                driver.namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
-            ).items:
-                ended = [
-                    str(status.state.terminated.finished_at)
-                    for status in pod.status.container_statuses or []
-                    if status.state.terminated is not None
-                ]
-                found.append((pod.metadata.name, str(pod.status.phase), ",".join(ended) or None))
-        return found
-
-    def intervals(self, run: str, driver: RunDriver) -> list[tuple[datetime, datetime]]:
-        """Each Job's creation to its Pod's end: the success is recorded from the Pod, and
-        the next Job created, about a second before the Job's own completionTime."""
-        found = [
-            (start, driver.pod_finished(self.objects[name]))
-            for name, (owner, start, end) in self.times.items()
-            if owner == run
-        ]
-        assert all(end is not None for _, end in found), f"a Job of {run} has not completed"
-        return found
 
 
 async def test_max_parallel_tasks_three_over_a_thirty_wide_fan_out(
@@ -250,7 +163,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
     queued = driver.printer_row(names[-1])
     assert {"Priority", "Queue", "Position"} <= set(queued)
     try:
-        await wait_finished(driver, names, timeout=240)
+        await driver.wait_finished(names, timeout=240)
         await jobs.completed(dict.fromkeys(names, 1))
     finally:
         jobs.close()
@@ -271,7 +184,7 @@ async def test_twenty_runs_queue_behind_max_runs_two_across_two_sigkills(
 
 async def test_forbid_is_refused_at_kubectl_apply_and_replace_rolls_back_the_oldest(
     cluster: Cluster,
-    store_webhooks: WebhookServer,  # noqa: F811
+    store_webhooks: WebhookServer,
     operator: OperatorProcess,
     driver: RunDriver,
 ) -> None:
@@ -317,38 +230,35 @@ async def test_forbid_is_refused_at_kubectl_apply_and_replace_rolls_back_the_old
 
 
 async def wait_job(driver: RunDriver, run: str, task: str, *, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(j.metadata.labels.get("flowforge.io/task") == task for j in driver.jobs(run)):
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"no Job of {run}/{task} after {timeout} s")
+    await wait_until(
+        lambda: any(j.metadata.labels.get("flowforge.io/task") == task for j in driver.jobs(run)),
+        timeout=timeout,
+        what=f"a Job of {run}/{task}",
+    )
 
 
 async def wait_any_queued(driver: RunDriver, names: list[str], *, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name in names:
-            body = driver.run(name)
-            if (body.get("status") or {}).get("phase") == "Queued":
-                return body
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"none of {names} was Queued within {timeout} s")
+    def queued() -> dict[str, Any] | None:
+        bodies = (driver.run(name) for name in names)
+        return next((b for b in bodies if (b.get("status") or {}).get("phase") == "Queued"), None)
+
+    found: dict[str, Any] = await wait_until(
+        queued, timeout=timeout, interval=0.1, what=f"one of {names} Queued"
+    )
+    return found
 
 
 async def namespace_run_limit(driver: RunDriver, limit: int, *, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    async def stored() -> bool:
         async with driver.pool.connection() as connection:
             cursor = await connection.execute(
                 "SELECT max_running_runs FROM flowforge_namespace_limits WHERE namespace = %s",
                 (driver.namespace,),
             )
             row = await cursor.fetchone()
-        if row is not None and row[0] == limit:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"maxRunningRuns {limit} not in the store within {timeout} s")
+        return row is not None and row[0] == limit
+
+    await wait_until(stored, timeout=timeout, what=f"maxRunningRuns {limit} in the store")
 
 
 async def test_a_namespace_run_limit_holds_across_two_workflows(
@@ -386,7 +296,7 @@ async def test_a_namespace_run_limit_holds_across_two_workflows(
     assert queue["reason"] == "NamespaceRunLimit" and queue["position"] >= 1
     assert any(c["type"] == "Queued" for c in held["status"]["conditions"])
     try:
-        await wait_finished(driver, names, timeout=120)
+        await driver.wait_finished(names, timeout=120)
         await jobs.completed(dict.fromkeys(names, 1))
     finally:
         jobs.close()

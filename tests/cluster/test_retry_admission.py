@@ -5,8 +5,6 @@ records who asked. Who asked cannot be forged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +24,10 @@ from flowforge.store.definitions import publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.reuse import find_run_by_name
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer, webhooks_on_store
+from tests.plugins.webhooks import (  # noqa: F401 (test_run_actions.py imports store_webhooks here)
+    WebhookServer,
+    store_webhooks,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -46,13 +47,6 @@ def workflow(name: str, last: dict[str, Any]) -> dict[str, Any]:
             {"key": "b", "type": "last", "dependsOn": ["a"]},
         ],
     }
-
-
-@pytest.fixture
-def store_webhooks(cluster: Cluster, store_dsn: str, tmp_path: Path) -> Iterator[WebhookServer]:
-    """The webhooks on the operator's store, enforced by the apiserver."""
-    with webhooks_on_store(cluster, directory=tmp_path, dsn=store_dsn) as server:
-        yield server
 
 
 def create(
@@ -91,7 +85,7 @@ def refusal(driver: RunDriver, name: str, **kwargs: Any) -> str:
 
 async def test_retry_of_is_checked_at_admission_and_records_who_asked(
     cluster: Cluster,
-    store_webhooks: WebhookServer,
+    store_webhooks: WebhookServer,  # noqa: F811 (the fixture imported above)
     operator: OperatorProcess,
     driver: RunDriver,
 ) -> None:

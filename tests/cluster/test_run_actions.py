@@ -12,15 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 
-from flowforge.domain.api import API_VERSION, GROUP, VERSION
-from flowforge.domain.run_actions import KIND, PLURAL
-from flowforge.localdev.controlplane import Cluster, kubectl
-from tests.cluster.test_retry_admission import store_webhooks  # noqa: F401 (a fixture)
-from tests.cluster.test_saga import FAIL, OK, UNDO, compensator_states, wait_until
+from flowforge.localdev.controlplane import Cluster
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.webhooks import WebhookServer, store_webhooks  # noqa: F401 (a fixture)
+from tests.support.run_actions import act, processed
+from tests.support.sagas import FAIL, OK, UNDO, compensator_states
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -50,34 +48,6 @@ LINE: dict[str, Any] = {
         {"key": "undo-first", "type": "undo", "compensateFor": "first"},
     ],
 }
-
-
-def act(cluster: Cluster, driver: RunDriver, name: str, spec: dict[str, Any]) -> None:
-    """`kubectl apply` of a WorkflowRunAction (as the cluster's admin)."""
-    document = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": driver.namespace},
-        "spec": spec,
-    }
-    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(document))
-
-
-def action_status(driver: RunDriver, name: str) -> dict[str, Any]:
-    body = driver.custom.get_namespaced_custom_object(
-        GROUP, VERSION, driver.namespace, PLURAL, name
-    )
-    return dict(body.get("status") or {})
-
-
-async def processed(driver: RunDriver, name: str, operator: OperatorProcess) -> dict[str, Any]:
-    status: dict[str, Any] = await wait_until(
-        lambda: action_status(driver, name) if action_status(driver, name).get("result") else None,
-        timeout=60,
-        what=f"action {name} processed",
-        operator=operator,
-    )
-    return status
 
 
 async def test_skip_finishes_a_halted_rollback_and_a_run_not_halted_refuses(

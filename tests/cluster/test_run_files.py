@@ -20,7 +20,8 @@ from kubernetes.client.exceptions import ApiException
 
 from flowforge.domain.caps import MAX_CONFIG_BYTES
 from flowforge.domain.execution import config_map_name
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for
+from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -126,4 +127,6 @@ async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
             return error.status == 404
         return False
 
-    wait_for(collected, timeout=60, what="the garbage collector to delete the run's ConfigMap")
+    wait_until_blocking(
+        collected, timeout=60, what="the garbage collector to delete the run's ConfigMap"
+    )

@@ -3,10 +3,7 @@ reverse dependency order, durable across an operator SIGKILL."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,127 +11,30 @@ import pytest
 from flowforge.domain.api import FORCE_DELETE_ANNOTATION, GROUP, RUN_PLURAL, VERSION
 from flowforge.domain.validation import parse_definition
 from flowforge.store.connection import Pool
-from flowforge.store.errors import RunNotFoundError
-from flowforge.store.events import Event, run_history
 from flowforge.store.queries import list_tasks
-from flowforge.store.runs import find_run
+from flowforge.store.runs import RunRecord, find_run
 from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, wait_for_leader
+from tests.support.sagas import (
+    FAIL,
+    OK,  # noqa: F401 (test_run_actions.py imports it from here)
+    ORDER_SAGA,
+    QUICK,
+    REFUND_THEN_RELEASE,
+    SLOW,
+    UNDO,
+    compensation_history,
+    compensation_jobs,
+    compensator_states,
+    condition,
+    history,
+    started_order,
+    steps,
+)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
 FINISHED = {"Succeeded", "Failed", "Cancelled"}
-QUICK = {"image": "busybox:1.36"}
-OK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
-UNDO = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "2s"}}
-FAIL = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-exit-code": "3"}}
-SLOW = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "60s"}}
-
-ORDER_SAGA: dict[str, Any] = {
-    "workflow": "order",
-    "version": 1,
-    "taskTypes": {"ok": OK, "undo": UNDO, "fail": FAIL},
-    "tasks": [
-        {"key": "reserve", "type": "ok"},
-        {"key": "charge", "type": "ok", "dependsOn": ["reserve"]},
-        {"key": "ship", "type": "fail", "dependsOn": ["charge"]},
-        {"key": "release", "type": "undo", "compensateFor": "reserve"},
-        {"key": "refund", "type": "undo", "compensateFor": "charge"},
-    ],
-}
-
-
-async def history(driver: RunDriver, name: str) -> list[Event]:
-    body = driver.run(name)
-    run = await find_run(
-        driver.pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
-    )
-    return await run_history(driver.pool, run.id)
-
-
-# The order saga's rollback (ORDER_SAGA here, examples/saga-order.yaml), as the history has it.
-REFUND_THEN_RELEASE = [
-    ("compensation.started", "refund"),
-    ("compensation.succeeded", "refund"),
-    ("compensation.started", "release"),
-    ("compensation.succeeded", "release"),
-]
-
-
-async def compensation_history(driver: RunDriver, name: str) -> list[tuple[str, str | None]]:
-    """(kind, task) of every compensator's start and success, in the order recorded."""
-    return [
-        (event.kind, event.task_key)
-        for event in await history(driver, name)
-        if event.kind in ("compensation.started", "compensation.succeeded")
-    ]
-
-
-def started_order(events: list[Event]) -> list[str]:
-    return [str(event.task_key) for event in events if event.kind == "compensation.started"]
-
-
-def compensation_jobs(driver: RunDriver, run: str) -> list[Any]:
-    jobs = [
-        job
-        for job in driver.jobs(run)
-        if job.metadata.labels["flowforge.io/role"] == "compensation"
-    ]
-    # creationTimestamp has whole seconds: two compensators' Jobs may share one, so a tie
-    # goes by the rollback's own order (its steps in the status) and the attempt
-    shown = (driver.run(run).get("status") or {}).get("compensation") or {}
-    order = {step["name"]: index for index, step in enumerate(shown.get("steps") or [])}
-    return sorted(
-        jobs,
-        key=lambda job: (
-            job.metadata.creation_timestamp,
-            order.get(job.metadata.labels["flowforge.io/task"], len(order)),
-            int(job.metadata.labels["flowforge.io/attempt"]),
-            job.metadata.name,
-        ),
-    )
-
-
-def steps(body: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [
-        (step["name"], step["compensates"], step["state"])
-        for step in body["status"]["compensation"]["steps"]
-    ]
-
-
-def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in body["status"]["conditions"] if c["type"] == kind)
-
-
-async def wait_until(
-    predicate: Callable[[], Any],
-    *,
-    timeout: float,
-    what: str,
-    operator: OperatorProcess | None = None,
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    tail = operator.log_tail() if operator else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
-
-
-async def compensator_states(pool: Pool, driver: RunDriver, name: str) -> dict[str, str]:
-    body = driver.run(name)
-    try:
-        run = await find_run(
-            pool, namespace=driver.namespace, name=name, uid=body["metadata"]["uid"]
-        )
-    except RunNotFoundError:
-        return {}  # the operator has not seen the run yet
-    return {
-        task.task_key: str(task.state)
-        for task in await list_tasks(pool, run.id)
-        if task.compensates_key is not None
-    }
 
 
 async def test_refund_then_release_run_one_at_a_time_and_the_run_ends_failed(
@@ -397,10 +297,13 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
                 job.metadata.labels["flowforge.io/task"] == "undo-two" for job in driver.jobs("k1")
             )
 
-        deadline = time.monotonic() + 90
-        while not await second_running():
-            assert time.monotonic() < deadline, operator.log_tail()
-            await asyncio.sleep(0.1)
+        await wait_until(
+            second_running,
+            timeout=90,
+            interval=0.1,  # its Job runs 2 s: the kill must come before it ends
+            what="undo-two running, its Job made",
+            operator=operator,
+        )
         operator.kill()
 
         def undo_two_finished() -> bool:
@@ -412,10 +315,7 @@ async def test_a_rollback_interrupted_by_sigkill_finishes_after_restart_exactly_
             )
 
         # undo-two's Job finishes while no operator is watching
-        deadline = time.monotonic() + 60
-        while not undo_two_finished():
-            assert time.monotonic() < deadline, "undo-two's Job did not finish within 60 s"
-            await asyncio.sleep(0.2)
+        await wait_until(undo_two_finished, timeout=60, what="undo-two's Job to finish")
         operator.start()
         await wait_for_leader(engine_store, operator.identity, process=operator)
         body = await driver.wait_phase("k1", FINISHED, operator=operator, timeout=120)
@@ -473,10 +373,7 @@ async def test_a_forced_deletion_during_its_rollback_ends_it_cancelled_in_the_st
     async def undo_b_running() -> bool:
         return (await compensator_states(engine_store, driver, "g1")).get("undo-b") == "running"
 
-    deadline = time.monotonic() + 90
-    while not await undo_b_running():
-        assert time.monotonic() < deadline, operator.log_tail()
-        await asyncio.sleep(0.2)
+    await wait_until(undo_b_running, timeout=90, what="undo-b running", operator=operator)
     # annotated before it is deleted: the deletion skips the rollback (test_run_deletion.py
     # has the deletion that waits for it); with the WorkflowRun gone its Jobs go too
     driver.custom.patch_namespaced_custom_object(
@@ -488,12 +385,12 @@ async def test_a_forced_deletion_during_its_rollback_ends_it_cancelled_in_the_st
         {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}},
     )
     driver.delete_run("g1")
-    while True:
+
+    async def finished() -> RunRecord | None:
         run = await find_run(engine_store, namespace=driver.namespace, name="g1", uid=uid)
-        if run.finished_at is not None:
-            break
-        assert time.monotonic() < deadline + 60, operator.log_tail()
-        await asyncio.sleep(0.2)
+        return run if run.finished_at is not None else None
+
+    run = await wait_until(finished, timeout=90, what="g1 finished in the store", operator=operator)
     assert str(run.phase) == "Cancelled"
     tasks = {task.task_key: str(task.state) for task in await list_tasks(engine_store, run.id)}
     assert (tasks["undo-b"], tasks["undo-a"]) == ("skipped", "skipped")

@@ -25,8 +25,8 @@ from flowforge.domain.api import GROUP, VERSION
 from flowforge.domain.schedule import PLURAL
 from flowforge.store.lease import Lease, current_lease
 from flowforge.store.schedules import schedule_fires
-from tests.cluster.test_schedules import QUICK, nominal, runs_of, schedule
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for, wait_for_leader
+from tests.support.schedules import QUICK, nominal, runs_of, schedule
 
 pytestmark = pytest.mark.cluster
 

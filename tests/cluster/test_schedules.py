@@ -9,55 +9,22 @@ from __future__ import annotations
 
 import itertools
 import time
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from flowforge.domain.api import API_VERSION, GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.api import GROUP, VERSION
 from flowforge.domain.schedule import KIND, PLURAL
-from flowforge.kube.schedule_objects import NOMINAL_TIME_ANNOTATION, SCHEDULE_LABEL
 from flowforge.localdev.controlplane import Cluster
 from flowforge.store.schedules import schedule_fires
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for
 from tests.plugins.webhooks import WebhookServer
+from tests.support.schedules import QUICK, nominal, runs_of, schedule
 
 pytestmark = pytest.mark.cluster
-
-QUICK = {
-    "workflow": "tick",
-    "version": 1,
-    "taskTypes": {
-        "step": {
-            "image": "busybox:1.36",
-            "command": ["true"],
-            "annotations": {"flowforge.io/simulate-duration": "1s"},
-        }
-    },
-    "tasks": [{"key": "only", "type": "step"}],
-}
-
-
-def schedule(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {"workflow": "tick", "version": 1, **spec},
-    }
-
-
-def runs_of(driver: RunDriver, name: str) -> dict[str, dict[str, Any]]:
-    listing = driver.custom.list_namespaced_custom_object(
-        GROUP, VERSION, driver.namespace, RUN_PLURAL, label_selector=f"{SCHEDULE_LABEL}={name}"
-    )
-    return {item["metadata"]["name"]: item for item in listing["items"]}
-
-
-def nominal(run: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(run["metadata"]["annotations"][NOMINAL_TIME_ANNOTATION])
 
 
 async def test_every_10s_makes_one_run_per_nominal_time_with_derived_names(

@@ -36,9 +36,9 @@ from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
 from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
 from flowforge.store.connection import Pool
-from tests.cluster.test_admission_publishing import start_operator
-from tests.plugins.operator import OperatorProcess, RunDriver, wait_for
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.plugins.webhooks import WebhookServer, start_operator
+from tests.support.waiting import wait_until_blocking
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
@@ -113,7 +113,7 @@ async def test_a_task_reads_a_secret_and_a_config_map_and_mounts_a_claim(
     applied = apply(cluster, namespace, definition("etl", PRODUCTION), run)
     assert applied.returncode == 0, applied.stderr
     driver = RunDriver(api=kube_api, namespace=namespace, pool=webhook_store)
-    wait_for(lambda: driver.jobs("etl-1"), timeout=60, what="the task's Job")
+    wait_until_blocking(lambda: driver.jobs("etl-1"), timeout=60, what="the task's Job")
     job = kubectl_json(cluster, "get", "jobs", "-n", namespace, "-l", "flowforge.io/run=etl-1")
     [job] = job["items"]
     pod = job["spec"]["template"]["spec"]
@@ -280,7 +280,7 @@ def plain_namespace(cluster: Cluster) -> Iterator[str]:
     low = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
            "metadata": {"name": "low"}, "value": 10}  # fmt: skip
     kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(low))
-    wait_for(
+    wait_until_blocking(
         lambda: kubectl(cluster, "get", "serviceaccount", "default", "-n", name,
                         check=False).returncode == 0,
         timeout=30, what="the default ServiceAccount",

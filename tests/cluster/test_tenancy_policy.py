@@ -10,7 +10,6 @@ RBAC for Jobs and `use` on the ServiceAccount can. A namespace enforcing Pod Sec
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,9 +19,9 @@ from kubernetes import client as k8s
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
 from flowforge.store.connection import Pool
-from tests.cluster.test_admission_publishing import start_operator
 from tests.plugins.operator import OperatorProcess, RunDriver
-from tests.plugins.webhooks import WebhookServer
+from tests.plugins.webhooks import WebhookServer, start_operator
+from tests.support.rbac import grant
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
@@ -59,52 +58,6 @@ def apply_as(cluster: Cluster, namespace: str, user: str, obj: dict[str, Any]) -
         cluster, "apply", "--as", user, "-n", namespace, "-f", "-",
         stdin=json.dumps(obj), check=False,
     )  # fmt: skip
-
-
-def grant(
-    cluster: Cluster, namespace: str, *, role: str, rules: list[dict[str, Any]], subject: str
-) -> None:
-    """A Role and a RoleBinding of it to one user, then wait until RBAC answers for it."""
-    objects = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": role, "namespace": namespace},
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": role, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": subject}
-            ],
-        },
-    ]
-    kubectl(
-        cluster,
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}),
-    )
-    rule = rules[-1]
-    resource = rule["resources"][0]
-    group = rule["apiGroups"][0]
-    verb = rule["verbs"][0] if rule["verbs"][0] != "*" else "create"
-    target = f"{resource}.{group}" if group else resource
-    if rule.get("resourceNames"):
-        target += f"/{rule['resourceNames'][0]}"
-    deadline = time.monotonic() + 30
-    while True:
-        answer = kubectl(
-            cluster, "auth", "can-i", verb, target, "-n", namespace, "--as", subject, check=False
-        )
-        if answer.stdout.strip() == "yes":
-            return
-        assert time.monotonic() < deadline, f"RBAC never allowed {subject} {verb} {target}"
-        time.sleep(0.2)
 
 
 def set_policy(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> None:

@@ -4,13 +4,11 @@ API gives back one trace under the creator's span, with the times the store reco
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from flowforge.localdev.binaries import repo_root
 from flowforge.store.events import run_history
 from flowforge.store.runs import find_run
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.waiting import wait_until, wait_until_blocking
 
 pytestmark = pytest.mark.cluster
 
@@ -117,15 +116,16 @@ def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
     )
     server = Jaeger(otlp_port=otlp, query_port=query)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answers() -> bool:
             try:
                 _get(f"{server.query}/api/services")
-                break
             except (OSError, ValueError):
                 assert process.poll() is None, (directory / "jaeger.log").read_text()
-                assert time.monotonic() < deadline, "Jaeger did not answer within 60 s"
-                time.sleep(0.3)
+                return False
+            return True
+
+        wait_until_blocking(answers, timeout=60, what="Jaeger to answer")
         yield server
     finally:
         process.terminate()
@@ -138,16 +138,6 @@ def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
 
 def _micros(at: Any) -> int:
     return int(at.timestamp() * 1_000_000)
-
-
-async def _poll(fetch: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fetch()
-        if value:
-            return value
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 async def test_a_saga_runs_trace_reaches_jaeger_under_its_creators_span(
@@ -188,10 +178,11 @@ async def test_a_saga_runs_trace_reaches_jaeger_under_its_creators_span(
     env = {entry.name: entry.value for entry in ship.spec.template.spec.containers[0].env}
     assert env["TRACEPARENT"] == f"00-{CREATOR_TRACE}-{span_id(uid, 'task', 'ship', '1')}-01"
 
-    trace = await _poll(
+    trace = await wait_until(
         lambda: (found := jaeger.trace(CREATOR_TRACE)) and len(found["spans"]) >= 12 and found,
         timeout=30,
-        what=f"the run's 12 spans in Jaeger\n{operator.log_tail()}",
+        what="the run's 12 spans in Jaeger",
+        operator=operator,
     )
     spans = {span["operationName"]: span for span in trace["spans"]}
     assert len(trace["spans"]) == len(spans) == 12, sorted(spans)

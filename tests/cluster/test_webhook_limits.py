@@ -27,6 +27,7 @@ from flowforge.admission.certs import (
     generate_webhook_certificates,
 )
 from flowforge.admission.transport import GuardedWebhookServer, ServerLimits
+from tests.support.waiting import wait_until
 
 LIMITS = ServerLimits(
     max_body_bytes=64 * 1024,
@@ -130,18 +131,24 @@ async def _answered(
 ) -> int:
     """The status of a review, sent again while connecting fails with one of ``errors``
     (what the server does until it catches up), for at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def answered() -> int | None:
         try:
             reader, writer = await _connect(served)
             writer.write(_request(REVIEW))
             status = await _status(reader)
         except errors:
-            assert time.monotonic() < deadline, f"still refused after {timeout} s"
-            await asyncio.sleep(LIMITS.reload_interval_seconds / 2)
-            continue
+            return None
         writer.close()
         return status
+
+    found: int = await wait_until(
+        answered,
+        timeout=timeout,
+        interval=LIMITS.reload_interval_seconds / 2,
+        what="a review answered, not refused",
+    )
+    return found
 
 
 async def test_a_review_from_the_apiserver_is_answered(served: Served) -> None:

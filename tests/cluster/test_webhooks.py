@@ -8,61 +8,17 @@ Validating/MutatingWebhookConfigurations built by `flowforge.kube.webhook_config
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
-from flowforge.localdev.controlplane import Cluster, kubectl, kubectl_json
+from flowforge.localdev.controlplane import Cluster, kubectl_json
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions
 from tests.plugins.webhooks import WebhookServer
+from tests.support.admission import apply, definition, names_of, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
-
-
-def definition(
-    *, name: str = "etl-v1", version: int = 1, image: str = "busybox:1.36", **spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "flowforge.io/v1alpha1",
-        "kind": "WorkflowDefinition",
-        "metadata": {"name": name},
-        "spec": {
-            "workflow": "etl",
-            "version": version,
-            "taskTypes": {"step": {"image": image}},
-            "tasks": [
-                {"key": "extract", "type": "step"},
-                {"key": "load", "type": "step", "dependsOn": ["extract"]},
-            ],
-            **spec,
-        },
-    }
-
-
-def run(*, name: str = "etl-run", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "flowforge.io/v1alpha1",
-        "kind": "WorkflowRun",
-        "metadata": {"name": name},
-        "spec": {"workflow": "etl", **spec},
-    }
-
-
-def apply(
-    cluster: Cluster, namespace: str, obj: dict[str, Any], *, dry_run: bool = False
-) -> subprocess.CompletedProcess[str]:
-    args = ["apply", "-n", namespace, "-f", "-"]
-    if dry_run:
-        args.insert(1, "--dry-run=server")
-    return kubectl(cluster, *args, stdin=json.dumps(obj), check=False)
-
-
-def names_of(cluster: Cluster, namespace: str, resource: str) -> list[str]:
-    listing = kubectl_json(cluster, "get", resource, "-n", namespace)
-    return [item["metadata"]["name"] for item in listing["items"]]
 
 
 INVALID_DEFINITIONS: list[tuple[str, dict[str, Any], str]] = [

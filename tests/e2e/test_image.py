@@ -33,19 +33,19 @@ from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.pool import open_pool
-from tests.cluster.test_helm_chart import Helm
-from tests.cluster.test_saga import (
-    REFUND_THEN_RELEASE,
-    compensation_history,
-    compensation_jobs,
-    steps,
-)
+from tests.plugins.helm import Helm
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
 from tests.plugins.webhooks import (
     _free_port,
     _wait_until_enforced,
     spawn_webhook_server,
     stop_webhook_server,
+)
+from tests.support.sagas import (
+    REFUND_THEN_RELEASE,
+    compensation_history,
+    compensation_jobs,
+    steps,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

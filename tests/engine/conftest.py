@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -36,26 +35,11 @@ from flowforge.store.events import RUN_NAMESPACE
 from flowforge.store.queries import find_run_id_by_uid, list_tasks
 from flowforge.store.runs import RunRecord, get_run
 from tests.engine.fake_kube import FakeKube
+from tests.support.waiting import wait_until  # noqa: F401 (test_run_actions.py imports it here)
 
 pytestmark = pytest.mark.store
 
 NAMESPACE = "team-a"
-
-
-async def wait_until(
-    condition: Callable[[], bool | Awaitable[bool]], *, what: str, timeout: float = 10.0
-) -> None:
-    """Wait until ``condition()`` holds: spawned work and timers run when the loop lets them,
-    so a test waits for their effect (generously) rather than for a fixed time."""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                answer = condition()
-                if await answer if inspect.isawaitable(answer) else answer:
-                    return
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout} s: {what}") from None
 
 
 def task_of_job(job: Mapping[str, Any]) -> str:

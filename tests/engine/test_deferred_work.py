@@ -18,8 +18,9 @@ from flowforge.domain.validation import parse_definition
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
-from tests.engine.conftest import NAMESPACE, Harness, engine_settings, open_harness, wait_until
+from tests.engine.conftest import NAMESPACE, Harness, engine_settings, open_harness
 from tests.engine.fake_clock import FakeClock
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 

@@ -18,7 +18,9 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
-from tests.engine.conftest import Harness, wait_until
+from tests.engine.conftest import Harness
+from tests.support.waiting import wait_until
+from tests.support.workflows import SAGA
 
 pytestmark = pytest.mark.store
 
@@ -27,13 +29,6 @@ DIAMOND: list[dict[str, Any]] = [
     {"key": "clean", "dependsOn": ["extract"]},
     {"key": "enrich", "dependsOn": ["extract"]},
     {"key": "load", "dependsOn": ["clean", "enrich"]},
-]
-SAGA: list[dict[str, Any]] = [
-    {"key": "reserve"},
-    {"key": "charge", "dependsOn": ["reserve"]},
-    {"key": "ship", "dependsOn": ["charge"]},
-    {"key": "release", "compensateFor": "reserve"},
-    {"key": "refund", "compensateFor": "charge"},
 ]
 
 

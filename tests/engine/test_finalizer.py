@@ -12,7 +12,7 @@ from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.runs import RunContext
 from tests.engine.conftest import NAMESPACE, Harness
-from tests.engine.test_engine import SAGA
+from tests.support.workflows import SAGA
 
 pytestmark = pytest.mark.store
 

@@ -10,7 +10,8 @@ from typing import Any
 from flowforge.domain.execution import config_map_name
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.kube.jobs import LABEL_ITEM, JobIdentity
-from tests.engine.conftest import NAMESPACE, Harness, task_of_job, wait_until
+from tests.engine.conftest import NAMESPACE, Harness, task_of_job
+from tests.support.waiting import wait_until
 
 
 def env_of(job: dict[str, Any]) -> dict[str, str]:

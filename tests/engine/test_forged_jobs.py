@@ -22,7 +22,8 @@ from flowforge.operator import metrics
 from flowforge.operator.launcher import FORGERY_NOTICES_PER_RUN, ForgeryNotices
 from flowforge.store.events import run_history
 from flowforge.store.queries import recorded_jobs
-from tests.engine.conftest import NAMESPACE, Harness, wait_until
+from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 

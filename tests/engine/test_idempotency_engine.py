@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.engine.conftest import NAMESPACE, Harness, wait_until
+from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 

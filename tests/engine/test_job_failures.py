@@ -12,7 +12,8 @@ from flowforge.kube.errors import KubernetesRefusal, KubernetesUnavailable
 from flowforge.kube.jobs import LABEL_TASK
 from flowforge.operator.runs import RunContext
 from flowforge.store.queries import latest_outcomes
-from tests.engine.conftest import Harness, wait_until
+from tests.engine.conftest import Harness
+from tests.support.waiting import wait_until
 
 PAIR: list[dict[str, Any]] = [{"key": "first"}, {"key": "second", "dependsOn": ["first"]}]
 FAN_OUT: list[dict[str, Any]] = [{"key": "a"}, {"key": "b"}, {"key": "c"}]

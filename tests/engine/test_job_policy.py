@@ -13,7 +13,8 @@ from flowforge.operator.job_policy import MAX_AGE_SECONDS, NamespacePolicies
 from flowforge.operator.runs import RunContext
 from flowforge.store.definitions import publish_definition
 from flowforge.store.queries import latest_outcomes
-from tests.engine.conftest import NAMESPACE, Harness, wait_until
+from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 TRUSTED = "ghcr.io/acme/app:1"
 HUB = "busybox:1.36"  # docker.io/library/busybox

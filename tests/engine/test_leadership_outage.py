@@ -21,7 +21,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.lease import current_lease
 from flowforge.store.session import LEASE_LIMITS
 from flowforge.store.single import SingleConnection
-from tests.engine.conftest import wait_until
+from tests.support.waiting import wait_until
 
 TTL = timedelta(seconds=2)
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.engine.conftest import Harness, wait_until
+from tests.engine.conftest import Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 

@@ -217,14 +217,14 @@ async def test_a_pod_seen_before_its_jobs_uid_is_stored_waits_for_it(
     """The Job's uid comes back with its creation, before the store write of it: a Pod that
     succeeds in between is recorded once the write is done, not missed."""
     written, release = asyncio.Event(), asyncio.Event()
-    record_job_created = launcher_module.record_job_created
+    record_jobs_created = launcher_module.record_jobs_created
 
-    async def slow_write(*args: Any, **kwargs: Any) -> bool:
+    async def slow_write(*args: Any, **kwargs: Any) -> frozenset[tuple[str, int]]:
         written.set()
         await release.wait()
-        return await record_job_created(*args, **kwargs)
+        return await record_jobs_created(*args, **kwargs)
 
-    monkeypatch.setattr(launcher_module, "record_job_created", slow_write)
+    monkeypatch.setattr(launcher_module, "record_jobs_created", slow_write)
     starting = asyncio.create_task(harness.start("fast", [{"key": "a"}]))
     await asyncio.wait_for(written.wait(), timeout=10)
     seen = asyncio.create_task(

@@ -16,6 +16,7 @@ from flowforge.domain.validation import parse_definition
 from flowforge.operator import status
 from flowforge.store.definitions import publish_definition
 from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 
@@ -49,19 +50,11 @@ def position(harness: Harness, name: str) -> int | None:
     return (shown.get("queue") or {}).get("position")
 
 
-async def wait_for(check: Any, *, timeout: float) -> float:
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < timeout, "not within the time"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
-
-
 async def test_a_hand_off_starts_the_next_run_and_the_places_follow_soon(
     harness: Harness,
 ) -> None:
     names = await start_queued(harness, 4)
-    await wait_for(lambda: position(harness, names[3]) == 3, timeout=5)
+    await wait_until(lambda: position(harness, names[3]) == 3, what="the last run's place")
     assert len(harness.kube.created) == 1
 
     job = harness.kube.finish(harness.kube.created[0], succeeded=True)
@@ -69,14 +62,16 @@ async def test_a_hand_off_starts_the_next_run_and_the_places_follow_soon(
     # the next run's Job is created by the handling of the outcome that freed the slot
     assert len(harness.kube.created) == 2 and names[1] in harness.kube.created[1]
     # the places behind it move without a reconciler pass, folded for a moment
-    waited = await wait_for(
+    moved = time.monotonic()
+    await wait_until(
         lambda: (position(harness, names[2]), position(harness, names[3])) == (1, 2),
+        what="the places behind to move up",
         timeout=status.QUEUE_MOVES_SECONDS + 5,
     )
-    assert waited <= status.QUEUE_MOVES_SECONDS + 3
+    assert time.monotonic() - moved <= status.QUEUE_MOVES_SECONDS + 3
 
     # a pass over the queue when nothing changed starts nothing and patches no status
-    await wait_for(lambda: harness.engine.status.pending() == 0, timeout=5)
+    await wait_until(lambda: harness.engine.status.pending() == 0, what="status writes done")
     patched = len(harness.kube.status_patches)
     await harness.reconciler.pass_once()
     await asyncio.sleep(status.COALESCE_SECONDS * 3)

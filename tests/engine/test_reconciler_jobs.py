@@ -18,7 +18,8 @@ import pytest
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.operator.reconciler import SUCCEEDED, UNSUCCEEDED, Reconciler
 from flowforge.operator.runs import RunContext
-from tests.engine.conftest import NAMESPACE, Harness, wait_until
+from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 

@@ -5,7 +5,6 @@ nothing, a finished run leaves nothing cached, and the definitions cache is boun
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from flowforge.operator.runs import RunCache
 from flowforge.store.queries import find_run_id_by_uid
 from flowforge.store.runs import get_run
 from tests.engine.conftest import NAMESPACE, Harness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 
@@ -28,11 +28,7 @@ async def statuses_written(harness: Harness) -> None:
     """Wait until the status writer has written every status marked (it coalesces for 0.1 s,
     and a projection is a few queries on a busy machine)."""
     await harness.settle_background()
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        if not harness.engine.status.pending():
-            return
-    raise AssertionError("status writes still pending after 10 s")
+    await wait_until(lambda: not harness.engine.status.pending(), what="status writes done")
 
 
 def tasks(count: int) -> list[dict[str, Any]]:
@@ -190,10 +186,7 @@ async def test_a_restarted_engine_patches_no_status_its_objects_already_show(
         for n in range(3):  # kopf's first listing after the restart: every object once
             await restarted.start_run(harness.kube.runs[(NAMESPACE, f"shown-{n}")])
         await harness.settle_background()
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if not restarted.status.pending():
-                break
+        await wait_until(lambda: not restarted.status.pending(), what="status writes done")
         assert harness.kube.status_patches == patches
     finally:
         await restarted.shutdown()

@@ -14,7 +14,7 @@ from flowforge.domain.tracing import TRACEPARENT_ANNOTATION, attempt_traceparent
 from flowforge.operator import tracing
 from flowforge.store.events import run_history
 from tests.engine.conftest import Harness
-from tests.engine.test_engine import SAGA
+from tests.support.workflows import SAGA
 
 pytestmark = pytest.mark.store
 

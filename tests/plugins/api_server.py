@@ -13,14 +13,12 @@ and PostgreSQL, with one operator: session-scoped, since starting them is most o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -42,13 +40,14 @@ from flowforge.store import roles
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
 from flowforge.store.pool import open_pool
-from tests.plugins.operator import OperatorProcess, fresh_namespace, wait_for_leader
+from tests.plugins.operator import OperatorProcess, fresh_namespace, wait_for_leader, wait_for_phase
 from tests.plugins.postgres import (
     _create_database,
     _drop_database,
     dsn_for_database,
     ensure_login_role,
 )
+from tests.support.waiting import wait_until_blocking
 
 SERVER_LOGIN = "ff_test_api_server"
 QUICK = {"image": "busybox:1.36", "annotations": {"flowforge.io/simulate-duration": "1s"}}
@@ -286,18 +285,16 @@ def started_api_server(tenancy: Tenancy, log_path: Path, *extra: str) -> Iterato
             command, stdout=log, stderr=subprocess.STDOUT, cwd=str(repo_root())
         )
     server = ApiServer(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"flowforge server exited:\n{server.log_tail()}"
         try:
-            if server.request("/healthz", timeout=2).status == 200:
-                break
+            return server.request("/healthz", timeout=2).status == 200
         except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"flowforge server did not start:\n{server.log_tail()}")
-        time.sleep(0.2)
+            return False
+
     try:
+        wait_until_blocking(healthy, timeout=60, what="flowforge server to start", operator=server)
         yield server
     finally:
         process.terminate()
@@ -318,16 +315,14 @@ async def wait_phase(
     api: k8s.ApiClient, namespace: str, name: str, phases: set[str], *, timeout: float = 60
 ) -> dict[str, Any]:
     custom = k8s.CustomObjectsApi(api)
-    deadline = time.monotonic() + timeout
-    body: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        body = custom.get_namespaced_custom_object(
+    return await wait_for_phase(
+        lambda: custom.get_namespaced_custom_object(
             "flowforge.io", "v1alpha1", namespace, "workflowruns", name
-        )
-        if (body.get("status") or {}).get("phase") in phases:
-            return body
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"run {namespace}/{name} not in {phases}: {body.get('status')}")
+        ),
+        run=f"{namespace}/{name}",
+        phases=phases,
+        timeout=timeout,
+    )
 
 
 def create_run(api: k8s.ApiClient, namespace: str, name: str, workflow: str) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from flowforge.domain.api import GROUP
 from flowforge.localdev.binaries import BinariesMissingError, find_bin_dir, repo_root
 from flowforge.localdev.cluster import KubectlError, wait_established
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
+from tests.support.waiting import wait_until_blocking
 
 _startup_report: list[str] = []
 
@@ -66,14 +66,11 @@ def flowforge_crds(cluster: Cluster) -> list[str]:
 def _refresh_discovery(cluster: Cluster, *, group: str, expected: int) -> None:
     # kubectl caches API discovery; `api-resources` refetches it, so that commands
     # which trust the cache (explain, get by category) see the new kinds.
-    deadline = time.monotonic() + 30
-    while True:
+    def served() -> bool:
         listed = kubectl(cluster, "api-resources", f"--api-group={group}", "-o", "name")
-        if len(listed.stdout.split()) >= expected:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"the apiserver does not serve {group} after 30 s: {listed.stdout}")
-        time.sleep(0.2)
+        return len(listed.stdout.split()) >= expected
+
+    wait_until_blocking(served, timeout=30, what=f"the apiserver to serve the {group} kinds")
 
 
 @pytest.fixture

@@ -51,6 +51,7 @@ from flowforge.admission.certs import generate_webhook_certificates
 from flowforge.localdev.binaries import BinariesMissingError, find_kueue, read_versions
 from flowforge.localdev.cluster import KubectlError, wait_established
 from flowforge.localdev.controlplane import Cluster, kubectl
+from tests.support.waiting import wait_until_blocking
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -264,16 +265,16 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
     running = Kueue(cluster=cluster, process=process, log_path=log_path, startup_seconds=0.0)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while not (
-            _ready(ports["health"]) and _webhook_serving(ports["webhook"], certs.ca_cert_path)
-        ):
+
+        def ready() -> bool:
             running.assert_alive()
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"Kueue not ready after {STARTUP_TIMEOUT_SECONDS} s:\n{running.log_tail()}"
-                )
-            time.sleep(0.25)
+            return _ready(ports["health"]) and _webhook_serving(
+                ports["webhook"], certs.ca_cert_path
+            )
+
+        wait_until_blocking(
+            ready, timeout=STARTUP_TIMEOUT_SECONDS, what="Kueue to be ready", operator=running
+        )
         listening = _listening_addresses(process.pid)
         exposed = [address for address in listening if not address.startswith("127.0.0.1:")]
         assert not exposed, f"Kueue listens beyond 127.0.0.1: {exposed}"

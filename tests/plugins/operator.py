@@ -16,9 +16,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,21 +34,14 @@ from flowforge.localdev.controlplane import Cluster
 from flowforge.store.connection import Pool
 from flowforge.store.lease import current_lease
 from flowforge.store.pool import open_pool
+from tests.support.waiting import wait_until, wait_until_blocking
 
 OPERATOR_START_SECONDS = 60.0
+FINISHED_PHASES = {"Succeeded", "Failed", "Cancelled"}
 
 
-def wait_for(
-    predicate: Callable[[], Any], *, timeout: float, interval: float = 0.2, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+# the name tests/cluster/test_schedules.py imports (the others use tests.support.waiting)
+wait_for = wait_until_blocking
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +83,7 @@ def engine_crds(kube_api: k8s.ApiClient) -> list[str]:
                 for c in (crd.status.conditions or [])
             )
 
-        wait_for(established, timeout=60, what=f"CRD {name} Established")
+        wait_until_blocking(established, timeout=60, what=f"CRD {name} Established")
     return names
 
 
@@ -117,7 +109,7 @@ def fresh_namespace(kube_api: k8s.ApiClient, name: str) -> Iterator[str]:
             raise
         return True
 
-    wait_for(has_default_service_account, timeout=30, what="default ServiceAccount")
+    wait_until_blocking(has_default_service_account, timeout=30, what="default ServiceAccount")
     yield name
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)
@@ -212,18 +204,19 @@ async def wait_for_leader(
     process: OperatorProcess | None = None,
 ) -> int:
     """Wait until ``identity`` holds the lease; returns its epoch."""
-    import asyncio
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    async def epoch() -> int | None:
         lease = await current_lease(pool)
         if lease is not None and lease.holder == identity:
             return lease.epoch
         if process is not None and not process.running:
             raise AssertionError(f"operator exited early:\n{process.log_tail()}")
-        await asyncio.sleep(0.2)
-    tail = process.log_tail() if process else ""
-    raise AssertionError(f"{identity} did not take the lease within {timeout} s\n{tail}")
+        return None
+
+    taken: int = await wait_until(
+        epoch, what=f"{identity} to take the lease", timeout=timeout, interval=0.2, operator=process
+    )
+    return taken
 
 
 @pytest.fixture
@@ -384,19 +377,48 @@ class RunDriver:
         timeout: float = 90,
         operator: OperatorProcess | None = None,
     ) -> dict[str, Any]:
-        import asyncio
-
-        deadline = time.monotonic() + timeout
-        body: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            body = self.run(name)
-            if (body.get("status") or {}).get("phase") in phases:
-                return body
-            await asyncio.sleep(0.25)
-        tail = operator.log_tail() if operator else ""
-        raise AssertionError(
-            f"run {name} not in {phases} after {timeout} s: {body.get('status')}\n{tail}"
+        return await wait_for_phase(
+            lambda: self.run(name), run=name, phases=phases, timeout=timeout, operator=operator
         )
+
+    async def wait_finished(self, names: Sequence[str], *, timeout: float) -> dict[str, str]:
+        """Each run's phase, once every one of them has finished."""
+        phases: dict[str, str] = {}
+
+        def finished() -> dict[str, str] | None:
+            phases.update({n: (self.run(n).get("status") or {}).get("phase", "") for n in names})
+            return dict(phases) if set(phases.values()) <= FINISHED_PHASES else None
+
+        found: dict[str, str] = await wait_until(
+            finished, timeout=timeout, interval=0.5, what=lambda: f"every run finished: {phases}"
+        )
+        return found
+
+
+async def wait_for_phase(
+    read: Callable[[], dict[str, Any]],
+    *,
+    run: str,
+    phases: set[str],
+    timeout: float,
+    operator: OperatorProcess | None = None,
+) -> dict[str, Any]:
+    """The WorkflowRun ``read`` returns, once its phase is one of ``phases``."""
+    body: dict[str, Any] = {}
+
+    def reached() -> dict[str, Any] | None:
+        nonlocal body
+        body = read()
+        return body if (body.get("status") or {}).get("phase") in phases else None
+
+    found: dict[str, Any] = await wait_until(
+        reached,
+        timeout=timeout,
+        interval=0.25,
+        what=lambda: f"run {run} in {phases}, its status: {body.get('status')}",
+        operator=operator,
+    )
+    return found
 
 
 @pytest.fixture
@@ -460,6 +482,14 @@ class JobCreationLog:
                 if error.status == 410:
                     raise AssertionError("Job watch expired: creations may be missed") from error
                 raise
+
+    async def caught_up(self, *, jobs: int, timeout: float = 30) -> None:
+        """Wait until the watch has seen ``jobs`` Jobs (it lags behind the runs' status)."""
+        await wait_until(
+            lambda: len(self.labels_by_name) >= jobs,
+            timeout=timeout,
+            what=lambda: f"the Jobs' watch to see {jobs} Jobs: {len(self.labels_by_name)}",
+        )
 
     def close(self) -> None:
         self._stop.set()

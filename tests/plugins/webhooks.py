@@ -6,6 +6,8 @@
 - ``admission_webhooks`` (module): the Validating/MutatingWebhookConfigurations pointing the
   apiserver at that server, removed again after the module, so that cluster tests of other
   modules do not meet the webhooks unless they ask for them.
+- ``store_webhooks``: a webhook server of its own on the operator's store, enforced.
+- ``start_operator``: an operator on the webhook server's database.
 - ``webhook_https``: POST raw AdmissionReview JSON to the server (for fuzzing), presenting
   the apiserver's client certificate, as the apiserver does.
 
@@ -23,7 +25,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ from flowforge.kube.webhook_config import (
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.connection import Pool
 from flowforge.store.pool import open_pool
+from tests.plugins.operator import OperatorProcess, wait_for_leader
 from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
+from tests.support.waiting import wait_until_blocking
 
 STARTUP_TIMEOUT_SECONDS = 60.0
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -111,20 +114,22 @@ def _free_port() -> int:
 
 def _wait_until_serving(server: WebhookServer) -> None:
     https = WebhookHttps(server, client=server.client)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    while True:
+
+    def serving() -> bool:
         server.assert_alive()
         try:
             # Not JSON: a serving kopf answers 400 without touching any handler.
             https.post("validate-workflowdefinition", b"probe", timeout=5)
-            return
         except (OSError, http.client.HTTPException):
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"webhook server did not serve within {STARTUP_TIMEOUT_SECONDS:.0f} s:\n"
-                    f"{server.log_tail()}"
-                ) from None
-            time.sleep(0.3)
+            return False
+        return True
+
+    wait_until_blocking(
+        serving,
+        timeout=STARTUP_TIMEOUT_SECONDS,
+        what="the webhook server to serve",
+        operator=server,
+    )
 
 
 # Passes the CRD schema, so only our webhook can refuse it.
@@ -146,8 +151,10 @@ _CYCLIC_DEFINITION = {
 
 def _wait_until_enforced(cluster: Cluster, server: WebhookServer) -> None:
     """The apiserver picks up new webhook configurations asynchronously: wait for a denial."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    while True:
+    answered = ""
+
+    def denied() -> bool:
+        nonlocal answered
         server.assert_alive()
         result = kubectl(
             cluster,
@@ -158,14 +165,15 @@ def _wait_until_enforced(cluster: Cluster, server: WebhookServer) -> None:
             stdin=json.dumps(_CYCLIC_DEFINITION),
             check=False,
         )
-        if result.returncode != 0 and "dependency cycle" in result.stderr:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                "the apiserver does not call the webhooks: "
-                f"{result.stdout}{result.stderr}\n{server.log_tail()}"
-            )
-        time.sleep(0.3)
+        answered = f"{result.stdout}{result.stderr}"
+        return result.returncode != 0 and "dependency cycle" in result.stderr
+
+    wait_until_blocking(
+        denied,
+        timeout=STARTUP_TIMEOUT_SECONDS,
+        what=lambda: f"the apiserver to call the webhooks, it answered: {answered}",
+        operator=server,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -266,15 +274,39 @@ def webhook_server(
         stop_webhook_server(server)
 
 
-@pytest.fixture(scope="module")
-def admission_webhooks(cluster: Cluster, webhook_server: WebhookServer) -> Iterator[WebhookServer]:
-    endpoint = local_endpoint(port=webhook_server.port, ca_pem=webhook_server.certs.ca_pem)
+@contextlib.contextmanager
+def _enforced(cluster: Cluster, server: WebhookServer) -> Iterator[WebhookServer]:
+    """The apiserver calls ``server`` for FlowForge's kinds until the block ends."""
+    endpoint = local_endpoint(port=server.port, ca_pem=server.certs.ca_pem)
     apply_webhook_configurations(endpoint, kubeconfig=cluster.kubeconfig)
     try:
-        _wait_until_enforced(cluster, webhook_server)
-        yield webhook_server
+        _wait_until_enforced(cluster, server)
+        yield server
     finally:
         delete_webhook_configurations(kubeconfig=cluster.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def admission_webhooks(cluster: Cluster, webhook_server: WebhookServer) -> Iterator[WebhookServer]:
+    with _enforced(cluster, webhook_server):
+        yield webhook_server
+
+
+@pytest.fixture
+def store_webhooks(cluster: Cluster, store_dsn: str, tmp_path: Path) -> Iterator[WebhookServer]:
+    """The webhooks on the operator's store (not a database of their own), enforced by the
+    apiserver, for a test whose operator and admission must see the same runs."""
+    with webhooks_on_store(cluster, directory=tmp_path, dsn=store_dsn) as server:
+        yield server
+
+
+async def start_operator(
+    operators: Callable[..., OperatorProcess], webhook_store: Pool, server: WebhookServer
+) -> OperatorProcess:
+    """An operator on the webhook server's database, so both see the same store."""
+    process = operators(dsn=server.dsn)
+    await wait_for_leader(webhook_store, process.identity, process=process)
+    return process
 
 
 @pytest.fixture

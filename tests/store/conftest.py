@@ -230,3 +230,19 @@ async def take_over(pool: Pool) -> tuple[Fence, Fence]:
     successor = await acquire_lease(pool, holder="successor", ttl=timedelta(minutes=5))
     assert successor is not None and successor.epoch == lease.epoch + 1
     return lease.fence, successor.fence
+
+
+async def stored_edges(pool: Pool, run_id: int) -> dict[str, set[str]]:
+    """Each task of the run -> the tasks it depends on, as the store holds the edges."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT task.task_key, upstream.task_key FROM flowforge_task_dependency AS edge "
+            "JOIN flowforge_task AS task ON task.id = edge.task_id "
+            "JOIN flowforge_task AS upstream ON upstream.id = edge.upstream_id "
+            "WHERE edge.run_id = %s",
+            (run_id,),
+        )
+        edges: dict[str, set[str]] = {}
+        for task, upstream in await cursor.fetchall():
+            edges.setdefault(task, set()).add(upstream)
+    return edges

@@ -13,7 +13,7 @@ from flowforge.domain.history import EventKind
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
-from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.dispatch import JobCreated, dispatch_due, record_jobs_created
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import job_created_attempts, list_tasks
@@ -88,18 +88,16 @@ async def test_a_cancelling_run_dispatches_nothing(store: Pool, fence: Fence) ->
     assert EventKind.TASK_DISPATCHED not in [e.kind for e in await run_history(store, run_id)]
 
 
+def made(task_key: str, *, created: bool = True) -> JobCreated:
+    """The Job of the task's first attempt: named ``j-<task>``, its uid ``u-<task>``."""
+    return JobCreated(task_key, 1, job=f"j-{task_key}", uid=f"u-{task_key}", created=created)
+
+
 async def note_job(store: Pool, fence: Fence, *, run_id: int, task_key: str, created: bool) -> bool:
-    """Note the Job of the task's first attempt: named ``j-<task>``, its uid ``u-<task>``."""
-    return await record_job_created(
-        store,
-        fence=fence,
-        run_id=run_id,
-        task_key=task_key,
-        attempt=1,
-        job=f"j-{task_key}",
-        uid=f"u-{task_key}",
-        created=created,
-    )
+    """Note the Job of the task's first attempt alone; whether it was cancelled meanwhile."""
+    jobs = (made(task_key, created=created),)
+    cancelled = await record_jobs_created(store, fence=fence, run_id=run_id, jobs=jobs)
+    return (task_key, 1) in cancelled
 
 
 async def test_a_created_job_is_noted_once_per_attempt(store: Pool, fence: Fence) -> None:
@@ -130,3 +128,36 @@ async def test_a_job_created_after_its_attempt_was_cancelled_is_reported_cancell
     late = await note_job(store, fence, run_id=run_id, task_key="root-1", created=True)
 
     assert (running, late) == (False, True)
+
+
+async def test_the_jobs_of_one_decision_are_noted_together_in_their_order(
+    store: Pool, fence: Fence
+) -> None:
+    """One statement for all of them: one event each, in the order given, each with its own
+    uid; only the attempts a cancel moved on are reported cancelled."""
+    run_id = (await start_run(store, fence, FAN_OUT)).run.id
+    await dispatch_due(store, fence=fence, run_id=run_id)
+    first = await record_jobs_created(
+        store, fence=fence, run_id=run_id, jobs=(made("root-2"), made("root-0", created=False))
+    )
+
+    await cancel_run(store, fence=fence, run_id=run_id, reason="test")
+    late = await record_jobs_created(
+        store,
+        fence=fence,
+        run_id=run_id,
+        jobs=(
+            made("root-1"),
+            JobCreated("root-0", 2, job="j", uid="u", created=True),
+        ),
+    )
+
+    assert (first, late) == (frozenset(), frozenset({("root-1", 1)}))
+    noted = [e for e in await run_history(store, run_id) if e.kind == EventKind.TASK_JOB_CREATED]
+    assert [(e.task_key, e.attempt, e.detail["uid"], e.detail["created"]) for e in noted] == [
+        ("root-2", 1, "u-root-2", True),
+        ("root-0", 1, "u-root-0", False),
+        ("root-1", 1, "u-root-1", True),
+        ("root-0", 2, "u", True),
+    ]
+    assert {e.epoch for e in noted} == {fence.epoch}

@@ -275,10 +275,10 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (p.run_id,),
         needs(PROGRESS),
     ),
-    "dispatch.JOB_CREATED_QUERY": (
-        dispatch.JOB_CREATED_QUERY,
-        lambda p: _fenced(p, key="root", attempt=1, detail="{}"),
-        needs(LEASE_PKEY, TASK_IDENTITY),
+    "dispatch.JOBS_CREATED_QUERY": (
+        dispatch.JOBS_CREATED_QUERY,
+        lambda p: _fenced(p, keys=["root"], attempts=[1], details=["{}"]),
+        needs(LEASE_PKEY, TASK_ROW),
     ),
     "kueue_admission.ADMISSION_QUERY": (
         kueue_admission.ADMISSION_QUERY,

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.history import EventKind
 from flowforge.store.browse import scoped_reader
 from flowforge.store.connection import Pool
-from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.dispatch import JobCreated, dispatch_due, record_jobs_created
 from flowforge.store.lease import Fence
 from flowforge.store.queries import (
     job_created_attempts,
@@ -40,16 +40,8 @@ async def test_the_newest_recorded_uid_of_each_attempt_is_read_back(
             (EventKind.TASK_JOB_CREATED, fence.epoch, Jsonb({"job": "j-c"}), run_id),
         )
     for key, uid in (("a", "uid-a"), ("b", "uid-b-old"), ("b", "uid-b")):
-        await record_job_created(
-            store,
-            fence=fence,
-            run_id=run_id,
-            task_key=key,
-            attempt=1,
-            job=f"j-{key}",
-            uid=uid,
-            created=uid.endswith("old"),
-        )
+        job = JobCreated(key, 1, job=f"j-{key}", uid=uid, created=uid.endswith("old"))
+        await record_jobs_created(store, fence=fence, run_id=run_id, jobs=(job,))
 
     assert await recorded_jobs(store, run_id) == {
         ("a", 1): "uid-a",
@@ -68,10 +60,8 @@ async def test_the_read_api_reads_the_recorded_uid_only_in_its_scope(
     """The log endpoint picks the Pod by this uid, read as the server within its scope."""
     run_id = (await start_run(store, fence, TASKS)).run.id
     await dispatch_due(store, fence=fence, run_id=run_id)
-    await record_job_created(
-        store, fence=fence, run_id=run_id, task_key="a", attempt=1, job="j-a", uid="uid-a",
-        created=True,
-    )  # fmt: skip
+    job = JobCreated("a", 1, job="j-a", uid="uid-a", created=True)
+    await record_jobs_created(store, fence=fence, run_id=run_id, jobs=(job,))
     found = {}
     for namespace in (NAMESPACE, "team-b"):
         async with scoped_reader(server_pool, [namespace], namespace_uids={}) as connection:

@@ -16,7 +16,7 @@ from flowforge.domain.states import RunPhase, TaskRole
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition
-from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.dispatch import JobCreated, dispatch_due, record_jobs_created
 from flowforge.store.errors import LeaseNotHeldError, StaleEpochError
 from flowforge.store.events import run_history
 from flowforge.store.lease import (
@@ -126,10 +126,10 @@ async def _create_again(store: Pool, fence: Fence, run: RunRecord) -> Any:
 MOVES: dict[str, tuple[Callable[[Pool, Fence, RunRecord], Awaitable[None]] | None, Move]] = {
     "create_run": (None, _create_again),
     "dispatch_due": (None, lambda s, f, r: dispatch_due(s, fence=f, run_id=r.id)),
-    "record_job_created": (
+    "record_jobs_created": (
         _running,
-        lambda s, f, r: record_job_created(
-            s, fence=f, run_id=r.id, task_key="a", attempt=1, job="j", uid="u", created=True
+        lambda s, f, r: record_jobs_created(
+            s, fence=f, run_id=r.id, jobs=(JobCreated("a", 1, job="j", uid="u", created=True),)
         ),
     ),
     "record_outcome success": (_running, lambda s, f, r: record(s, f, r, "a")),

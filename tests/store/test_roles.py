@@ -18,7 +18,7 @@ from flowforge.domain.states import RunPhase
 from flowforge.store import roles
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition
-from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.dispatch import JobCreated, dispatch_due, record_jobs_created
 from flowforge.store.errors import StoreError
 from flowforge.store.lease import Fence, acquire_lease
 from flowforge.store.moves import settle_run
@@ -110,16 +110,14 @@ async def test_the_operator_makes_every_move_of_a_run_and_a_rollback(
     await finish(pool, fence, saga, "reserve")
     tasks = {t.task_key: t for t in await list_tasks(pool, saga.id)}
     await dispatch_due(pool, fence=fence, run_id=saga.id)
-    await record_job_created(
-        pool,
-        fence=fence,
-        run_id=saga.id,
+    charge = JobCreated(
         task_key="charge",
         attempt=tasks["charge"].attempt,
         job="saga-charge-1",
         uid="uid-saga-charge-1",
         created=True,
     )
+    await record_jobs_created(pool, fence=fence, run_id=saga.id, jobs=(charge,))
     decision = await finish(pool, fence, saga, "charge", failure())
     ran = await roll_back(pool, fence, saga, decision)
     await settle_run(pool, fence=fence, run_id=saga.id)

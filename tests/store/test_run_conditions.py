@@ -24,7 +24,7 @@ from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import forward_counts, list_tasks, run_progress
 from flowforge.store.runs import RunRecord, create_run, get_run
-from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states
+from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states, stored_edges
 
 pytestmark = pytest.mark.store
 
@@ -71,21 +71,6 @@ async def create(pool: Pool, fence: Fence, parameters: dict[str, Any]) -> RunRec
         parameters=parameters,
     )
     return created.run
-
-
-async def stored_edges(pool: Pool, run_id: int) -> dict[str, set[str]]:
-    async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "SELECT task.task_key, upstream.task_key FROM flowforge_task_dependency AS edge "
-            "JOIN flowforge_task AS task ON task.id = edge.task_id "
-            "JOIN flowforge_task AS upstream ON upstream.id = edge.upstream_id "
-            "WHERE edge.run_id = %s",
-            (run_id,),
-        )
-        edges: dict[str, set[str]] = {}
-        for task, upstream in await cursor.fetchall():
-            edges.setdefault(task, set()).add(upstream)
-    return edges
 
 
 async def test_defaults_are_recorded_and_a_false_condition_is_skipped_at_creation(

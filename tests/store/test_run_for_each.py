@@ -20,8 +20,7 @@ from flowforge.store.items import run_items, task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
 from flowforge.store.runs import RunRecord, create_run, get_run
-from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states
-from tests.store.test_run_conditions import stored_edges
+from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states, stored_edges
 
 pytestmark = pytest.mark.store
 

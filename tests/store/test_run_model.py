@@ -9,7 +9,7 @@ cancel at a random point (keeping the rollback or, the object gone, dropping it)
 then an
 outcome that arrives again (a replayed Job, a stale attempt, a cancelled one). Every step
 goes through the functions the operator calls (``create_run``, ``dispatch_due``,
-``record_outcome``, ``cancel_run``, which settle the run themselves, ``record_job_created``)
+``record_outcome``, ``cancel_run``, which settle the run themselves, ``record_jobs_created``)
 on the real PostgreSQL, and after every step the store's rows are compared with:
 
 - the model (``RunModel``): what the domain says every row is after the inputs so far (the
@@ -71,7 +71,7 @@ from flowforge.domain.states import (
 from flowforge.domain.undo import CompensateOn, UndoOf, rollback_order, undo_of
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
-from flowforge.store.dispatch import dispatch_due, record_job_created
+from flowforge.store.dispatch import JobCreated, dispatch_due, record_jobs_created
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.outcomes import record_outcome
@@ -565,16 +565,14 @@ class Checker:
             self.expect(late, f"the Job of {key}#{attempt}, created after the cancel, is kept")
 
     async def job_created(self, key: str, attempt: int) -> bool:
-        return await record_job_created(
-            self.pool,
-            fence=self.fence,
-            run_id=self.run_id,
-            task_key=key,
-            attempt=attempt,
-            job=f"{key}-{attempt}",
-            uid=f"uid-{key}-{attempt}",
+        job = JobCreated(
+            task_key=key, attempt=attempt, job=f"{key}-{attempt}", uid=f"uid-{key}-{attempt}",
             created=True,
+        )  # fmt: skip
+        cancelled = await record_jobs_created(
+            self.pool, fence=self.fence, run_id=self.run_id, jobs=(job,)
         )
+        return (key, attempt) in cancelled
 
     async def step(self, label: str, decision: Decision, *, recorded: bool) -> None:
         self.log.append(f"{label} -> {'recorded' if decision.recorded else 'lost'}")

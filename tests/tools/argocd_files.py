@@ -1,31 +1,30 @@
 """Argo CD's resource customizations for FlowForge, from their one source: the Lua files
-under ``deploy/argocd/flowforge.io/<Kind>/`` (Argo CD's own layout: ``health.lua``,
-``actions/discovery.lua``, ``actions/<name>/action.lua``).
+under ``charts/flowforge/argocd/flowforge.io/<Kind>/`` (Argo CD's own layout:
+``health.lua``, ``actions/discovery.lua``, ``actions/<name>/action.lua``), inside the chart
+because a chart reads only its own files (``templates/argocd-cm.yaml`` renders them when
+``argocd.resourceCustomizations.enabled``).
 
-``python -m tests.tools.argocd_files`` writes what is made from them: the chart's copies
-(``charts/flowforge/argocd/``, which ``templates/argocd-cm.yaml`` renders when
-``argocd.resourceCustomizations.enabled``) and ``deploy/argocd/argocd-cm.yaml`` (the keys
-to merge into ``argocd-cm`` by hand). ``tests/unit/test_argocd_lua.py`` fails while either
-is stale.
+``python -m tests.tools.argocd_files`` writes what is made from them for installs without
+the chart: ``deploy/argocd/argocd-cm.yaml`` (the keys to merge into ``argocd-cm`` by hand).
+``tests/unit/test_argocd_lua.py`` fails while it is stale, or while a Lua file stands
+anywhere else.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "deploy" / "argocd"
+SOURCE = ROOT / "charts" / "flowforge" / "argocd"
 GROUP = "flowforge.io"
-CHART_COPY = ROOT / "charts" / "flowforge" / "argocd"
-CONFIG_MAP = SOURCE / "argocd-cm.yaml"
+CONFIG_MAP = ROOT / "deploy" / "argocd" / "argocd-cm.yaml"
 
 
 def lua_files() -> dict[str, str]:
-    """Every Lua file by its path under deploy/argocd/."""
+    """Every Lua file by its path under the chart's argocd/ (as the template reads it)."""
     return {
         str(path.relative_to(SOURCE)): path.read_text() for path in sorted(SOURCE.rglob("*.lua"))
     }
@@ -82,19 +81,16 @@ def _dump(value: Any) -> str:
     return yaml.dump(value, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
+HEADER = (
+    "# Argo CD resource customizations for FlowForge: merge these keys into argocd-cm\n"
+    "# (made from the chart's Lua files, charts/flowforge/argocd/: do not edit here, run\n"
+    "# python -m tests.tools.argocd_files)\n"
+)
+
+
 def main() -> None:
-    if CHART_COPY.exists():
-        shutil.rmtree(CHART_COPY)
-    for relative, text in lua_files().items():
-        target = CHART_COPY / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    header = (
-        "# Argo CD resource customizations for FlowForge: merge these keys into argocd-cm\n"
-        "# (made from the Lua files beside this one: python -m tests.tools.argocd_files)\n"
-    )
-    CONFIG_MAP.write_text(header + _dump(config_map()))
-    print(f"wrote {CHART_COPY} and {CONFIG_MAP}")
+    CONFIG_MAP.write_text(HEADER + _dump(config_map()))
+    print(f"wrote {CONFIG_MAP}")
 
 
 if __name__ == "__main__":

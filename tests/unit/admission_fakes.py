@@ -1,14 +1,20 @@
 """An in-memory DefinitionRegistry and builders of admission requests, for the decisions'
 unit tests. Admission only reads the registry; `publish` and `persist` stand in for the
-operator and the apiserver."""
+operator and the apiserver. `FakeAuthorizer` and `checks` stand in for the apiserver's
+SubjectAccessReviews and the namespace's policies; `Runs` for the store's runs (retryOf)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowforge.admission.review import AdmissionRequest, PersistedDefinition
+from flowforge.admission.access import AccessChecks
+from flowforge.admission.review import AdmissionRequest, PersistedDefinition, RetrySource
+from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.validation import parse_definition
+from flowforge.kube.access_review import CachedAccessReviewer, UserInfo
 
 NAMESPACE = "team-a"
 
@@ -72,3 +78,68 @@ def update(old: Mapping[str, Any], new: Mapping[str, Any]) -> AdmissionRequest:
     return AdmissionRequest(
         operation="UPDATE", namespace=NAMESPACE, new_object=new, old_object=old, dry_run=False
     )
+
+
+ALICE = UserInfo(username="alice", uid="u-1", groups=("devs",), extra=(("team", ("a",)),))
+
+
+class FakeAuthorizer:
+    """Answers SubjectAccessReviews from a set of (user, verb, resource, name)."""
+
+    def __init__(self, *grants: tuple[str, str, str, str]) -> None:
+        self.grants = set(grants)
+        self.bodies: list[Mapping[str, Any]] = []
+        self.fail = False
+
+    async def review(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.bodies.append(body)
+        await asyncio.sleep(0)
+        if self.fail:
+            raise ConnectionError("apiserver down")
+        spec, attributes = body["spec"], body["spec"]["resourceAttributes"]
+        key = (spec["user"], attributes["verb"], attributes["resource"], attributes.get("name", ""))
+        return {"status": {"allowed": key in self.grants}}
+
+
+def checks(
+    authorizer: FakeAuthorizer,
+    *,
+    policies: list[dict[str, Any]] | None = None,
+    stored: DefinitionSpec | None = None,
+) -> AccessChecks:
+    async def list_policies(namespace: str) -> list[dict[str, Any]]:
+        return list(policies or [])
+
+    async def load_definition(**_: Any) -> DefinitionSpec | None:
+        return stored
+
+    return AccessChecks(
+        reviewer=CachedAccessReviewer(authorizer.review),
+        list_policies=list_policies,
+        load_definition=load_definition,
+    )
+
+
+JOBS = ("alice", "create", "jobs", "")
+POLICY = {"metadata": {"name": "p"}, "spec": {"serviceAccounts": ["default", "builder"]}}
+
+
+class Runs:
+    def __init__(self, **runs: RetrySource) -> None:
+        self.runs = {(NAMESPACE, name): run for name, run in runs.items()}
+
+    async def run_named(self, *, namespace: str, name: str) -> RetrySource | None:
+        return self.runs.get((namespace, name))
+
+    async def running_runs(self, *, namespace: str, key: str) -> int:
+        return 0
+
+
+FAILED = RetrySource(phase="Failed", workflow="etl", parameters={"date": "d", "n": "1"})
+RUNS = Runs(
+    old=FAILED,
+    stopped=dataclasses.replace(FAILED, phase="Cancelled"),
+    busy=dataclasses.replace(FAILED, phase="Running"),
+    done=dataclasses.replace(FAILED, phase="Succeeded"),
+    other=dataclasses.replace(FAILED, workflow="billing"),
+)

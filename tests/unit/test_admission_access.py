@@ -4,7 +4,6 @@ SubjectAccessReview cache (`kube/access_review.py`), with a fake apiserver."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -23,46 +22,16 @@ from flowforge.kube.access_review import (
     CachedAccessReviewer,
     UserInfo,
 )
-from tests.unit.admission_fakes import NAMESPACE, definition_spec, wrap
-
-ALICE = UserInfo(username="alice", uid="u-1", groups=("devs",), extra=(("team", ("a",)),))
-
-
-class FakeAuthorizer:
-    """Answers SubjectAccessReviews from a set of (user, verb, resource, name)."""
-
-    def __init__(self, *grants: tuple[str, str, str, str]) -> None:
-        self.grants = set(grants)
-        self.bodies: list[Mapping[str, Any]] = []
-        self.fail = False
-
-    async def review(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        self.bodies.append(body)
-        await asyncio.sleep(0)
-        if self.fail:
-            raise ConnectionError("apiserver down")
-        spec, attributes = body["spec"], body["spec"]["resourceAttributes"]
-        key = (spec["user"], attributes["verb"], attributes["resource"], attributes.get("name", ""))
-        return {"status": {"allowed": key in self.grants}}
-
-
-def checks(
-    authorizer: FakeAuthorizer,
-    *,
-    policies: list[dict[str, Any]] | None = None,
-    stored: DefinitionSpec | None = None,
-) -> AccessChecks:
-    async def list_policies(namespace: str) -> list[dict[str, Any]]:
-        return list(policies or [])
-
-    async def load_definition(**_: Any) -> DefinitionSpec | None:
-        return stored
-
-    return AccessChecks(
-        reviewer=CachedAccessReviewer(authorizer.review),
-        list_policies=list_policies,
-        load_definition=load_definition,
-    )
+from tests.unit.admission_fakes import (
+    ALICE,
+    JOBS,
+    NAMESPACE,
+    POLICY,
+    FakeAuthorizer,
+    checks,
+    definition_spec,
+    wrap,
+)
 
 
 def with_account(account: str) -> dict[str, Any]:
@@ -81,9 +50,7 @@ def create(kind: str, spec: Any) -> AdmissionRequest:
     )
 
 
-JOBS = ("alice", "create", "jobs", "")
 USE_BUILDER = ("alice", "use", "serviceaccounts", "builder")
-POLICY = {"metadata": {"name": "p"}, "spec": {"serviceAccounts": ["default", "builder"]}}
 
 
 async def test_the_publisher_must_create_jobs_and_use_each_account_named() -> None:

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from flowforge.admission.review import AdmissionRequest, decide_run
-from tests.unit.admission_fakes import NAMESPACE, InMemoryRegistry, definition_spec, wrap
-from tests.unit.test_admission_retry import RUNS
+from tests.unit.admission_fakes import NAMESPACE, RUNS, InMemoryRegistry, definition_spec, wrap
 
 
 def decide(key: Any) -> tuple[bool, str]:

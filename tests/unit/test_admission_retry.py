@@ -9,32 +9,17 @@ from typing import Any
 from flowforge.admission.review import (
     AdmissionRequest,
     JsonPatchOperation,
-    RetrySource,
     decide_run,
     decide_run_mutation,
 )
 from flowforge.domain.api import REQUESTED_BY_ANNOTATION, RETRY_OF_ANNOTATION
-from tests.unit.admission_fakes import NAMESPACE, InMemoryRegistry, definition_spec, update, wrap
-
-
-class Runs:
-    def __init__(self, **runs: RetrySource) -> None:
-        self.runs = {(NAMESPACE, name): run for name, run in runs.items()}
-
-    async def run_named(self, *, namespace: str, name: str) -> RetrySource | None:
-        return self.runs.get((namespace, name))
-
-    async def running_runs(self, *, namespace: str, key: str) -> int:
-        return 0
-
-
-FAILED = RetrySource(phase="Failed", workflow="etl", parameters={"date": "d", "n": "1"})
-RUNS = Runs(
-    old=FAILED,
-    stopped=dataclasses.replace(FAILED, phase="Cancelled"),
-    busy=dataclasses.replace(FAILED, phase="Running"),
-    done=dataclasses.replace(FAILED, phase="Succeeded"),
-    other=dataclasses.replace(FAILED, workflow="billing"),
+from tests.unit.admission_fakes import (
+    NAMESPACE,
+    RUNS,
+    InMemoryRegistry,
+    definition_spec,
+    update,
+    wrap,
 )
 
 

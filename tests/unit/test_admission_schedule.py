@@ -10,8 +10,17 @@ import pytest
 
 from flowforge.admission.schedule import decide_schedule, decide_schedule_mutation
 from flowforge.domain.validation import parse_definition
-from tests.unit.admission_fakes import InMemoryRegistry, create, definition_spec, wrap
-from tests.unit.test_admission_access import ALICE, JOBS, POLICY, FakeAuthorizer, checks
+from tests.unit.admission_fakes import (
+    ALICE,
+    JOBS,
+    POLICY,
+    FakeAuthorizer,
+    InMemoryRegistry,
+    checks,
+    create,
+    definition_spec,
+    wrap,
+)
 
 
 def schedule(**fields: Any) -> dict[str, Any]:

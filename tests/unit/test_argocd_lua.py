@@ -1,4 +1,4 @@
-"""Argo CD's health checks and actions for FlowForge (deploy/argocd/), run in gopher-lua
+"""Argo CD's health checks and actions for FlowForge (charts/flowforge/argocd/), run in gopher-lua
 (the Lua VM Argo CD embeds, from the Go module proxy) against the recorded status bodies
 of every phase (tests/data/status/)."""
 
@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from tests.tools.argocd_files import (
-    CHART_COPY,
     CONFIG_MAP,
+    HEADER,
+    ROOT,
     SOURCE,
     config_map,
     customizations,
@@ -23,7 +24,7 @@ from tests.tools.status_bodies import EXPECTED, recorded
 
 RUN = SOURCE / "flowforge.io" / "WorkflowRun"
 DEFINITION = SOURCE / "flowforge.io" / "WorkflowDefinition"
-TEMPLATE = Path(__file__).resolve().parents[2] / "charts/flowforge/templates/argocd-cm.yaml"
+TEMPLATE = ROOT / "charts/flowforge/templates/argocd-cm.yaml"
 
 
 def _of(kind: str) -> dict[str, dict[str, Any]]:
@@ -36,11 +37,17 @@ def _results(script: Path, objects: dict[str, dict[str, Any]]) -> dict[str, Any]
     return {stem: line["result"] for stem, line in zip(objects, out, strict=True)}
 
 
-def test_the_chart_copy_and_the_argocd_cm_keys_are_made_from_the_lua_files() -> None:
-    copies = {str(p.relative_to(CHART_COPY)): p.read_text() for p in CHART_COPY.rglob("*.lua")}
-    assert copies == lua_files(), "run: .venv/bin/python -m tests.tools.argocd_files"
-    committed = yaml.safe_load(CONFIG_MAP.read_text())
-    assert committed == config_map(), "run: .venv/bin/python -m tests.tools.argocd_files"
+def test_the_argocd_cm_keys_are_made_from_the_charts_lua_files_their_one_source() -> None:
+    elsewhere = [
+        str(path.relative_to(ROOT))
+        for top in ("charts", "deploy", "docs", "examples")
+        for path in (ROOT / top).rglob("*.lua")
+        if not path.is_relative_to(SOURCE)
+    ]
+    assert elsewhere == [], "the chart's argocd/ is the one place for Argo CD's Lua"
+    committed = CONFIG_MAP.read_text()
+    assert committed.startswith(HEADER)
+    assert yaml.safe_load(committed) == config_map(), "run: python -m tests.tools.argocd_files"
     # the chart's template renders every script, under the key the pasted file uses
     template = TEMPLATE.read_text()
     assert set(re.findall(r'Get "argocd/([^"]+)"', template)) == set(lua_files())

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import flowforge
 
 VALID = """\
 apiVersion: flowforge.io/v1alpha1
@@ -53,19 +52,6 @@ spec:
   version: 5
   tasks: []
 """
-
-
-def flowforge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "operator")}
-    return subprocess.run(
-        [sys.executable, "-m", "flowforge.cli.main", *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.fixture

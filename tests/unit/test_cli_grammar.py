@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from flowforge.cli.main import build_parser, main
 from flowforge.domain import rendering
 from flowforge.kube import webhook_config
 from flowforge.store import lease
+from tests.support.cli import python
 
 REPOSITORY = Path(__file__).parents[2]
 HEAVY = ("kubernetes", "psycopg", "pydantic", "yaml", "jsonschema", "flowforge.domain")
@@ -25,18 +23,6 @@ HEAVY = ("kubernetes", "psycopg", "pydantic", "yaml", "jsonschema", "flowforge.d
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     (action,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
-
-
-def python(*code: str, cwd: Path = REPOSITORY) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "operator")}
-    return subprocess.run(
-        [sys.executable, *code],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def test_the_listed_commands_are_verbs_and_db_rollback_and_schedule_the_groups() -> None:

@@ -29,10 +29,10 @@ from flowforge.domain.spec_schema import MAX_EXPRESSION_LENGTH
 from flowforge.domain.states import RunPhase
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.sdk import chain, task, workflow
+from tests.support.cli import flowforge
 from tests.unit.admission_fakes import create, wrap
 from tests.unit.domain_builders import spec
 from tests.unit.domain_builders import task as spec_task
-from tests.unit.test_cli_definitions import flowforge
 
 PARAMETERS: list[dict[str, Any]] = [
     {"name": "mode", "type": "string", "enum": ["full", "incremental"], "default": "incremental"},

@@ -39,10 +39,10 @@ from flowforge.kube.jobs import (
 )
 from flowforge.sdk import task as sdk_task
 from flowforge.sdk import task_item, workflow
+from tests.support.cli import flowforge
 from tests.unit.admission_fakes import create, wrap
 from tests.unit.domain_builders import spec
 from tests.unit.domain_builders import task as spec_task
-from tests.unit.test_cli_definitions import flowforge
 
 PARAMETERS: list[dict[str, Any]] = [
     {"name": "regions", "type": "array", "items": {"type": "string"}, "default": ["eu", "us"]},

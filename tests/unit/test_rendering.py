@@ -5,9 +5,6 @@ the raw spec documents, not from the renderer's own view of the graph."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from flowforge.domain.rendering import (
 )
 from flowforge.domain.validation import parse_definition
 from flowforge.sdk import chain, chord, group, task, workflow
+from tests.support.cli import flowforge
 from tests.tools.mermaid_parser import parse_mermaid
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*deprecated - use:DeprecationWarning")
@@ -343,19 +341,6 @@ def test_bad_arguments_are_refused() -> None:
 
 
 # --- the CLI -------------------------------------------------------------------------------
-
-
-def flowforge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "operator")}
-    return subprocess.run(
-        [sys.executable, "-m", "flowforge.cli.main", *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_graph_command_prints_the_rendering_of_the_file() -> None:

@@ -32,21 +32,21 @@ from flowforge.admission.review import (
     decide_run_mutation,
 )
 from flowforge.admission.schedule import decide_schedule, decide_schedule_mutation
-from flowforge.domain.api import DEFINITION_PLURAL, GROUP, RUN_PLURAL, VERSION
+from flowforge.domain.api import GROUP, VERSION
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.models import DefinitionSpec
-from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.access_review import UserInfo
 from flowforge.kube.dryrun import DryRunCreator
 from flowforge.kube.webhook_config import (
-    ACTION_PLURAL,
     MUTATE_ACTION_HANDLER_ID,
     MUTATE_RUN_HANDLER_ID,
     MUTATE_SCHEDULE_HANDLER_ID,
+    MUTATING_HANDLERS,
     VALIDATE_ACTION_HANDLER_ID,
     VALIDATE_DEFINITION_HANDLER_ID,
     VALIDATE_RUN_HANDLER_ID,
     VALIDATE_SCHEDULE_HANDLER_ID,
+    VALIDATING_HANDLERS,
 )
 
 RegistryProvider = Callable[[], DefinitionRegistry]
@@ -179,23 +179,33 @@ def register_admission_handlers(
     runs: RetrySourcesProvider | None = None,
     dry_run: DryRunProvider | None = None,
 ) -> None:
-    """Register the three admission handlers on `registry`.
+    """Register the admission handlers on `registry`, one per webhook entry of
+    `kube/webhook_config.py` (its id, resource and operations).
 
     `definitions`, `access` (who asks, the namespace's policies), `runs` (where
     `spec.retryOf` is looked up) and `dry_run` (the apiserver's dry-run of each task type's
     Job and Pod; none: not asked) are called per request, so the operator can open its store
     in a startup handler after registration.
     """
+    validating = {spec.handler_id: spec for spec in VALIDATING_HANDLERS}
+    mutating = {spec.handler_id: spec for spec in MUTATING_HANDLERS}
 
-    @kopf.on.validate(
-        GROUP,
-        VERSION,
-        DEFINITION_PLURAL,
-        id=VALIDATE_DEFINITION_HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    def webhook(handler_id: str) -> kopf.on.WebhookDecorator:
+        """kopf's handler for the webhook entry ``handler_id``: validating or mutating, for
+        the resource and operations the webhook configuration names."""
+        on = kopf.on.validate if handler_id in validating else kopf.on.mutate
+        spec = validating.get(handler_id) or mutating[handler_id]
+        return on(
+            GROUP,
+            VERSION,
+            spec.plural,
+            id=handler_id,
+            operations=list(spec.operations),
+            side_effects=False,
+            registry=registry,
+        )
+
+    @webhook(VALIDATE_DEFINITION_HANDLER_ID)
     async def validate_workflow_definition(**kwargs: Any) -> None:
         request = _request(kwargs)
         verdict = await decide_definition_checks(
@@ -208,15 +218,7 @@ def register_admission_handlers(
         )
         _enforce(verdict)
 
-    @kopf.on.validate(
-        GROUP,
-        VERSION,
-        RUN_PLURAL,
-        id=VALIDATE_RUN_HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(VALIDATE_RUN_HANDLER_ID)
     async def validate_workflow_run(**kwargs: Any) -> None:
         request = _request(kwargs)
         sources = None if runs is None else runs()
@@ -229,15 +231,7 @@ def register_admission_handlers(
             )
         )
 
-    @kopf.on.validate(
-        GROUP,
-        VERSION,
-        SCHEDULE_PLURAL,
-        id=VALIDATE_SCHEDULE_HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(VALIDATE_SCHEDULE_HANDLER_ID)
     async def validate_workflow_schedule(**kwargs: Any) -> None:
         checks = access()
         _enforce(
@@ -246,56 +240,24 @@ def register_admission_handlers(
             )
         )
 
-    @kopf.on.mutate(
-        GROUP,
-        VERSION,
-        SCHEDULE_PLURAL,
-        id=MUTATE_SCHEDULE_HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(MUTATE_SCHEDULE_HANDLER_ID)
     async def record_workflow_schedule_author(*, patch: kopf.Patch, **kwargs: Any) -> None:
         verdict = decide_schedule_mutation(_request(kwargs))
         _apply_to_patch(patch, verdict.patch)
 
-    @kopf.on.mutate(
-        GROUP,
-        VERSION,
-        RUN_PLURAL,
-        id=MUTATE_RUN_HANDLER_ID,
-        operations=["CREATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(MUTATE_RUN_HANDLER_ID)
     async def pin_workflow_run_version(*, patch: kopf.Patch, **kwargs: Any) -> None:
         request = _request(kwargs)
         verdict = await decide_run_mutation(request, definitions())
         _enforce(verdict)
         _apply_to_patch(patch, verdict.patch)
 
-    @kopf.on.validate(
-        GROUP,
-        VERSION,
-        ACTION_PLURAL,
-        id=VALIDATE_ACTION_HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(VALIDATE_ACTION_HANDLER_ID)
     async def validate_workflow_run_action(**kwargs: Any) -> None:
         reviewer = access().reviewer
         _enforce(await decide_action(_request(kwargs), _user(kwargs), reviewer=reviewer))
 
-    @kopf.on.mutate(
-        GROUP,
-        VERSION,
-        ACTION_PLURAL,
-        id=MUTATE_ACTION_HANDLER_ID,
-        operations=["CREATE"],
-        side_effects=False,
-        registry=registry,
-    )
+    @webhook(MUTATE_ACTION_HANDLER_ID)
     async def record_workflow_run_action_actor(*, patch: kopf.Patch, **kwargs: Any) -> None:
         verdict = decide_action_mutation(_request(kwargs), _user(kwargs))
         _apply_to_patch(patch, verdict.patch)

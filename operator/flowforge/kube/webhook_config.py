@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -32,6 +32,9 @@ VALIDATE_ACTION_HANDLER_ID = "validate-workflowrunaction"
 MUTATE_ACTION_HANDLER_ID = "mutate-workflowrunaction"
 ACTION_PLURAL = "workflowrunactions"  # flowforge.domain.run_actions.PLURAL
 
+# what an admission rule may name (the apiserver's, and kopf's ``reviews.Operation``)
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
 CONFIGURATION_NAME = "flowforge-admission"
 TIMEOUT_SECONDS = 10
 
@@ -42,7 +45,7 @@ class AdmissionHandlerSpec:
 
     handler_id: str
     plural: str
-    operations: tuple[str, ...]
+    operations: tuple[Operation, ...]
     webhook_name: str
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -181,28 +181,32 @@ async def _guarded(engine: Engine, what: str, action: Awaitable[object]) -> None
     await engine.failures.guard(action, what=what)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+async def _own_object_event(
+    memo: kopf.Memo,
+    event: kopf.RawEvent,
+    *,
+    kind: str,
+    handle: Callable[[Engine, Mapping[str, Any], str | None], Awaitable[None]],
+) -> None:
+    """An event of a Job or Pod the operator manages, to the leading engine's ``handle``."""
     engine = _engine(memo)
     if engine is None:
         return
-    job = event["object"]
-    await _guarded(
-        engine, f"Job {job['metadata'].get('name')}", engine.on_job_event(job, event.get("type"))
-    )
+    body = event["object"]
+    what = f"{kind} {body['metadata'].get('name')}"
+    await _guarded(engine, what, handle(engine, body, event.get("type")))
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    await _own_object_event(memo, event, kind="Job", handle=Engine.on_job_event)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """A task's Pod succeeded: its attempt's success is recorded at once, when the Pod is one
     its Job counts (``Engine.on_pod_event``); the Job watch stays the complete fallback."""
-    engine = _engine(memo)
-    if engine is None:
-        return
-    pod = event["object"]
-    await _guarded(
-        engine, f"Pod {pod['metadata'].get('name')}", engine.on_pod_event(pod, event.get("type"))
-    )
+    await _own_object_event(memo, event, kind="Pod", handle=Engine.on_pod_event)
 
 
 @kopf.on.event(GROUP, VERSION, RUN_PLURAL)

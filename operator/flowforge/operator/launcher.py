@@ -5,13 +5,14 @@ A Job's name is a function of (run, task, attempt, role), so creating it twice i
 (AlreadyExists counts as created when the existing Job's controller is the run; a Job of
 that name the run does not control fails the attempt, ``JobNameTaken``) and the
 reconciler can always tell which Job an attempt should have. A ``task.job_created`` event
-with the Job's uid follows every creation: that is how a Job that vanished is told from one
-that was never created, and the run's own Job from a copy. Labels and annotations are only
-a claim (anyone who may create a Job anywhere can copy them), so an outcome, a vanished
-verdict or a cleanup is accepted only for the Job in the run's namespace with the recorded
-uid (before one is recorded: the attempt's name, with the run as controller owner). Any
-other Job is a forgery: ignored, counted, and reported on the run (once per forged Job, and
-a few times an hour per run at most).
+with the Job's uid follows every creation (one statement records all the Jobs of a
+decision): that is how a Job that vanished is told from one that was never created, and
+the run's own Job from a copy. Labels and annotations are only a claim (anyone who may
+create a Job anywhere can copy them), so an outcome, a vanished verdict or a cleanup is
+accepted only for the Job in the run's namespace with the recorded uid (before one is
+recorded: the attempt's name, with the run as controller owner). Any other Job is a
+forgery: ignored, counted, and reported on the run (once per forged Job, and a few times
+an hour per run at most).
 
 Before each Job is sent, the namespace's policy as it is now judges it (`job_policy`: a
 refusal fails the attempt ``PolicyRefused``, no Job is made) and the run's ConfigMap is
@@ -52,7 +53,7 @@ from flowforge.operator.notifier import Notifier
 from flowforge.operator.run_files import ForgedConfigMap, RunFiles
 from flowforge.operator.runs import RunContext
 from flowforge.store.connection import Pool
-from flowforge.store.dispatch import record_job_created
+from flowforge.store.dispatch import JobCreated, record_jobs_created
 from flowforge.store.final_tasks import decided_outcome
 from flowforge.store.items import task_item
 from flowforge.store.lease import Fence
@@ -244,6 +245,22 @@ class RecordedUids:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Sent:
+    """A Job the apiserver holds for an attempt, to be recorded (``created`` False: it
+    existed, and the run controls it)."""
+
+    ref: JobRef
+    name: str
+    uid: str
+    created: bool
+    queued: bool  # a Kueue Job: admitted before it starts
+
+    @property
+    def attempt_key(self) -> tuple[str, int]:
+        return (self.ref.task_key, self.ref.attempt)
+
+
+@dataclasses.dataclass(frozen=True)
 class AttemptHooks:
     """What the launcher hands back to the engine: attempts that failed before their Job
     ran, and the admission timeout of the Kueue Jobs it created."""
@@ -323,14 +340,43 @@ class JobLauncher:
         )
 
     async def create_all(
-        self, context: RunContext, dispatched: tuple[Dispatch, ...], *, received: float | None
+        self, context: RunContext, dispatched: Sequence[Dispatch], *, received: float | None
     ) -> None:
-        """Create the Jobs of attempts a transaction moved to running, concurrently.
-        ``received``: when the event that released them arrived (hand-off latency)."""
-        if dispatched:
-            await asyncio.gather(
-                *(self.create(context, item, received=received) for item in dispatched)
+        """Create the Jobs of attempts a transaction moved to running, concurrently, and
+        record those that exist with one store statement (``record_jobs_created``).
+        ``received``: when the event that released them arrived (hand-off latency).
+
+        A Job's uid is ``expect``-ed from its create response on (a Pod of it waits for the
+        record), and settled however the record ends. A creation that raised does not keep
+        its siblings' Jobs from being recorded; its error is raised after the record."""
+        if not dispatched:
+            return
+        expected: list[str] = []
+        try:
+            sends = (
+                self._send(context, item, received=received, expected=expected)
+                for item in dispatched
             )
+            results = await asyncio.gather(*sends, return_exceptions=True)
+            made = [result for result in results if isinstance(result, _Sent)]
+            cancelled = await self._record(context, made) if made else frozenset()
+        finally:
+            for uid in expected:
+                self.uids.settled(uid)
+        await asyncio.gather(
+            *(
+                self._started(context, sent, cancelled=sent.attempt_key in cancelled)
+                for sent in made
+            )
+        )
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            raise failures[0]
+
+    async def create(self, context: RunContext, item: Dispatch) -> None:
+        """Create the Job of a running attempt (idempotent) and record that it exists, when
+        the namespace's policy as it is now allows it."""
+        await self.create_all(context, (item,), received=None)
 
     async def _item(self, context: RunContext, task_key: str) -> ItemRef | None:
         """The item of a forEach instance (as recorded when the run was created)."""
@@ -339,18 +385,19 @@ class JobLauncher:
         found = await task_item(self._pool, run_id=context.run_id, task_key=task_key)
         return None if found is None else ItemRef(*found)
 
-    async def create(
-        self, context: RunContext, item: Dispatch, *, received: float | None = None
-    ) -> None:
-        """Create the Job of a running attempt (idempotent) and record that it exists,
-        when the namespace's policy as it is now allows it."""
+    async def _send(
+        self, context: RunContext, item: Dispatch, *, received: float | None, expected: list[str]
+    ) -> _Sent | None:
+        """Create the Job of a running attempt (idempotent), when the namespace's policy as
+        it is now allows it; None when there is none to record (the attempt failed or its
+        creation is to be tried again). The Job's uid goes to ``expected``."""
         spec = context.definition.spec
         task = spec.task(item.task_key)
         job_type = spec.job_type(item.task_key)
         refusal = await self.policies.refusal(context, job_type)
         if refusal is not None:
             await self._refused_by_policy(context, item, message=refusal)
-            return
+            return None
         template = spec.task_types[job_type]
         queued = queueing(spec, job_type)
         outcome = None
@@ -392,72 +439,88 @@ class JobLauncher:
                 )
                 self._notifier.post(context, notice)
             await self._not_created(context, item, name=request.name, error=error)
-            return
+            return None
         self._hooks.delays.cleared((context.run_id, item.task_key, item.attempt))
         if received is not None:
             metrics.HANDOFF_LATENCY.observe(time.perf_counter() - received)
+        ref = JobRef(item.task_key, item.attempt, item.role)
         if not job.created and job.controller_uid != context.uid:
             # the name is taken by a Job that is not the run's: never adopted nor deleted;
             # the attempt fails (waiting for the name could hang the task forever)
-            ref = JobRef(item.task_key, item.attempt, item.role)
             claimed = dataclasses.replace(
                 attempt_identity(context, ref), uid=job.uid, controller_uid=job.controller_uid
             )
             self.report_forgery(context, claimed, cause="owner", act="adopt")
             now = datetime.now(UTC)
             await self._hooks.fail(context, ref, name_taken_outcome(job=request.name, now=now))
-            return
+            return None
         if job.created:
             metrics.JOBS_CREATED.labels(item.role.value).inc()
-        fence = self._fence()
         self.uids.expect(job.uid)  # a Pod of it seen before the store has it waits
-        try:
-            cancelled = await record_job_created(
-                self._pool,
-                fence=fence,
-                run_id=context.run_id,
-                task_key=item.task_key,
-                attempt=item.attempt,
-                job=request.name,
-                uid=job.uid,
-                created=job.created,
-            )
+        expected.append(job.uid)
+        return _Sent(
+            ref=ref, name=request.name, uid=job.uid, created=job.created, queued=bool(queued)
+        )
+
+    async def _record(
+        self, context: RunContext, made: Sequence[_Sent]
+    ) -> frozenset[tuple[str, int]]:
+        """Record the Jobs ``made`` with one statement and remember their uids; the attempts
+        cancelled meanwhile."""
+        fence = self._fence()
+        cancelled = await record_jobs_created(
+            self._pool,
+            fence=fence,
+            run_id=context.run_id,
+            jobs=[
+                JobCreated(
+                    task_key=sent.ref.task_key,
+                    attempt=sent.ref.attempt,
+                    job=sent.name,
+                    uid=sent.uid,
+                    created=sent.created,
+                )
+                for sent in made
+            ],
+        )
+        for sent in made:
             self.uids.remember(
                 epoch=fence.epoch,
                 run_id=context.run_id,
-                task_key=item.task_key,
-                attempt=item.attempt,
-                uid=job.uid,
+                task_key=sent.ref.task_key,
+                attempt=sent.ref.attempt,
+                uid=sent.uid,
                 job=dataclasses.replace(
-                    attempt_identity(context, JobRef(item.task_key, item.attempt, item.role)),
-                    uid=job.uid,
-                    controller_uid=context.uid,
+                    attempt_identity(context, sent.ref), uid=sent.uid, controller_uid=context.uid
                 ),
             )
-        finally:
-            self.uids.settled(job.uid)
-        ref = JobRef(item.task_key, item.attempt, item.role)
-        if queued is None:
-            self.schedule_start_check(context, ref)
-        else:  # the pending timeout counts from admission; the admission timeout from now
-            self._hooks.check_admission(context, ref)
+        return cancelled
+
+    async def _started(self, context: RunContext, sent: _Sent, *, cancelled: bool) -> None:
+        """The recorded Job is watched (its start or admission); one a cancel has overtaken
+        is deleted; a new one is announced."""
+        if sent.queued:  # the pending timeout counts from admission; the admission's from now
+            self._hooks.check_admission(context, sent.ref)
+        else:
+            self.schedule_start_check(context, sent.ref)
         if cancelled:
             # a cancel committed between the dispatch and this creation and found no Job
             # to stop; its outcome (cancelled) is recorded, so the Job may go
-            await self._kube.delete_job(namespace=context.namespace, name=request.name, uid=job.uid)
+            await self._kube.delete_job(namespace=context.namespace, name=sent.name, uid=sent.uid)
             return
-        if not job.created:
+        if not sent.created:
             return
-        if item.role is TaskRole.COMPENSATION:
+        if sent.ref.role is TaskRole.COMPENSATION:
+            task = context.definition.spec.task(sent.ref.task_key)
             notice = notices.compensation_started(
-                task_key=item.task_key,
+                task_key=sent.ref.task_key,
                 compensates=str(task.compensate_for),
-                attempt=item.attempt,
-                job=request.name,
+                attempt=sent.ref.attempt,
+                job=sent.name,
             )
         else:
             notice = notices.task_started(
-                task_key=item.task_key, attempt=item.attempt, job=request.name
+                task_key=sent.ref.task_key, attempt=sent.ref.attempt, job=sent.name
             )
         self._notifier.post(context, notice)
 

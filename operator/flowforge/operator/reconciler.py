@@ -57,7 +57,7 @@ from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.launcher import attempt_identity, found_job
 from flowforge.operator.runs import RunContext
-from flowforge.store.dispatch import record_job_created, serve_queue
+from flowforge.store.dispatch import JobCreated, record_jobs_created, serve_queue
 from flowforge.store.queries import (
     active_tasks,
     oldest_queued_wait,
@@ -297,15 +297,15 @@ class Reconciler:
                 await engine.launcher.create(context, Dispatch.of(row))
                 continue
             if not row.job_recorded:
-                await record_job_created(
-                    engine.pool,
-                    fence=engine.fence(),
-                    run_id=context.run_id,
+                adopted = JobCreated(
                     task_key=row.task_key,
                     attempt=row.attempt,
                     job=name,
                     uid=str(job["metadata"]["uid"]),
                     created=False,
+                )
+                await record_jobs_created(
+                    engine.pool, fence=engine.fence(), run_id=context.run_id, jobs=(adopted,)
                 )
             if job_meaning(job) is JobMeaning.FINISHED:
                 metrics.RECONCILE_FIXES.labels("outcome_unrecorded").inc()

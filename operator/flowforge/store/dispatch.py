@@ -5,15 +5,17 @@ path in ``outcomes.py``) on proof that every upstream succeeded; a retry is ``re
 until its backoff is over. ``dispatch_due`` moves every due one of a run to running in one
 statement, however many there are (a 10,000-task fan-out's roots) and its limits allow
 (``queue.py``), and returns what their Jobs need; for a queued run it serves the queue.
-Creating the Jobs is the caller's, after the commit; ``record_job_created`` then notes that
-a Job exists for an attempt, and its uid, which is how the reconciler tells "never created"
-(create it) from "vanished" (a lost attempt), and how the operator tells its own Job from a
-copy with the same labels (only the recorded uid counts).
+Creating the Jobs is the caller's, after the commit; ``record_jobs_created`` then notes, in
+one statement for all the Jobs of a decision, that a Job exists for each attempt, and its
+uid, which is how the reconciler tells "never created" (create it) from "vanished" (a lost
+attempt), and how the operator tells its own Job from a copy with the same labels (only
+the recorded uid counts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from psycopg.types.json import Jsonb
 
@@ -98,50 +100,62 @@ async def serve_queue(pool: Pool, *, fence: Fence, namespace: str) -> tuple[RunD
     return await in_transaction(pool, decide)
 
 
-JOB_CREATED_QUERY = f"""
-WITH {FENCE_CTE}, recorded AS (
+@dataclasses.dataclass(frozen=True)
+class JobCreated:
+    """A Job that exists for a running attempt: its name and uid (``created`` False: it
+    existed already, and the caller checked that it is the run's)."""
+
+    task_key: str
+    attempt: int
+    job: str
+    uid: str
+    created: bool
+
+
+# one ``task.job_created`` event per Job, in the order given, under the fence; and which of
+# the attempts a cancel moved on meanwhile (by their place in the arrays, from 1)
+JOBS_CREATED_QUERY = f"""
+WITH {FENCE_CTE}, job AS (
+    SELECT * FROM unnest(%(keys)s::text[], %(attempts)s::integer[], %(details)s::jsonb[])
+        WITH ORDINALITY AS job (task_key, attempt, detail, place)
+), recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
-           %(key)s, %(attempt)s, '{EventKind.TASK_JOB_CREATED}', epoch, %(detail)s
-    FROM fence WHERE epoch = %(epoch)s
+           job.task_key, job.attempt, '{EventKind.TASK_JOB_CREATED}', fence.epoch, job.detail
+    FROM fence, job WHERE fence.epoch = %(epoch)s
+    ORDER BY job.place
 )
 SELECT (SELECT epoch FROM fence),
-       (SELECT state = '{TaskState.CANCELLED}' AND attempt = %(attempt)s
-        FROM flowforge_task WHERE run_id = %(run)s AND task_key = %(key)s)
+       ARRAY(SELECT job.place FROM job JOIN flowforge_task AS task
+             ON task.run_id = %(run)s AND task.task_key = job.task_key
+             WHERE task.state = '{TaskState.CANCELLED}' AND task.attempt = job.attempt)
 """
 
 
-async def record_job_created(
-    pool: Pool,
-    *,
-    fence: Fence,
-    run_id: int,
-    task_key: str,
-    attempt: int,
-    job: str,
-    uid: str,
-    created: bool,
-) -> bool:
-    """Note that the Job of an attempt exists, and its uid (``created`` False: it already
-    existed, and the caller checked that it is the run's).
-    One fenced statement, one round trip. Returns whether the attempt was cancelled meanwhile: a
-    cancel that committed between the dispatch and the Job's creation found no Job to
-    delete, so the caller deletes the one it just made."""
+async def record_jobs_created(
+    pool: Pool, *, fence: Fence, run_id: int, jobs: Sequence[JobCreated]
+) -> frozenset[tuple[str, int]]:
+    """Note that the Jobs of the run's attempts exist, and their uids: one fenced statement,
+    one round trip, however many Jobs one decision created. Returns the attempts (task,
+    attempt) that were cancelled meanwhile: a cancel that committed between the dispatch
+    and the Jobs' creation found no Job to delete, so the caller deletes the ones it made."""
 
-    async def decide(connection: Connection) -> bool:
+    async def decide(connection: Connection) -> frozenset[tuple[str, int]]:
         cursor = await connection.execute(
-            JOB_CREATED_QUERY,
+            JOBS_CREATED_QUERY,
             {
                 "lease": fence.lease,
                 "epoch": fence.epoch,
                 "run": run_id,
-                "key": task_key,
-                "attempt": attempt,
-                "detail": Jsonb({"job": job, "created": created, "uid": uid}),
+                "keys": [job.task_key for job in jobs],
+                "attempts": [job.attempt for job in jobs],
+                "details": [
+                    Jsonb({"job": job.job, "created": job.created, "uid": job.uid}) for job in jobs
+                ],
             },
         )
-        row = await cursor.fetchone()
-        refuse_stale(fence, None if row is None else row[0])
-        return bool(row is not None and row[1])
+        current, cancelled = await cursor.fetchone() or (None, ())
+        refuse_stale(fence, current)
+        return frozenset((jobs[place - 1].task_key, jobs[place - 1].attempt) for place in cancelled)
 
     return await in_transaction(pool, decide, single_statement=True)

@@ -218,9 +218,10 @@ async def run_tasks(
 
 async def task_states(connection: Connection, run_id: int) -> dict[str, str]:
     """Every task's (and compensator's) state, by key: what a graph or a stream lays over
-    the definition."""
+    the definition (not the finally tasks', which are not in it: ``final_reads``)."""
     cursor = await connection.execute(
-        "SELECT task_key, state FROM flowforge_task WHERE run_id = %s", (run_id,)
+        "SELECT task_key, state FROM flowforge_task WHERE run_id = %s AND role <> 'finally'",
+        (run_id,),
     )
     return {str(key): str(state) for key, state in await cursor.fetchall()}
 
@@ -255,12 +256,13 @@ async def change_marker(connection: Connection, run_id: int) -> int:
 
 
 _EVENT_COLUMNS = "id, run_id, kind, task_key, attempt, epoch, detail, recorded_at"
-ATTEMPT_KINDS = (
-    *sorted(OUTCOME_KINDS),
+# the kinds that start an attempt (of a task, a compensator, a finally task)
+ATTEMPT_START_KINDS = (
     EventKind.TASK_DISPATCHED,
     EventKind.COMPENSATION_STARTED,
-    EventKind.TASK_JOB_CREATED,
+    EventKind.FINALLY_STARTED,
 )
+ATTEMPT_KINDS = (*sorted(OUTCOME_KINDS), *ATTEMPT_START_KINDS, EventKind.TASK_JOB_CREATED)
 
 
 async def recent_events(

@@ -23,6 +23,8 @@ from flowforge.store.final_reads import FinalRows
 
 # a run detail lists its tasks only up to this size; above, the graph and per-task reads
 DETAIL_TASK_LIMIT = 2000
+# the type an approval gate (a task with ``approval``, no ``type``) is shown with
+GATE_TYPE = "approval"
 
 
 def seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -184,7 +186,7 @@ def task_brief(
     compensator_spec = definition.spec.compensators.get(spec.key)
     return models.TaskBrief(
         **_outcome(row, attempts),
-        type=spec.type,
+        type=spec.type or GATE_TYPE,
         depends_on=sorted(spec.depends_on),
         level=definition.levels.get(spec.key, 0),
         compensator=None

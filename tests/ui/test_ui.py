@@ -1,7 +1,8 @@
 """The web UI in a real browser against the real stack (see conftest): a user watches the
 diamond example run live, sees the saga's rollback, cancels a run, sees nothing of a
-namespace they have no rights in, and opens a 10,000-task run drawn by level (the time from
-navigation to the drawn graph is printed, with the server's share).
+namespace they have no rights in, opens a 10,000-task run drawn by level (the time from
+navigation to the drawn graph is printed, with the server's share), skips a halted
+compensator, approves a gate, pauses a run, and reads a run's finally tasks.
 
 Screenshots of the run page go to the test's temporary folder; with
 FLOWFORGE_UPDATE_SCREENSHOTS=1 (`make screenshots`) also to docs/images/ for the README.
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Page, Route
+from playwright.async_api import Page
 
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import kubectl
@@ -308,30 +309,41 @@ async def test_schedules_page_shows_next_fires_and_the_runs_a_schedule_made(
     assert page.url.endswith(f"/runs/{ui_stack.home}/ui-nightly-202601010300")
 
 
-HALTING_RUN = """
+def _workflow_and_run(workflow: str, run: str, tasks: str) -> str:
+    """A definition of ``workflow`` (version 1) with ``tasks`` (its YAML, indented as in
+    spec) and the task types ``ok`` and ``bad`` (exit code 3), each 1 s; and ``run`` of it."""
+    return f"""
 apiVersion: flowforge.io/v1alpha1
 kind: WorkflowDefinition
-metadata: {name: ui-halt-v1}
+metadata: {{name: {workflow}-v1}}
 spec:
-  workflow: ui-halt
+  workflow: {workflow}
   version: 1
   taskTypes:
     ok:
       image: busybox:1.36
-      annotations: {flowforge.io/simulate-duration: 1s}
+      annotations: {{flowforge.io/simulate-duration: 1s}}
     bad:
       image: busybox:1.36
-      annotations: {flowforge.io/simulate-duration: 1s, flowforge.io/simulate-exit-code: "3"}
-  tasks:
-    - {key: prep, type: ok}
-    - {key: boom, type: bad, dependsOn: [prep]}
-    - {key: unprep, type: bad, compensateFor: prep}
+      annotations: {{flowforge.io/simulate-duration: 1s, flowforge.io/simulate-exit-code: "3"}}
+{tasks}
 ---
 apiVersion: flowforge.io/v1alpha1
 kind: WorkflowRun
-metadata: {name: halt-1}
-spec: {workflow: ui-halt}
+metadata: {{name: {run}}}
+spec: {{workflow: {workflow}}}
 """
+
+
+HALTING_RUN = _workflow_and_run(
+    "ui-halt",
+    "halt-1",
+    """
+  tasks:
+    - {key: prep, type: ok}
+    - {key: boom, type: bad, dependsOn: [prep]}
+    - {key: unprep, type: bad, compensateFor: prep}""",
+)
 
 
 async def _act(page: Page, button: str, reason: str = "") -> None:
@@ -344,9 +356,7 @@ async def _act(page: Page, button: str, reason: str = "") -> None:
     await page.get_by_role("status").filter(has_text=f"{button}: sent as").wait_for()
 
 
-async def test_a_halted_rollback_skipped_and_a_gate_rejected_from_the_ui(
-    page: Page, ui_stack: UiStack
-) -> None:
+async def test_a_halted_rollback_skipped_from_the_ui(page: Page, ui_stack: UiStack) -> None:
     await _apply(ui_stack, ui_stack.home, text=HALTING_RUN)
     await _open_run(page, ui_stack, ui_stack.home, "halt-1")
     await (
@@ -367,25 +377,83 @@ async def test_a_halted_rollback_skipped_and_a_gate_rejected_from_the_ui(
     await page.locator('[data-testid="rollback"]:not([data-state="Halted"])').wait_for()
     assert await page.get_by_role("button", name="Skip compensator unprep").count() == 0
 
-    # Approval gates are not in the engine yet: the page is shown "boom" awaiting (the one
-    # field changed in the server's answer), and the Reject is the real one the operator
-    # judges (and refuses, until gates exist)
-    async def awaiting(route: Route) -> None:
-        answer = await route.fetch()
-        body = await answer.json()
-        for task in body["tasks"]:
-            if task["name"] == "boom":
-                task["state"] = "awaiting"
-        await route.fulfill(response=answer, json=body)
 
-    await page.route(f"**/api/v1/namespaces/{ui_stack.home}/runs/halt-1", awaiting)
-    await page.reload()
-    await page.get_by_role("button", name="Approve boom").wait_for()
-    await _act(page, "Reject boom", "not today")
-    rejected = page.locator('tr[data-kind="Reject"]')
-    await rejected.wait_for()
-    assert await rejected.get_attribute("data-result") == "Refused"
-    assert "not today" in await rejected.inner_text()
+# a gate only the UI's user may pass (its name is filled in: the tenancy's namespace A)
+GATED_RUN = _workflow_and_run(
+    "ui-gate",
+    "gate-1",
+    """
+  tasks:
+    - {key: stage, type: ok}
+    - key: approve-prod
+      dependsOn: [stage]
+      approval: {approvers: {users: ["system:serviceaccount:NAMESPACE:reader"]}}
+    - {key: deploy, type: ok, dependsOn: [approve-prod]}""",
+)
+
+
+async def test_a_gate_awaiting_approval_is_drawn_as_one_and_approved_from_the_ui(
+    page: Page, ui_stack: UiStack
+) -> None:
+    await _apply(ui_stack, ui_stack.home, text=GATED_RUN.replace("NAMESPACE", ui_stack.home))
+    await _open_run(page, ui_stack, ui_stack.home, "gate-1")
+    gate = page.locator('g[data-task="approve-prod"]')
+    await gate.and_(page.locator('[data-state="awaiting"]')).wait_for(timeout=RUN_TIMEOUT_MS)
+    assert "gate" in (await gate.get_attribute("class") or "").split()
+    assert await gate.get_attribute("aria-label") == "approve-prod, approval gate, awaiting"
+    assert "gate" not in (await page.locator('g[data-task="stage"]').get_attribute("class") or "")
+    assert await page.locator('g[data-task="deploy"]').get_attribute("data-state") == "waiting"
+    assert await page.locator('[data-testid="run"]').get_attribute("data-phase") == "Running"
+
+    await _act(page, "Approve approve-prod", "staging looked fine")
+    approved = page.locator('tr[data-kind="Approve"][data-result="Accepted"]')
+    await approved.wait_for()
+    cells = await approved.locator("td").all_inner_texts()
+    assert cells[2:4] == ["approve-prod", f"system:serviceaccount:{ui_stack.home}:reader"], cells
+    await _wait_phase(page, ui_stack, "Succeeded")
+    await gate.and_(page.locator('[data-state="succeeded"]')).wait_for()
+    await page.locator('g[data-task="deploy"][data-state="succeeded"]').wait_for()
+    seen: dict[str, list[str]] = await page.evaluate("window.__seen")
+    assert seen["approve-prod"][-2:] == ["awaiting", "succeeded"], seen
+    assert await page.get_by_role("button", name="Approve approve-prod").count() == 0
+
+
+FINAL_RUN = _workflow_and_run(
+    "ui-final",
+    "final-1",
+    """
+  tasks:
+    - {key: build, type: ok}
+    - {key: deploy, type: bad, dependsOn: [build]}
+    - {key: unbuild, type: ok, compensateFor: build}
+  finally:
+    - {key: notify, type: bad}
+    - {key: release-lock, type: ok}""",
+)
+
+
+async def test_the_finally_section_shows_each_step_and_the_outcome_it_was_told(
+    page: Page, ui_stack: UiStack
+) -> None:
+    await _apply(ui_stack, ui_stack.home, text=FINAL_RUN)
+    await _open_run(page, ui_stack, ui_stack.home, "final-1")
+    await _wait_phase(page, ui_stack, "Failed")
+    section = page.locator('[data-testid="finally"][data-finalizing="false"]')
+    await section.and_(page.locator('[data-outcome="Failed"]')).wait_for()
+    assert await section.get_attribute("data-rollback") == "Completed"
+    assert "Told the outcome Failed (the rollback completed)." in await section.inner_text()
+    steps = await section.locator("tr[data-step]").evaluate_all(
+        "(rows) => rows.map((r) => [r.dataset.step, r.dataset.state])"
+    )
+    assert steps == [["notify", "failed"], ["release-lock", "succeeded"]]
+    # not tasks of the graph
+    assert await page.locator('g[data-task="notify"]').count() == 0
+
+    await section.get_by_role("button", name="notify", exact=True).click()
+    attempt = section.locator("tr[data-attempt='1']")
+    await attempt.wait_for()
+    cells = await attempt.locator("td").all_inner_texts()
+    assert cells[1] == "failed" and cells[2] == "3", cells
 
 
 # another run of the cancel test's workflow (its definition applied again is unchanged)

@@ -201,7 +201,8 @@ export interface paths {
         };
         /**
          * Attempt Log
-         * @description The log of one attempt's Pod, read with the caller's own token (``get pods/log``).
+         * @description The log of one attempt's Pod (of the task, of its compensator with ``compensator``,
+         *     or of a ``finally`` task), read with the caller's own token (``get pods/log``).
          */
         get: operations["attempt_log_api_v1_namespaces__namespace__runs__name__tasks__task__attempts__number__log_get"];
         put?: never;
@@ -338,7 +339,7 @@ export interface components {
             /** Jobname */
             jobName: string | null;
             /** Message */
-            message: string | null;
+            message?: string | null;
             /** Number */
             number: number;
             /** Reason */
@@ -468,6 +469,48 @@ export interface components {
         /** ErrorResponse */
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
+        };
+        /**
+         * FinalStep
+         * @description A ``finally`` task: its state, attempts and what its last attempt said.
+         */
+        FinalStep: {
+            /** Attempthistory */
+            attemptHistory: components["schemas"]["Attempt"][];
+            /** Attempts */
+            attempts: number;
+            /** Durationseconds */
+            durationSeconds: number | null;
+            /** Exitcode */
+            exitCode: number | null;
+            /** Finishedat */
+            finishedAt: string | null;
+            /** Message */
+            message?: string | null;
+            /** Name */
+            name: string;
+            /** Reason */
+            reason: string | null;
+            /** Startedat */
+            startedAt: string | null;
+            /** State */
+            state: string;
+            /** Type */
+            type: string;
+        };
+        /**
+         * Finally
+         * @description The run's ``finally`` tasks (``docs/finally.md``), in the order they run.
+         */
+        Finally: {
+            /** Finalizing */
+            finalizing: boolean;
+            /** Outcome */
+            outcome: ("Succeeded" | "Failed" | "Cancelled") | null;
+            /** Rollback */
+            rollback: ("None" | "Completed" | "Halted") | null;
+            /** Steps */
+            steps: components["schemas"]["FinalStep"][];
         };
         /** Graph */
         Graph: {
@@ -661,6 +704,7 @@ export interface components {
             durationSeconds: number | null;
             /** Events */
             events: components["schemas"]["HistoryEntry"][];
+            finally?: components["schemas"]["Finally"] | null;
             /** Finishedat */
             finishedAt: string | null;
             /** Name */

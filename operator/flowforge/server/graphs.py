@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Final
 
-from flowforge.server.views import DefinitionView
+from flowforge.server.views import GATE_TYPE, DefinitionView
 
 # the tasks (nodes and compensators) the cached graphs may hold together
 MAX_CACHED_TASKS: Final = 200_000
@@ -39,7 +39,7 @@ class GraphSkeleton:
         self.nodes = [
             (
                 task.key,
-                f'{{"id":{_text(task.key)},"type":{_text(task.type or "approval")},"state":',
+                f'{{"id":{_text(task.key)},"type":{_text(task.type or GATE_TYPE)},"state":',
                 f',"level":{levels[task.key]}}}',
             )
             for task in spec.forward_tasks
@@ -48,7 +48,7 @@ class GraphSkeleton:
             (
                 compensator.key,
                 f'{{"id":{_text(compensator.key)},"task":{_text(task)},'
-                f'"type":{_text(compensator.type or "approval")},"state":',
+                f'"type":{_text(compensator.type or GATE_TYPE)},"state":',
                 "}",
             )
             for task, compensator in spec.compensators.items()

@@ -96,32 +96,31 @@ class CompensatorBrief(ApiModel):
     type: str
 
 
-class TaskBrief(ApiModel):
-    name: str
-    type: str
-    state: str
-    depends_on: list[str]
-    level: int
-    attempts: int
+class Outcome(ApiModel):
+    """How an attempt ended (of a task, the latest one's), and when it ran."""
+
     exit_code: int | None
     reason: str | None
     message: str | None = None
     started_at: datetime | None
     finished_at: datetime | None
     duration_seconds: float | None
+
+
+class TaskBrief(Outcome):
+    name: str
+    type: str
+    state: str
+    depends_on: list[str]
+    level: int
+    attempts: int
     compensator: CompensatorBrief | None
 
 
-class Attempt(ApiModel):
+class Attempt(Outcome):
     number: int
     job_name: str | None
     state: str
-    exit_code: int | None
-    reason: str | None
-    message: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    duration_seconds: float | None
 
 
 class TaskDetail(TaskBrief):
@@ -176,6 +175,28 @@ class RunActionList(ApiModel):
     items: list[RunAction]
 
 
+class FinalStep(Outcome):
+    """A ``finally`` task: its state, attempts and what its last attempt said."""
+
+    name: str
+    type: str
+    state: str
+    attempts: int
+    attempt_history: list[Attempt]
+
+
+class Finally(ApiModel):
+    """The run's ``finally`` tasks (``docs/finally.md``), in the order they run."""
+
+    # the decided phase they are told (FLOWFORGE_RUN_OUTCOME); None until it is decided
+    outcome: Literal["Succeeded", "Failed", "Cancelled"] | None
+    # how the rollback ended, as they are told (FLOWFORGE_ROLLBACK)
+    rollback: Literal["None", "Completed", "Halted"] | None
+    # they run now: the run takes the outcome once the last has run
+    finalizing: bool
+    steps: list[FinalStep]
+
+
 class RunDetail(RunSummary):
     parameters: dict[str, Any]
     retry_of: str | None
@@ -187,6 +208,8 @@ class RunDetail(RunSummary):
     # a person's Pause holds it (nothing starts until Resume)
     paused: bool = False
     actions: list[RunAction] = []
+    # None: the run has no finally tasks
+    finally_: Finally | None = Field(default=None, alias="finally")
 
 
 class GraphNode(ApiModel):

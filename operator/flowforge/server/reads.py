@@ -3,13 +3,14 @@ caller's scoped transaction (shared by the run endpoints and the live stream).""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flowforge.domain.history import EventKind
 from flowforge.server import models, views
 from flowforge.server.errors import ApiError
 from flowforge.server.state import ServerState
-from flowforge.store import action_reads, browse
+from flowforge.store import action_reads, browse, final_reads
 from flowforge.store.browse import RunRow, TaskRow
 from flowforge.store.connection import Connection
 
@@ -89,12 +90,14 @@ async def detail(
     run = await find(connection, namespace=namespace, name=name)
     omitted = run.counts.get("total", 0) > views.DETAIL_TASK_LIMIT
     tasks: list[models.TaskBrief] = []
+    attempts: dict[str, list[models.Attempt]] | None = None
     rolled_back = await rollback(connection, run)
     if not omitted:
         rows = await browse.run_tasks(connection, run.id)
         definition = await state.definition(connection, run.definition_id)
         attempts = views.attempt_history(await browse.attempt_events(connection, run.id))
         tasks = views.task_briefs(definition, rows, attempts)
+    final = await final_tasks(state, connection, run, attempts=attempts)
     retried = await browse.first_event(connection, run.id, EventKind.RUN_RETRY_OF)
     events = await browse.recent_events(connection, run.id)
     actions = await action_reads.action_events(connection, run.id, limit=MAX_DETAIL_ACTIONS)
@@ -109,7 +112,28 @@ async def detail(
         events=views.history(events),
         paused=await action_reads.run_paused(connection, run.id),
         actions=views.run_actions(actions),
+        finally_=final,
     )
+
+
+async def final_tasks(
+    state: ServerState,
+    connection: Connection,
+    run: RunRow,
+    *,
+    attempts: Mapping[str, Sequence[models.Attempt]] | None,
+) -> models.Finally | None:
+    """The run's ``finally`` tasks with their attempts (read for them alone unless
+    ``attempts`` holds every task's already)."""
+    rows = await final_reads.final_rows(connection, run.id)
+    if rows is None:
+        return None
+    if attempts is None:
+        keys = [row.key for row in rows.steps]
+        events = await browse.attempt_events(connection, run.id, keys=keys) if keys else []
+        attempts = views.attempt_history(events)
+    definition = await state.definition(connection, run.definition_id)
+    return views.final_tasks(definition, rows, attempts)
 
 
 async def actions(connection: Connection, *, namespace: str, name: str) -> models.RunActionList:

@@ -189,14 +189,20 @@ async def attempt_log(
     number: Annotated[int, Path(ge=1, le=1000)],
     compensator: bool = False,
 ) -> PlainTextResponse:
-    """The log of one attempt's Pod, read with the caller's own token (``get pods/log``)."""
+    """The log of one attempt's Pod (of the task, of its compensator with ``compensator``,
+    or of a ``finally`` task), read with the caller's own token (``get pods/log``)."""
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_RUNS)
     await state.authorizer.require(caller, namespace=namespace, permission=access.GET_LOGS)
     async with state.reader([namespace]) as connection:
         run = await reads.find(connection, namespace=namespace, name=name)
         definition = await state.definition(connection, run.definition_id)
-        key = definition.compensator_of.get(task) if compensator else task
-        if key is None or task not in definition.levels:
+        key: str | None = task
+        role = TaskRole.FORWARD
+        if compensator:
+            key, role = definition.compensator_of.get(task), TaskRole.COMPENSATION
+        elif task in definition.final_keys:
+            role = TaskRole.FINALLY
+        if key is None or (task not in definition.levels and role is not TaskRole.FINALLY):
             raise ApiError(
                 404,
                 f'run "{name}" has no task "{task}"'
@@ -204,13 +210,7 @@ async def attempt_log(
             )
         # the Job FlowForge created and recorded, never one found by its name or label
         job_uid = await recorded_job_uid_on(connection, run_id=run.id, task_key=key, attempt=number)
-    job = job_name(
-        run_name=run.name,
-        run_uid=run.uid,
-        task_key=key,
-        attempt=number,
-        role=TaskRole.COMPENSATION if compensator else TaskRole.FORWARD,
-    )
+    job = job_name(run_name=run.name, run_uid=run.uid, task_key=key, attempt=number, role=role)
     if job_uid is None:
         raise ApiError(404, f"no Job of attempt {number} was recorded (Job {job})")
     found = await state.user_api.job_log(

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import Any
 
 from flowforge.domain.execution import attempts_made
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
@@ -15,12 +16,15 @@ from flowforge.domain.projection import StatusInput, TaskCounts, run_conditions
 from flowforge.domain.run import CompensationStep as DomainStep
 from flowforge.domain.states import CompensationState, TaskState
 from flowforge.server import models
-from flowforge.store.browse import RunRow, TaskRow
+from flowforge.store.browse import ATTEMPT_START_KINDS, RunRow, TaskRow
 from flowforge.store.definitions import StoredDefinition
 from flowforge.store.events import Event
+from flowforge.store.final_reads import FinalRows
 
 # a run detail lists its tasks only up to this size; above, the graph and per-task reads
 DETAIL_TASK_LIMIT = 2000
+# the type an approval gate (a task with ``approval``, no ``type``) is shown with
+GATE_TYPE = "approval"
 
 
 def seconds(start: datetime | None, end: datetime | None) -> float | None:
@@ -46,6 +50,10 @@ class DefinitionView:
     @cached_property
     def level_count(self) -> int:
         return len(self.spec.graph.levels())
+
+    @cached_property
+    def final_keys(self) -> frozenset[str]:
+        return frozenset(task.key for task in self.spec.finally_tasks)
 
     @cached_property
     def compensator_of(self) -> dict[str, str]:
@@ -113,7 +121,7 @@ def attempt_history(events: Sequence[Event]) -> dict[str, list[models.Attempt]]:
         key = (event.task_key, event.attempt)
         if key not in started and key not in done:
             order.append(key)
-        if event.kind in (EventKind.TASK_DISPATCHED, EventKind.COMPENSATION_STARTED):
+        if event.kind in ATTEMPT_START_KINDS:
             started.setdefault(key, event.recorded_at)
         elif event.kind == EventKind.TASK_JOB_CREATED:
             if isinstance(event.detail.get("job"), str):
@@ -175,29 +183,37 @@ def task_brief(
     compensator: TaskRow | None,
 ) -> models.TaskBrief:
     spec = definition.spec.task_of(row.key)  # a forEach item's row: its task
-    last = attempts[-1] if attempts else None
     compensator_spec = definition.spec.compensators.get(spec.key)
     return models.TaskBrief(
-        name=row.key,
-        type=spec.type,
-        state=row.state,
+        **_outcome(row, attempts),
+        type=spec.type or GATE_TYPE,
         depends_on=sorted(spec.depends_on),
         level=definition.levels.get(spec.key, 0),
-        attempts=attempts_made(
-            state=row.state, attempt=row.attempt, started=row.started_at is not None
-        ),
-        exit_code=last.exit_code if last else None,
-        reason=last.reason if last else None,
-        message=(last.message if last else None) or row.last_error,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        duration_seconds=seconds(row.started_at, row.finished_at),
         compensator=None
         if compensator is None or compensator_spec is None
         else models.CompensatorBrief(
             name=compensator.key, state=compensator.state, type=compensator_spec.type
         ),
     )
+
+
+def _outcome(row: TaskRow, attempts: Sequence[models.Attempt]) -> dict[str, Any]:
+    """A task row's fields every view of a task shows: its state, attempts made, what its
+    last attempt said, its times."""
+    last = attempts[-1] if attempts else None
+    return {
+        "name": row.key,
+        "state": row.state,
+        "attempts": attempts_made(
+            state=row.state, attempt=row.attempt, started=row.started_at is not None
+        ),
+        "exit_code": last.exit_code if last else None,
+        "reason": last.reason if last else None,
+        "message": (last.message if last else None) or row.last_error,
+        "started_at": row.started_at,
+        "finished_at": row.finished_at,
+        "duration_seconds": seconds(row.started_at, row.finished_at),
+    }
 
 
 def task_briefs(
@@ -216,6 +232,27 @@ def task_briefs(
         for row in rows
         if row.compensates is None
     ]
+
+
+def final_tasks(
+    definition: DefinitionView,
+    rows: FinalRows,
+    attempts: Mapping[str, Sequence[models.Attempt]],
+) -> models.Finally:
+    """The ``finally`` tasks in list order, and the outcome they are (or will be) told."""
+    return models.Finally(
+        outcome=None if rows.outcome is None else rows.outcome.value,
+        rollback=None if rows.rollback is None else rows.rollback.value,
+        finalizing=rows.finalizing,
+        steps=[
+            models.FinalStep(
+                **_outcome(row, attempts.get(row.key, ())),
+                type=definition.spec.task(row.key).type or "",
+                attempt_history=list(attempts.get(row.key, ())),
+            )
+            for row in rows.steps
+        ],
+    )
 
 
 # the rollback

@@ -43,7 +43,7 @@ MAX_DEFINITION_ROWS = 2000
 NAMESPACE_UIDS_SETTING = "flowforge.namespace_uids"
 
 
-def _current(alias: str) -> str:
+def current_row(alias: str) -> str:
     """SQL: the row of ``alias`` belongs to its namespace as it is now. A row written with
     the uid of a namespace since deleted (its name now another namespace's, or nobody's) is
     not; a row without a uid (migration 15) is. Without the setting (not a scoped reader)
@@ -108,7 +108,7 @@ class RunRow:
         return cls(*values)
 
 
-_RUN_COLUMNS = """
+RUN_COLUMNS = """
 run.id, run.namespace, run.name, run.uid, definition.workflow, definition.version,
 run.definition_id, run.phase, run.compensating, run.cancel_requested, run.parameters,
 run.created_at, run.finished_at, run.pruned_at,
@@ -123,16 +123,16 @@ JOIN flowforge_definition AS definition ON definition.id = run.definition_id
 """
 
 LIST_RUNS_QUERY = f"""
-SELECT {_RUN_COLUMNS}
-WHERE run.namespace = ANY(%(namespaces)s) AND {_current("run")}
+SELECT {RUN_COLUMNS}
+WHERE run.namespace = ANY(%(namespaces)s) AND {current_row("run")}
   AND (%(workflow)s::text IS NULL OR definition.workflow = %(workflow)s)
   AND (%(phase)s::text IS NULL OR run.phase = %(phase)s)
   AND (%(before)s::bigint IS NULL OR run.id < %(before)s)
 ORDER BY run.id DESC LIMIT %(limit)s
 """
 FIND_RUN_QUERY = f"""
-SELECT {_RUN_COLUMNS}
-WHERE run.namespace = %(namespace)s AND run.name = %(name)s AND {_current("run")}
+SELECT {RUN_COLUMNS}
+WHERE run.namespace = %(namespace)s AND run.name = %(name)s AND {current_row("run")}
 ORDER BY run.id DESC LIMIT 1
 """
 
@@ -171,9 +171,9 @@ async def namespaces_with_data(connection: Connection, candidates: Sequence[str]
     """Those of ``candidates`` holding a run or a definition (one probe of an index each)."""
     cursor = await connection.execute(
         "SELECT candidate FROM unnest(%s::text[]) AS candidate WHERE EXISTS "
-        f"(SELECT FROM flowforge_run AS r WHERE r.namespace = candidate AND {_current('r')}) "
+        f"(SELECT FROM flowforge_run AS r WHERE r.namespace = candidate AND {current_row('r')}) "
         "OR EXISTS (SELECT FROM flowforge_definition AS d "
-        f"WHERE d.namespace = candidate AND {_current('d')}) ORDER BY candidate",
+        f"WHERE d.namespace = candidate AND {current_row('d')}) ORDER BY candidate",
         (list(candidates),),
     )
     return [str(name) for (name,) in await cursor.fetchall()]
@@ -218,9 +218,10 @@ async def run_tasks(
 
 async def task_states(connection: Connection, run_id: int) -> dict[str, str]:
     """Every task's (and compensator's) state, by key: what a graph or a stream lays over
-    the definition."""
+    the definition (not the finally tasks', which are not in it: ``final_reads``)."""
     cursor = await connection.execute(
-        "SELECT task_key, state FROM flowforge_task WHERE run_id = %s", (run_id,)
+        "SELECT task_key, state FROM flowforge_task WHERE run_id = %s AND role <> 'finally'",
+        (run_id,),
     )
     return {str(key): str(state) for key, state in await cursor.fetchall()}
 
@@ -255,12 +256,13 @@ async def change_marker(connection: Connection, run_id: int) -> int:
 
 
 _EVENT_COLUMNS = "id, run_id, kind, task_key, attempt, epoch, detail, recorded_at"
-ATTEMPT_KINDS = (
-    *sorted(OUTCOME_KINDS),
+# the kinds that start an attempt (of a task, a compensator, a finally task)
+ATTEMPT_START_KINDS = (
     EventKind.TASK_DISPATCHED,
     EventKind.COMPENSATION_STARTED,
-    EventKind.TASK_JOB_CREATED,
+    EventKind.FINALLY_STARTED,
 )
+ATTEMPT_KINDS = (*sorted(OUTCOME_KINDS), *ATTEMPT_START_KINDS, EventKind.TASK_JOB_CREATED)
 
 
 async def recent_events(
@@ -337,7 +339,7 @@ async def definition_versions(
         "SELECT id, workflow, version, fingerprint, published_at, "
         "jsonb_array_length(coalesce(document -> 'tasks', '[]'::jsonb)) "
         "FROM flowforge_definition AS d WHERE namespace = %(namespace)s "
-        f"AND {_current('d')} AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
+        f"AND {current_row('d')} AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
         "ORDER BY workflow, version DESC LIMIT %(limit)s",
         {"namespace": namespace, "workflow": workflow, "limit": MAX_DEFINITION_ROWS},
     )

@@ -9,7 +9,7 @@ times its status shows. A schedule's rows carry no namespace uid (migration 15 p
 them): they are read here only for the uids of objects the caller has just read from the
 apiserver, which belong to the namespace as it is now, and only the fires of that object
 (``schedule_uid``). A fire's run is the one it created (name and uid), shown only while the
-reader shows that run (``browse._current``).
+reader shows that run (``browse.current_row``).
 
 Active runs are the schedule's unsettled fires whose run is not final, or not stored yet
 and fired less than ``PENDING_GRACE`` ago: what ``schedules._active_runs`` counts, without
@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from flowforge.domain.states import TERMINAL_RUN_PHASES, sql_list
-from flowforge.store.browse import _RUN_COLUMNS, RunRow, _current
+from flowforge.store.browse import RUN_COLUMNS, RunRow, current_row
 from flowforge.store.connection import Connection
 from flowforge.store.schedules import PENDING_GRACE, LastFire
 
 # a fire's run: the object it created, while the reader shows it
 _FIRE_RUN = (
-    "r.namespace = f.namespace AND r.name = f.run_name AND r.uid = f.run_uid AND " + _current("r")
+    "r.namespace = f.namespace AND r.name = f.run_name AND r.uid = f.run_uid AND "
+    + current_row("r")
 )
 
 SCHEDULES_QUERY = f"""
@@ -56,9 +57,9 @@ FIRES_QUERY = f"""
 SELECT f.id, f.nominal_time, f.run_name, f.backfill_id, f.manual, f.fired_at, made.*
 FROM flowforge_schedule_fire AS f
 LEFT JOIN LATERAL (
-    SELECT {_RUN_COLUMNS}
+    SELECT {RUN_COLUMNS}
     WHERE run.namespace = f.namespace AND run.name = f.run_name AND run.uid = f.run_uid
-      AND {_current("run")}) AS made ON true
+      AND {current_row("run")}) AS made ON true
 WHERE f.namespace = %(namespace)s AND f.schedule_name = %(name)s AND f.schedule_uid = %(uid)s
   AND (%(before)s::bigint IS NULL OR f.id < %(before)s)
 ORDER BY f.id DESC LIMIT %(limit)s

@@ -15,7 +15,14 @@ export const MAX_DRAWN = 300;
 const MAX_DRAWN_EDGES = 900;
 
 const NODE_H = 44;
-const STATE_ORDER = ["succeeded", "running", "admitting", "ready", "waiting", "failed", "cancelled", "skipped"];
+const STATE_ORDER = ["succeeded", "running", "admitting", "awaiting", "ready", "waiting", "failed", "cancelled", "skipped"];
+// the node type the API gives an approval gate (a task that waits for people, no Job)
+export const GATE_TYPE = "approval";
+
+/** What a node's type reads as: a gate's is its own kind of task. */
+function shownType(type: string): string {
+  return type === GATE_TYPE ? "approval gate" : type;
+}
 
 // wide enough for the name, and for "succeeded · TYPE" / "⚑ triggered rollback" below it
 function nodeWidth(name: string, type: string): number {
@@ -87,7 +94,7 @@ function activate(handler: () => void) {
 function TaskDag({ graph, states, selected, triggeredBy, onSelect, onDrawn }: DagProps) {
   const request = useMemo(
     () => ({
-      nodes: graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id, n.type), height: NODE_H })),
+      nodes: graph.nodes.map((n) => ({ id: n.id, width: nodeWidth(n.id, shownType(n.type)), height: NODE_H })),
       edges: graph.edges,
       options: { rankdir: "TB" as const, nodesep: 28, ranksep: 46 },
     }),
@@ -106,17 +113,21 @@ function TaskDag({ graph, states, selected, triggeredBy, onSelect, onDrawn }: Da
         if (!box) return null;
         const state = states[n.id] ?? n.state;
         const trigger = n.id === triggeredBy;
+        const gate = n.type === GATE_TYPE;
+        const what = shownType(n.type);
+        const sub = trigger ? "⚑ triggered rollback"
+          : gate && state === "awaiting" ? "awaiting approval" : `${label(state)} · ${what}`;
         return (
-          <g key={n.id} class={`node ${stateClass(state)}${selected === n.id ? " selected" : ""}${trigger ? " trigger" : ""}`}
-            data-task={n.id} data-state={state ?? ""} transform={`translate(${box.x},${box.y})`}
+          <g key={n.id} class={`node ${stateClass(state)}${gate ? " gate" : ""}${selected === n.id ? " selected" : ""}${trigger ? " trigger" : ""}`}
+            data-task={n.id} data-state={state ?? ""} data-type={n.type} transform={`translate(${box.x},${box.y})`}
             role={onSelect ? "button" : undefined} tabIndex={onSelect ? 0 : undefined}
             aria-pressed={onSelect ? selected === n.id : undefined}
-            aria-label={`${n.id}, ${n.type}, ${label(state)}${trigger ? ", failed and triggered the rollback" : ""}`}
+            aria-label={`${n.id}, ${what}, ${label(state)}${trigger ? ", failed and triggered the rollback" : ""}`}
             {...(onSelect ? activate(() => onSelect(n.id)) : {})}>
-            <title>{`${n.id} (${n.type}): ${label(state)}`}</title>
-            <rect width={box.width} height={box.height} rx="6" />
-            <text x="10" y="18" class="name">{clip(n.id, box.width)}</text>
-            <text x="10" y="35" class="sub">{clip(trigger ? "⚑ triggered rollback" : `${label(state)} · ${n.type}`, box.width / 0.87)}</text>
+            <title>{`${n.id} (${what}): ${label(state)}`}</title>
+            <rect width={box.width} height={box.height} rx={gate ? box.height / 2 : 6} />
+            <text x={gate ? 16 : 10} y="18" class="name">{clip(n.id, box.width)}</text>
+            <text x={gate ? 16 : 10} y="35" class="sub">{clip(sub, box.width / 0.87)}</text>
           </g>
         );
       })}

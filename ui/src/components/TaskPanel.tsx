@@ -1,4 +1,5 @@
-// One task: its attempts (and its compensator's), exit codes, reasons, times and logs.
+// One task: its attempts (and its compensator's), exit codes, reasons, times and logs; the
+// attempts table is also the Finally section's.
 import { useState } from "preact/hooks";
 import { getJson, getText, paths, type Attempt, type TaskDetail } from "../api";
 import { duration, time } from "../format";
@@ -44,7 +45,7 @@ export function TaskPanel({ namespace, run, task, version, onClose }: Props) {
   );
 }
 
-function Attempts(props: { title: string; attempts: Attempt[]; namespace: string; run: string; task: string; compensator: boolean }) {
+export function Attempts(props: { title: string; attempts: Attempt[]; namespace: string; run: string; task: string; compensator: boolean }) {
   const [open, setOpen] = useState<number | null>(null);
   return (
     <>

@@ -1,6 +1,7 @@
-// One run: its graph coloured by state and kept live from /stream, the rollback path, a
-// task's attempts and logs, conditions and events, cancel/retry and a person's actions
-// (pause, recover a halted rollback, approve) as the signed-in user.
+// One run: its graph coloured by state and kept live from /stream (approval gates drawn as
+// such), the rollback path, its finally tasks, a task's attempts and logs, conditions and
+// events, cancel/retry and a person's actions (pause, recover a halted rollback, approve) as
+// the signed-in user.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import {
   ApiError, getJson, paths, post, readStream,
@@ -8,6 +9,7 @@ import {
 } from "../api";
 import { ErrorNote, Phase, ProgressBar, Section, StateBadge } from "../components/Bits";
 import { Dag, MAX_DRAWN } from "../components/Dag";
+import { Finally } from "../components/Finally";
 import { Rollback } from "../components/Rollback";
 import { RunActions } from "../components/RunActions";
 import { TaskPanel } from "../components/TaskPanel";
@@ -216,6 +218,11 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
           <Rollback compensation={compensation} onSelect={select} />
         </Section>
       )}
+      {d?.finally && (
+        <Section title="Finally" id="finally-sec">
+          <Finally view={d.finally} namespace={namespace} run={name} />
+        </Section>
+      )}
       {d && run && (
         <Section title="Actions" id="run-actions-sec">
           <RunActions namespace={namespace} name={name} actions={d.actions ?? []} paused={d.paused ?? false}
@@ -326,7 +333,7 @@ function Actions({ namespace, name, phase }: { namespace: string; name: string; 
   );
 }
 
-const LEGEND = ["waiting", "ready", "running", "succeeded", "failed", "skipped", "cancelled"];
+const LEGEND = ["waiting", "ready", "awaiting", "running", "succeeded", "failed", "skipped", "cancelled"];
 
 function Legend() {
   return (

@@ -28,6 +28,7 @@ import pytest
 import flowforge.store
 from flowforge.domain.states import CompensationState, TaskRole
 from flowforge.store import (
+    action_reads,
     actions,
     approvals,
     browse,
@@ -36,6 +37,7 @@ from flowforge.store import (
     dispatch,
     duplicates,
     events,
+    final_reads,
     final_tasks,
     gates,
     items,
@@ -47,6 +49,7 @@ from flowforge.store import (
     retention,
     reuse,
     runs,
+    schedule_reads,
     settle,
     stopping,
     sweep,
@@ -504,6 +507,26 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         moves.SETTLE_PROBE_QUERY,
         lambda p: {"run": p.run_id},
         needs(PROGRESS),
+    ),
+    "action_reads.ACTIONS_QUERY": (
+        action_reads.ACTIONS_QUERY,
+        lambda p: (p.run_id, 100),
+        needs(EVENTS),
+    ),
+    "final_reads.FINAL_QUERY": (
+        final_reads.FINAL_QUERY,
+        lambda p: (p.run_id,),
+        needs(RUN_BY_ID, TASK_ROW),
+    ),
+    "schedule_reads.SCHEDULES_QUERY": (
+        schedule_reads.SCHEDULES_QUERY,
+        lambda p: {"namespace": NAMESPACE, "uids": ["uid"], "grace": timedelta(seconds=60)},
+        needs("flowforge_schedule_pkey"),
+    ),
+    "schedule_reads.FIRES_QUERY": (
+        schedule_reads.FIRES_QUERY,
+        lambda p: {"namespace": NAMESPACE, "name": "s", "uid": "u", "before": None, "limit": 10},
+        needs(frozenset({"flowforge_schedule_fire_pkey", "flowforge_schedule_fire_once"})),
     ),
     "final_tasks.FINAL_STEP_QUERY": (
         final_tasks.FINAL_STEP_QUERY,

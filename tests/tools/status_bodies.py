@@ -22,8 +22,14 @@ from typing import Any, NamedTuple
 
 from flowforge.domain.api import FINALIZER
 from flowforge.domain.projection import StatusInput, TaskCounts, project_status, refused_status
-from flowforge.domain.run import CompensationStep, QueueStatus, TaskSummary
-from flowforge.domain.states import CompensationState, RunPhase, ShownTaskState
+from flowforge.domain.run import (
+    CompensationStep,
+    FinallySummary,
+    FinalStep,
+    QueueStatus,
+    TaskSummary,
+)
+from flowforge.domain.states import CompensationState, RunPhase, ShownTaskState, TaskState
 from flowforge.domain.validation import parse_definition
 from flowforge.operator.publishing import PublishOutcome
 
@@ -62,6 +68,11 @@ EXPECTED: Mapping[str, Verdict] = {
     "run-pending": Verdict("Current", "Progressing", "InProgress"),
     "run-queued": Verdict("InProgress", "Suspended", "InProgress"),
     "run-running": Verdict("InProgress", "Progressing", "InProgress"),
+    # a person holds it: an approval gate awaits, or it is paused (Argo CD: Suspended)
+    "run-awaiting-approval": Verdict("InProgress", "Suspended", "InProgress"),
+    "run-paused": Verdict("InProgress", "Suspended", "InProgress"),
+    # its outcome is decided, its finally tasks run: not done yet
+    "run-finalizing": Verdict("InProgress", "Progressing", "InProgress"),
     "run-admitting": Verdict("InProgress", "Progressing", "InProgress"),
     "run-compensating": Verdict("InProgress", "Progressing", "InProgress"),
     "run-cancelling": Verdict("InProgress", "Progressing", "InProgress"),
@@ -167,6 +178,45 @@ def _runs() -> dict[str, dict[str, Any]]:
                     _task("charge", ShownTaskState.RUNNING),
                     _task("ship", waiting),
                 ],
+            ),
+        ),
+        "run-awaiting-approval": _run(
+            "order-awaiting",
+            _project(
+                RunPhase.RUNNING,
+                TaskCounts(total=3, succeeded=1, awaiting=1, waiting=1),
+                tasks=[
+                    _task("reserve", ShownTaskState.SUCCEEDED),
+                    _task("charge", ShownTaskState.AWAITING),
+                    _task("ship", waiting),
+                ],
+                awaiting_approval=[("charge", NOW - timedelta(minutes=1))],
+            ),
+        ),
+        "run-paused": _run(
+            "order-paused",
+            _project(
+                RunPhase.RUNNING,
+                TaskCounts(total=3, succeeded=1, ready=1, waiting=1),
+                tasks=[
+                    _task("reserve", ShownTaskState.SUCCEEDED),
+                    _task("charge", ShownTaskState.READY),
+                    _task("ship", waiting),
+                ],
+                paused_at=NOW - timedelta(minutes=1),
+            ),
+        ),
+        "run-finalizing": _run(
+            "order-finalizing",
+            _project(
+                RunPhase.RUNNING,
+                TaskCounts(total=3, succeeded=3),
+                tasks=[_task(k, ShownTaskState.SUCCEEDED) for k in ("reserve", "charge", "ship")],
+                final=FinallySummary(
+                    outcome=RunPhase.SUCCEEDED,
+                    rollback="None",
+                    steps=[FinalStep(name="notify", state=TaskState.RUNNING, attempt=1)],
+                ),
             ),
         ),
         "run-admitting": _run(

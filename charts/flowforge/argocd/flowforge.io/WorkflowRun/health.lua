@@ -1,5 +1,6 @@
 -- Argo CD health of a FlowForge WorkflowRun (resource.customizations.health.flowforge.io_WorkflowRun).
--- Queued: Suspended (a limit holds it); Pending and Running: Progressing; Succeeded:
+-- Queued: Suspended (a limit holds it); Running while a person holds it (an approval gate
+-- awaits, or the run is paused): Suspended; Pending and Running: Progressing; Succeeded:
 -- Healthy; Failed and Cancelled: Degraded; each with the run's own message.
 -- Uses only what Argo CD's Lua VM opens (base and table libraries).
 local hs = {}
@@ -36,5 +37,11 @@ elseif status.phase == "Queued" then
   hs.status = "Suspended"
 else
   hs.status = "Progressing"
+  for _, condition in ipairs(status.conditions or {}) do
+    if (condition.type == "AwaitingApproval" or condition.type == "Paused")
+        and condition.status == "True" then
+      hs.status = "Suspended"
+    end
+  end
 end
 return hs

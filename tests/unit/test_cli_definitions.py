@@ -169,3 +169,41 @@ def test_plan_of_an_invalid_definition_exits_1(files: Path) -> None:
     result = flowforge("plan", "cyclic.yaml", cwd=files)
     assert result.returncode == 1
     assert "a -> b -> a" in result.stderr
+
+
+GATED = """\
+apiVersion: flowforge.io/v1alpha1
+kind: WorkflowDefinition
+metadata: {name: release-v1}
+spec:
+  workflow: release
+  version: 1
+  taskTypes: {ok: {image: busybox:1.36}}
+  tasks:
+    - {key: build, type: ok}
+    - key: approve-prod
+      dependsOn: [build]
+      approval: {approvers: {users: [alice], groups: [release-managers]}, required: 2,
+                 forbidSelf: true, timeoutSeconds: 3600}
+    - {key: deploy, type: ok, dependsOn: [approve-prod]}
+  finally:
+    - {key: notify, type: ok}
+    - {key: release-lock, type: ok}
+"""
+
+
+def test_plan_shows_an_approval_gate_and_the_finally_tasks(tmp_path: Path) -> None:
+    (tmp_path / "gated.yaml").write_text(GATED)
+
+    text = flowforge("plan", "gated.yaml", cwd=tmp_path)
+    wide = flowforge("plan", "-o", "wide", "gated.yaml", cwd=tmp_path)
+
+    assert text.returncode == 0, text.stderr
+    assert (
+        "approval gate approve-prod: 2 approval(s) from alice, group release-managers, not "
+        "the run's creator; rejected after 3600 s"
+    ) in text.stdout
+    assert "finally (once the outcome is decided, one at a time): notify -> release-lock" in (
+        text.stdout
+    )
+    assert "approve-prod  1      approval" in wide.stdout

@@ -31,7 +31,7 @@ from flowforge.domain.errors import (
 )
 from flowforge.domain.expansion import CONDITION_FALSE
 from flowforge.domain.manifests import ManifestDocument, read_documents
-from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.models import ApprovalSpec, DefinitionSpec
 from flowforge.domain.planning import Plan, plan
 from flowforge.domain.validation import parse_definition
 
@@ -240,7 +240,7 @@ def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
             [
                 key,
                 str(level_of[key]),
-                tasks[key].type,
+                tasks[key].type or "approval",
                 ",".join(sorted(tasks[key].depends_on)) or "-",
                 schedule.compensation.get(key, "-"),
             ]
@@ -250,7 +250,7 @@ def _plan_table(definition: DefinitionSpec, schedule: Plan) -> str:
             [
                 key,
                 CONDITION_FALSE,  # in no level: the run skips it
-                tasks[key].type,
+                tasks[key].type or "approval",
                 ",".join(sorted(tasks[key].depends_on)) or "-",
                 "-",
             ]
@@ -272,6 +272,9 @@ def _plan_text(definition: DefinitionSpec, schedule: Plan) -> str:
         lines.append(f"  level {number:>{width}}: {'  '.join(level)}")
     for key, when in schedule.skipped.items():
         lines.append(f"  skipped {key}: {CONDITION_FALSE} (when {when})")
+    for task in definition.forward_tasks:
+        if task.approval is not None and task.key in _planned(schedule):
+            lines.append(f"  approval gate {task.key}: {_approval_text(task.approval)}")
     if schedule.compensation:
         lines.append("compensation on failure (run one at a time, last succeeded first):")
         key_width = max(len(key) for key in schedule.compensation)
@@ -279,4 +282,28 @@ def _plan_text(definition: DefinitionSpec, schedule: Plan) -> str:
             lines.append(f"  {forward:<{key_width}}  undone by  {compensator}")
     else:
         lines.append("compensation on failure: none declared")
+    if definition.finally_tasks:
+        order = " -> ".join(task.key for task in definition.finally_tasks)
+        lines.append(f"finally (once the outcome is decided, one at a time): {order}")
     return "\n".join(lines) + "\n"
+
+
+def _planned(schedule: Plan) -> set[str]:
+    """The keys the run runs (in a level)."""
+    return {key for level in schedule.levels for key in level}
+
+
+def _approval_text(approval: ApprovalSpec) -> str:
+    """How a gate passes, as ``plan`` prints it."""
+    approvers = approval.approvers
+    who = (
+        "anyone with the approve verb"
+        if approvers is None
+        else ", ".join([*approvers.users, *(f"group {g}" for g in approvers.groups)])
+    )
+    text = f"{approval.required} approval(s) from {who}"
+    if approval.forbid_self:
+        text += ", not the run's creator"
+    if approval.timeout_seconds is not None:
+        text += f"; rejected after {approval.timeout_seconds} s"
+    return text

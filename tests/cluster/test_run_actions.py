@@ -1,8 +1,10 @@
 """WorkflowRunActions on the real control plane, through the webhooks as `kubectl apply`
 sends them (the actor recorded by the mutating webhook, the verb checked with a
-SubjectAccessReview): a halted rollback finished by SkipCompensator, an action on a run that
-is not halted Refused, and Pause/Resume: a paused run starts nothing new until resumed, and a
-cancel during the pause is applied after. One webhook server and one operator per test."""
+SubjectAccessReview): a halted rollback finished by SkipCompensator, another by
+RetryCompensator once its failure is fixed (who and why in the history and describe), an
+action on a run that is not halted Refused, and Pause/Resume: a paused run starts nothing
+new until resumed, and a cancel during the pause is applied after. One webhook server and
+one operator per test."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from flowforge.cli.run_report import load_report, report_text
+from flowforge.kube.jobs import SIMULATE_FAIL_ATTEMPTS
 from flowforge.localdev.controlplane import Cluster
+from flowforge.store.reuse import find_run_by_name
 from tests.plugins.operator import OperatorProcess, RunDriver
 from tests.plugins.webhooks import WebhookServer, store_webhooks  # noqa: F401 (a fixture)
 from tests.support.run_actions import act, processed
@@ -34,6 +39,21 @@ HALTING: dict[str, Any] = {
         {"key": "undeploy", "type": "fail", "compensateFor": "deploy"},
     ],
 }
+# undeploy fails its first attempt only: fixed before a person asks for it again
+FIXABLE: dict[str, Any] = {
+    **HALTING,
+    "workflow": "fixable",
+    "taskTypes": {
+        **HALTING["taskTypes"],
+        "fail": {**FAIL, "annotations": {**FAIL["annotations"], SIMULATE_FAIL_ATTEMPTS: "1"}},
+    },
+    "tasks": [
+        *HALTING["tasks"][:2],
+        {"key": "verify", "type": "stuck", "dependsOn": ["deploy"]},
+        *HALTING["tasks"][3:],
+    ],
+}
+FIXABLE["taskTypes"]["stuck"] = FAIL
 LINE: dict[str, Any] = {
     "workflow": "line",
     "version": 1,
@@ -57,7 +77,9 @@ async def test_skip_finishes_a_halted_rollback_and_a_run_not_halted_refuses(
     driver: RunDriver,
 ) -> None:
     await driver.publish(HALTING)
+    await driver.publish(FIXABLE)
     driver.create_run("halted", workflow="halting")
+    driver.create_run("fixable", workflow="fixable")
     await driver.wait_phase("halted", {"Failed"}, timeout=120, operator=operator)
     states = await compensator_states(driver.pool, driver, "halted")
     assert (states["undeploy"], states["unprovision"]) == ("failed", "skipped")
@@ -99,6 +121,36 @@ async def test_skip_finishes_a_halted_rollback_and_a_run_not_halted_refuses(
         operator=operator,
     )
     assert reasons["Failed"]
+
+    # another run halted at its first attempt: retried once the failure is fixed
+    await driver.wait_phase("fixable", {"Failed"}, timeout=120, operator=operator)
+    retry = {
+        "run": "fixable",
+        "action": "RetryCompensator",
+        "compensator": "undeploy",
+        "reason": "load balancer fixed, OPS-1235",
+    }
+    act(cluster, driver, "retry-undeploy", retry)
+    assert (await processed(driver, "retry-undeploy", operator))["result"] == "Accepted"
+    final = await until_states(
+        driver, "fixable", lambda states: states.get("unprovision") == "succeeded", operator
+    )
+    assert final["undeploy"] == "succeeded"
+    assert driver.run("fixable")["status"]["phase"] == "Failed"
+    for name, action, reason in (
+        ("halted", "SkipCompensator", "undeployed by hand, OPS-1234"),
+        ("fixable", "RetryCompensator", "load balancer fixed, OPS-1235"),
+    ):  # who and why, in the run's history and in describe
+        named = await find_run_by_name(driver.pool, namespace=driver.namespace, name=name)
+        assert named is not None
+        report = await load_report(driver.pool, named)
+        (shown,) = [a for a in report.to_dict()["actions"] if a["action"] == action]
+        assert (shown["result"], shown["reason"], shown["actor"]) == (
+            "Accepted",
+            reason,
+            accepted["actor"]["username"],
+        )
+        assert reason in report_text(report)
 
 
 async def until_states(

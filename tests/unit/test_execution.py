@@ -397,3 +397,28 @@ def test_attempts_made_counts_only_attempts_that_ran() -> None:
     assert attempts_made(state="running", attempt=1, started=True) == 1
     assert attempts_made(state="ready", attempt=2, started=True) == 1  # a retry waits
     assert attempts_made(state="failed", attempt=3, started=True) == 3
+
+
+def test_simulate_fail_attempts_fails_only_the_first_attempts() -> None:
+    def exit_code(attempt: int, annotations: dict[str, str]) -> str | None:
+        job = build_job(
+            JobRequest(
+                namespace="team-a",
+                run_name="pay-1",
+                run_uid="uid-1",
+                task_key="refund",
+                attempt=attempt,
+                role=TaskRole.COMPENSATION,
+                template={"image": "busybox:1.36", "annotations": annotations},
+            )
+        )
+        found: str | None = job["spec"]["template"]["metadata"]["annotations"].get(
+            "flowforge.io/simulate-exit-code"
+        )
+        return found
+
+    fixed_after_two = {"flowforge.io/simulate-fail-attempts": "2"}
+    assert [exit_code(n, fixed_after_two) for n in (1, 2, 3)] == ["1", "1", None]
+    own_code = {**fixed_after_two, "flowforge.io/simulate-exit-code": "7"}
+    assert [exit_code(n, own_code) for n in (2, 3)] == ["7", None]
+    assert exit_code(1, {"flowforge.io/simulate-fail-attempts": "x"}) is None

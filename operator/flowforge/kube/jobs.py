@@ -43,6 +43,7 @@ ANNOTATION_RUN_NAME = f"{PREFIX}/run-name"
 # task label holds only a label-safe form of `task[item]`)
 LABEL_ITEM = f"{PREFIX}/item"
 SIMULATE_FAIL_ITEMS = f"{PREFIX}/simulate-fail-items"
+SIMULATE_FAIL_ATTEMPTS = f"{PREFIX}/simulate-fail-attempts"
 SIMULATE_EXIT_CODE = f"{PREFIX}/simulate-exit-code"
 ANNOTATION_TASK_KEY = f"{PREFIX}/task-key"
 CONTAINER_NAME = "task"
@@ -275,10 +276,17 @@ RUN_FILES_MOUNT: Mapping[str, Any] = {
 
 
 def _pod_annotations(request: JobRequest) -> dict[str, str]:
-    """The template's Pod annotations; with the local control plane's
-    ``flowforge.io/simulate-fail-items`` (kwok, `deploy/local/kwok-stages.yaml`), the
-    simulated exit code only on the forward Pods of the items it names."""
+    """The template's Pod annotations; with the local control plane's (kwok,
+    `deploy/local/kwok-stages.yaml`) ``flowforge.io/simulate-fail-attempts: N`` the simulated
+    exit code only on attempts 1..N, and with ``flowforge.io/simulate-fail-items`` only on
+    the forward Pods of the items it names."""
     annotations = dict(request.template.get("annotations") or {})
+    attempts = annotations.get(SIMULATE_FAIL_ATTEMPTS)
+    if attempts is not None:  # the first N attempts fail: a failure fixed meanwhile
+        if attempts.isdigit() and request.attempt <= int(attempts):
+            annotations.setdefault(SIMULATE_EXIT_CODE, "1")
+        else:
+            annotations.pop(SIMULATE_EXIT_CODE, None)
     named = annotations.get(SIMULATE_FAIL_ITEMS)
     if named is None:
         return annotations

@@ -340,3 +340,32 @@ class _Connection:
             (n, 7, row.kind, row.task_key, row.attempt, 1, row.detail, row.recorded_at)
             for n, row in enumerate(self._rows, 1)
         ]
+
+
+def test_finally_tasks_are_spans_of_their_own_under_the_run() -> None:
+    history = [
+        *saga_history()[:-1],  # the rollback settled; the outcome is decided
+        Row(EventKind.RUN_FINALIZING, None, None, at(9)),
+        Row(EventKind.FINALLY_STARTED, "notify", 1, at(9.1)),
+        Row(EventKind.TASK_JOB_CREATED, "notify", 1, at(9.2)),
+        Row(EventKind.FINALLY_ATTEMPT_FAILED, "notify", 1, at(10), {"exitCode": 1}),
+        Row(EventKind.FINALLY_STARTED, "notify", 2, at(11)),
+        Row(EventKind.FINALLY_SUCCEEDED, "notify", 2, at(12)),
+        Row(EventKind.RUN_FAILED, None, None, at(12)),
+    ]
+
+    named = by_name(run_spans(facts(), history)[1])
+
+    final = named["finally notify"]
+    assert final.parent_id == named["RUN order"].span_id
+    assert (final.start, final.end) == (at(9.1), at(12))
+    assert final.attributes["flowforge.task.role"] == "finally"
+    assert final.attributes["cicd.pipeline.task.run.result"] == "success"
+    assert named["notify attempt 1"].attributes["process.exit.code"] == 1
+    assert (
+        named["notify attempt 2"].span_id
+        == attempt_traceparent(
+            uid=UID, traceparent=None, role=TaskRole.FINALLY, task_key="notify", attempt=2
+        ).split("-")[2]
+    )
+    assert "compensate undo-b" in named and named["RUN order"].end == at(12)

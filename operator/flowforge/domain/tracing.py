@@ -1,9 +1,10 @@
 """A run's trace, built from what the store recorded: one span tree per run.
 
-The tree is run -> task -> attempt for the forward tasks and run -> rollback -> compensator
--> attempt for the saga, each span opened and closed at the times of the run's history
-events (``flowforge_event.recorded_at``): nothing is held open in memory, so the operator
-that finishes a run (or the one that took over) builds the same tree from the same rows.
+The tree is run -> task -> attempt for the forward tasks, run -> rollback -> compensator ->
+attempt for the saga and run -> finally task -> attempt for ``finally``, each span opened
+and closed at the times of the run's history events (``flowforge_event.recorded_at``):
+nothing is held open in memory, so the operator that finishes a run (or the one that took
+over) builds the same tree from the same rows.
 Trace and span ids are derived from the run's uid (and the creator's ``traceparent``, when the
 run carries one), so emitting a run twice sends the same ids, and a Job's ``TRACEPARENT`` names
 its attempt's span before that span is emitted.
@@ -110,9 +111,16 @@ def span_id(uid: str, *path: str) -> str:
     return digest[:16] if digest[:16] != "0" * 16 else digest[16:32]
 
 
+# a task's branch of the run's tree, in span paths and names
+_BRANCH = {
+    TaskRole.FORWARD: "task",
+    TaskRole.COMPENSATION: "compensator",
+    TaskRole.FINALLY: "finally",
+}
+
+
 def _attempt_path(role: TaskRole, task_key: str, attempt: int) -> tuple[str, ...]:
-    branch = "task" if role is TaskRole.FORWARD else "compensator"
-    return (branch, task_key, str(attempt))
+    return (_BRANCH[role], task_key, str(attempt))
 
 
 def attempt_traceparent(
@@ -135,10 +143,14 @@ _ATTEMPT_END = {
     EventKind.COMPENSATION_SUCCEEDED: "success",
     EventKind.COMPENSATION_ATTEMPT_FAILED: "failure",
     EventKind.COMPENSATION_FAILED: "failure",
+    EventKind.FINALLY_SUCCEEDED: "success",
+    EventKind.FINALLY_ATTEMPT_FAILED: "failure",
+    EventKind.FINALLY_FAILED: "failure",
 }
 _ATTEMPT_START = (
     EventKind.TASK_DISPATCHED,
     EventKind.COMPENSATION_STARTED,
+    EventKind.FINALLY_STARTED,
     EventKind.TASK_JOB_CREATED,
 )
 _TASK_END = {
@@ -150,8 +162,12 @@ _TASK_END = {
     EventKind.COMPENSATION_SUCCEEDED: "success",
     EventKind.COMPENSATION_FAILED: "failure",
     EventKind.COMPENSATION_SKIPPED: "skip",
+    EventKind.FINALLY_SUCCEEDED: "success",
+    EventKind.FINALLY_FAILED: "failure",
+    EventKind.FINALLY_SKIPPED: "skip",
 }
 _COMPENSATION_KINDS = frozenset(kind for kind in EventKind if kind.startswith("compensation."))
+_FINALLY_KINDS = frozenset(kind for kind in EventKind if kind.startswith("finally."))
 
 
 @dataclasses.dataclass
@@ -175,11 +191,20 @@ def _collect(events: Sequence[HistoryRow]) -> dict[tuple[TaskRole, str], _Task]:
     # a compensator's Job is recorded as task.job_created too: a key is a compensator's when
     # any compensation.* event names it (keys are unique across both roles)
     compensators = {e.task_key for e in events if e.kind in _COMPENSATION_KINDS}
+    finals = {e.task_key for e in events if e.kind in _FINALLY_KINDS}
     tasks: dict[tuple[TaskRole, str], _Task] = {}
     for event in events:
-        if event.task_key is None or not event.kind.startswith(("task.", "compensation.")):
+        if event.task_key is None or not event.kind.startswith(
+            ("task.", "compensation.", "finally.")
+        ):
             continue
-        role = TaskRole.COMPENSATION if event.task_key in compensators else TaskRole.FORWARD
+        role = (
+            TaskRole.COMPENSATION
+            if event.task_key in compensators
+            else TaskRole.FINALLY
+            if event.task_key in finals
+            else TaskRole.FORWARD
+        )
         task = tasks.setdefault((role, event.task_key), _Task(role=role, first=event.recorded_at))
         attempt = event.attempt
         if attempt is not None and event.kind in _ATTEMPT_START:
@@ -264,7 +289,7 @@ def run_spans(run: RunFacts, events: Sequence[HistoryRow]) -> tuple[TraceContext
                 base=base,
                 key=key,
                 task=task,
-                parent=run_id if role is TaskRole.FORWARD else rollback_id,
+                parent=rollback_id if role is TaskRole.COMPENSATION else run_id,
                 run_end=run_end,
             )
         )
@@ -280,7 +305,7 @@ def _task_spans(
     parent: str,
     run_end: datetime,
 ) -> list[SpanRecord]:
-    branch = "task" if task.role is TaskRole.FORWARD else "compensator"
+    branch = _BRANCH[task.role]
     task_id = span_id(uid, branch, key)
     first_attempt = min(attempt.start for attempt in task.attempts.values())
     # a forward task from its release (its wait for a slot included); a compensator from
@@ -298,7 +323,11 @@ def _task_spans(
     }
     spans = [
         SpanRecord(
-            name=key if task.role is TaskRole.FORWARD else f"compensate {key}",
+            name={
+                TaskRole.FORWARD: key,
+                TaskRole.COMPENSATION: f"compensate {key}",
+                TaskRole.FINALLY: f"finally {key}",
+            }[task.role],
             span_id=task_id,
             parent_id=parent,
             start=start,

@@ -121,6 +121,11 @@ async def test_skip_finishes_a_halted_rollback_and_a_run_not_halted_refuses(
         operator=operator,
     )
     assert reasons["Failed"]
+    # its rollback is complete now: no compensator is halted, a recovery is refused
+    again = {"run": "halted", "action": "RetryCompensator", "compensator": "undeploy"}
+    act(cluster, driver, "retry-too-late", again)
+    late = await processed(driver, "retry-too-late", operator)
+    assert late["result"] == "Refused" and "not halted" in late["message"]
 
     # another run halted at its first attempt: retried once the failure is fixed
     await driver.wait_phase("fixable", {"Failed"}, timeout=120, operator=operator)

@@ -6,7 +6,6 @@ active run has finished. Both schedules share one operator and about 40 s."""
 from __future__ import annotations
 
 import itertools
-
 from datetime import datetime
 from typing import Any
 

@@ -199,9 +199,10 @@ async def record_final_locked(
 
 async def skip_finals_locked(
     connection: Connection, *, fence: Fence, run_id: int, reason: str
-) -> tuple[JobRef, ...]:
+) -> Decision:
     """Skip the run's ``finally`` tasks not yet finished (its object is gone, or it never
-    ran); the Job of a running one is to be stopped."""
+    ran): recorded when there were any (the run is to settle), stopping a running one's
+    Job."""
     cursor = await connection.execute(SKIP_FINALS_QUERY, {"run": run_id, "reason": reason[:1000]})
     rows = await cursor.fetchall()
     await append_task_events(
@@ -211,10 +212,13 @@ async def skip_finals_locked(
         epoch=fence.epoch,
         task_keys=sorted(str(key) for key, _, _ in rows),
     )
-    return tuple(
-        JobRef(task_key=str(key), attempt=int(attempt), role=TaskRole.FINALLY)
-        for key, attempt, state in rows
-        if state == TaskState.RUNNING
+    return Decision(
+        recorded=bool(rows),
+        stop_jobs=tuple(
+            JobRef(task_key=str(key), attempt=int(attempt), role=TaskRole.FINALLY)
+            for key, attempt, state in rows
+            if state == TaskState.RUNNING
+        ),
     )
 
 

@@ -302,11 +302,15 @@ def test_the_model_rejects_moves_the_tables_forbid() -> None:
     assert not move_allowed(compensation, (CompensationState.SUCCEEDED, 1), pending, person=True)
     # a finally task: started, retried at once (attempt + 1), skipped; never back to waiting,
     # never a forward task's moves
-    final = TaskRole.FINALLY
-    assert move_allowed(final, (TaskState.WAITING, 1), (TaskState.RUNNING, 1))
-    assert move_allowed(final, (TaskState.RUNNING, 1), (TaskState.RUNNING, 2))
-    assert move_allowed(final, (TaskState.READY, 2), (TaskState.SKIPPED, 2))
-    assert not move_allowed(final, (TaskState.RUNNING, 1), (TaskState.WAITING, 1))
-    assert not move_allowed(final, (TaskState.WAITING, 1), (TaskState.READY, 1))
-    assert not move_allowed(final, (TaskState.RUNNING, 1), (TaskState.CANCELLED, 1))
-    assert not move_allowed(final, (TaskState.FAILED, 1), (TaskState.RUNNING, 2))
+    waiting, ready, running = TaskState.WAITING, TaskState.READY, TaskState.RUNNING
+    final_moves = {
+        ((waiting, 1), (running, 1)): True,
+        ((running, 1), (running, 2)): True,
+        ((ready, 2), (TaskState.SKIPPED, 2)): True,
+        ((running, 1), (waiting, 1)): False,
+        ((waiting, 1), (ready, 1)): False,
+        ((running, 1), (TaskState.CANCELLED, 1)): False,
+        ((TaskState.FAILED, 1), (running, 2)): False,
+    }
+    for (before, after), allowed in final_moves.items():
+        assert move_allowed(TaskRole.FINALLY, before, after) is allowed, (before, after)

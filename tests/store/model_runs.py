@@ -114,8 +114,8 @@ def approvals(draw: st.DrawFn) -> dict[str, Any]:
 def dags(draw: st.DrawFn) -> Dag:
     """2-8 forward tasks, each depending on some earlier ones, some of them approval gates
     (no type, no retries, no compensator); keys and declaration order are shuffled so that
-    neither follows the topological order (ties are broken by key); half the runs have 1-2
-    ``finally`` tasks (retries 0-1)."""
+    neither follows the topological order (ties are broken by key); a third of the runs have
+    1-2 ``finally`` tasks (retries 0-1)."""
     size = draw(st.integers(min_value=2, max_value=8), label="forward tasks")
     names = draw(st.permutations([f"t{n}" for n in range(size)]), label="keys")
     retries = st.integers(min_value=0, max_value=2)
@@ -145,7 +145,7 @@ def dags(draw: st.DrawFn) -> Dag:
             tasks.append(compensator)
     order = draw(st.permutations(range(len(tasks))), label="declaration order")
     limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
-    finals = draw(st.integers(0, 3).map(lambda n: max(0, n - 1)), label="finally tasks")
+    finals = draw(st.integers(0, 5).map(lambda n: max(0, n - 3)), label="finally tasks")
     return Dag(
         tasks=tuple(tasks[position] for position in order),
         limit=limit,

@@ -4,7 +4,7 @@ pure model built from ``flowforge.domain``.
 Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a compensator,
 some of those with ``compensateOn: Attempted``, some forward tasks approval gates: listed
 users or anyone, ``required`` 1-2, maybe ``forbidSelf``, maybe a timeout; the run created by
-one of the people or nobody known; half the runs with 1-2 ``finally`` tasks, ``retries``
+one of the people or nobody known; a third of the runs with 1-2 ``finally`` tasks, ``retries``
 0-1) and then, one step at a time, which running attempt
 finishes next and how (success, failure after its container started, or failure of a Pod
 that never started; sometimes two forward attempts at once, recorded concurrently), a cancel

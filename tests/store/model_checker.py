@@ -28,6 +28,8 @@ from flowforge.domain.states import (
     RUN_TRANSITIONS,
     TASK_TRANSITIONS,
     TERMINAL_RUN_PHASES,
+    UNRESOLVED_COMPENSATION_STATES,
+    UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
     TaskRole,
@@ -60,6 +62,23 @@ OUTCOMES = {"success": SUCCESS, "failure": FAILURE, "not started": NOT_STARTED}
 _workflow_numbers = itertools.count(1)
 _ACTION_KINDS = (EventKind.ACTION_ACCEPTED, EventKind.ACTION_REFUSED)
 
+# the moves of a finally task's row (its own, smaller table than a forward task's)
+FINAL_TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
+    TaskState.WAITING: frozenset({TaskState.RUNNING, TaskState.SKIPPED}),
+    TaskState.RUNNING: frozenset(
+        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.READY, TaskState.SKIPPED}
+    ),
+    TaskState.READY: frozenset({TaskState.RUNNING, TaskState.SKIPPED}),
+    TaskState.SUCCEEDED: frozenset(),
+    TaskState.FAILED: frozenset(),
+    TaskState.SKIPPED: frozenset(),
+}
+_TABLES: Mapping[TaskRole, Mapping[Any, frozenset[Any]]] = {
+    TaskRole.FORWARD: TASK_TRANSITIONS,
+    TaskRole.COMPENSATION: COMPENSATION_TRANSITIONS,
+    TaskRole.FINALLY: FINAL_TRANSITIONS,
+}
+
 # the moves that start another attempt: the attempt number grows by one on them, only
 RETRY_MOVES: frozenset[tuple[str, str]] = frozenset(
     {
@@ -85,9 +104,7 @@ def move_allowed(role: TaskRole, before: Row, after: Row, *, person: bool = Fals
     """``before -> after`` is one table move, or two in one transaction, and the attempt grew
     by exactly the number of retry moves on the way. ``person``: a person's recovery of a
     compensator, whose first move is one of ``RECOVERY_TRANSITIONS``."""
-    table: Mapping[Any, frozenset[Any]] = (
-        TASK_TRANSITIONS if role is TaskRole.FORWARD else COMPENSATION_TRANSITIONS
-    )
+    table = _TABLES[role]
     first_table: Mapping[Any, frozenset[Any]] = (
         RECOVERY_TRANSITIONS if person and role is TaskRole.COMPENSATION else table
     )
@@ -116,6 +133,7 @@ class Checker:
         self.run_name = ""
         self.ever_started: set[str] = set()
         self.compensators_started: list[str] = []
+        self.finals_started: list[str] = []
         # attempts that ended: their outcomes may arrive again; and a Job forged for each
         # gate's attempt, whose outcome must never move it
         self.stale: list[Job] = [(gate, 1, TaskRole.FORWARD) for gate in sorted(self.model.gates)]
@@ -141,6 +159,7 @@ class Checker:
             max_parallel_tasks=self.dag.limit,
             parameters=self.dag.parameters,
             requested_by=self.dag.creator,
+            final_tasks=self.dag.finals,
         )
         self.run_id, self.run_uid, self.run_name = started.run.id, started.run.uid, started.run.name
         self.log.append(f"create_run {workflow} (run #{self.run_id})")
@@ -151,6 +170,8 @@ class Checker:
                 | ({TaskState.AWAITING} if key in self.model.gates else {TaskState.READY})
                 | {TaskState.WAITING}
                 if role is TaskRole.FORWARD
+                else {TaskState.WAITING}
+                if role is TaskRole.FINALLY
                 else {CompensationState.NOT_TRIGGERED}
             )
             self.expect(state in initial and attempt == 1, f"created {key} as {state}#{attempt}")
@@ -231,23 +252,35 @@ class Checker:
         if first and deferring and model.phase not in TERMINAL_RUN_PHASES:
             event("a cancel kept for the resume")
         applied = not model.cancel_requested and not deferring
-        running: list[Job] = [job for job in model.running_jobs() if job[2] is TaskRole.FORWARD]
+        if model.finalizing:
+            event(f"cancelled while finalizing (rollback={rollback})")
+        # the Jobs to stop: the forward attempts that were running (a compensator's Job is
+        # left to finish, or is gone with the object when the rollback is dropped), and a
+        # running finally task's when the object is gone
+        running: list[Job] = [
+            job
+            for job in model.running_jobs()
+            if (job[2] is TaskRole.FORWARD and applied)
+            or (job[2] is TaskRole.FINALLY and not rollback)
+        ]
         decision = await cancel_run(
             self.pool, fence=self.fence, run_id=self.run_id, reason="model", rollback=rollback
         )
         recorded = model.cancel(rollback=rollback)
         await self.step(f"cancel_run(rollback={rollback})", decision, recorded=recorded)
-        # the Jobs to stop: the forward attempts that were running (a compensator's Job is
-        # left to finish, or is gone with the object when the rollback is dropped)
-        await self.stopped(decision, running if applied else [])
+        await self.stopped(decision, running)
 
     async def stopped(self, decision: Decision, running: list[Job]) -> None:
         """The decision stops exactly the Jobs of ``running``; they are stale from now."""
-        stopped = sorted((job.task_key, job.attempt) for job in decision.stop_jobs)
-        expected = sorted((k, a) for k, a, _ in running)
+        stopped = sorted((job.task_key, job.attempt, job.role) for job in decision.stop_jobs)
+        expected = sorted(running)
         self.expect(stopped == expected, f"stopped {stopped}, expected {expected}")
         self.stale.extend(running)
-        for key, attempt in stopped:  # a Job whose creation raced the cancel: delete it
+        # a forward Job whose creation raced the cancel: delete it (a finally task's goes
+        # with the object)
+        for key, attempt, role in stopped:
+            if role is not TaskRole.FORWARD:
+                continue
             late = await self.job_created(key, attempt)
             self.expect(late, f"the Job of {key}#{attempt}, created after the cancel, is kept")
 
@@ -381,6 +414,8 @@ class Checker:
         for key, _, role in sorted(started):
             if role is TaskRole.FORWARD:
                 self.ever_started.add(key)
+            elif role is TaskRole.FINALLY:
+                self.finals_started.append(key)
             elif not self.compensators_started or self.compensators_started[-1] != key:
                 self.compensators_started.append(key)
         self.rows = observed
@@ -401,6 +436,8 @@ class Checker:
             run.paused_at is not None,
             run.deferred_cancel is not None,
             run.recovering,
+            run.final_phase,
+            run.rollback_outcome,
         )
         expected_flags = (
             model.compensating,
@@ -408,11 +445,13 @@ class Checker:
             model.paused,
             model.deferred_cancel,
             model.recovering,
+            model.final_phase,
+            model.rollback_outcome,
         )
         self.expect(
             flags == expected_flags,
-            f"compensating/cancel_requested/paused/deferred cancel/recovering {flags}, "
-            f"the model {expected_flags}",
+            "compensating/cancel_requested/paused/deferred cancel/recovering/final phase/"
+            f"rollback outcome {flags}, the model {expected_flags}",
         )
 
     async def check_spec(self, observed: Mapping[RowKey, Row]) -> None:
@@ -455,6 +494,7 @@ class Checker:
         if limit is not None:  # maxParallelTasks counts forward tasks and compensators
             busy = having(TaskState.RUNNING) | set(running)
             self.expect(len(busy) <= limit, f"{sorted(busy)} running, maxParallelTasks {limit}")
+        self.check_finals(observed)
         if self.compensators_started:
             attempted = self.model.attempted()
             self.expect(attempted <= failed, f"undone as attempted {attempted}, failed {failed}")
@@ -469,12 +509,40 @@ class Checker:
                 f"compensators started {self.compensators_started}, rollback order {order}",
             )
 
+    def check_finals(self, observed: Mapping[RowKey, Row]) -> None:
+        """The finally tasks on the store's rows alone: none starts before the outcome is
+        decided (every forward task resolved, no compensator pending or running), then one at
+        a time in list order (those before the running one finished, those after waiting)."""
+        finals = [observed[(TaskRole.FINALLY, key)][0] for key in self.model.finals]
+        if TaskState.RUNNING not in finals:
+            return
+        place = finals.index(TaskState.RUNNING)
+        done = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.SKIPPED)
+        self.expect(
+            all(state in done for state in finals[:place])
+            and all(state == TaskState.WAITING for state in finals[place + 1 :]),
+            f"finally tasks {finals}: not one at a time in list order",
+        )
+        unresolved = [
+            key
+            for (role, key), (state, _) in observed.items()
+            if (role == TaskRole.FORWARD and state in UNRESOLVED_TASK_STATES)
+            or (role == TaskRole.COMPENSATION and state in UNRESOLVED_COMPENSATION_STATES)
+        ]
+        self.expect(not unresolved, f"a finally task runs before {unresolved} settled")
+
     async def finish(self) -> None:
         """The run is over: its phase, its rollback and its history."""
         model = self.model
         counts = model.counts()
-        expected = settled_phase(counts=counts, cancel_requested=model.cancel_requested)
+        # a cancel while the finally tasks ran changed nothing: the phase was decided before
+        cancel = model.cancel_requested if model.final_phase is None else model.cancel_when_decided
+        expected = settled_phase(counts=counts, cancel_requested=cancel)
         self.expect(self.phase == expected, f"finished {self.phase}, settled_phase {expected}")
+        self.expect(
+            model.final_phase in (None, self.phase),
+            f"finished {self.phase}, decided {model.final_phase}",
+        )
         order = model.rollback_order()
         if model.triggered and all(
             model.resolved_compensators.get(key) is CompensationState.SUCCEEDED for key in order
@@ -504,6 +572,24 @@ class Checker:
         self.expect(
             collapsed == self.compensators_started,
             f"history started {started}, observed {self.compensators_started}",
+        )
+        finalizing = [e.detail for e in history if e.kind == EventKind.RUN_FINALIZING]
+        decided = (
+            []
+            if model.final_phase is None or model.rollback_outcome is None
+            else [
+                {
+                    "phase": model.final_phase.value,
+                    "rollback": model.rollback_outcome.value,
+                    "order": list(model.finals),
+                }
+            ]
+        )
+        self.expect(finalizing == decided, f"finalizing {finalizing}, the model {decided}")
+        finals = [e.task_key for e in history if e.kind == EventKind.FINALLY_STARTED]
+        self.expect(
+            finals == self.finals_started and self.finals_started == sorted(self.finals_started),
+            f"history started finally {finals}, observed {self.finals_started}",
         )
         finishes = [
             k for k in kinds if k in {EventKind.run_finished(p) for p in TERMINAL_RUN_PHASES}

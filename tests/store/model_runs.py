@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from flowforge.domain.approval import GateReason, approval_refusal, rejection_refusal
+from flowforge.domain.final_tasks import RollbackOutcome
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import ApprovalSpec
 from flowforge.domain.projection import TaskCounts, settled_phase
@@ -39,6 +40,8 @@ Job = tuple[str, int, TaskRole]  # (task key, attempt, role)
 PEOPLE = ("alice", "bob", "carol", "dave")
 # a gate's timeout is never reached by the clock: a step moves its deadline back instead
 GATE_TIMEOUT_SECONDS = 3600
+# a finally task not yet run (ready: a retry in its backoff)
+FINAL_OPEN_STATES = (TaskState.WAITING, TaskState.READY, TaskState.RUNNING)
 
 
 # -- the runs ---------------------------------------------------------------------------------
@@ -56,6 +59,8 @@ class Dag:
     parameters: tuple[Mapping[str, Any], ...] = ()
     # who created the run (an approval gate's forbidSelf)
     creator: str | None = None
+    # spec.finally, in list order
+    finals: tuple[Mapping[str, Any], ...] = ()
 
     def __repr__(self) -> str:
         parts = []
@@ -75,7 +80,16 @@ class Dag:
         limit = f", maxParallelTasks={self.limit}" if self.limit else ""
         values = ", ".join(f"{p['name']}={p['default']}" for p in self.parameters)
         creator = f"; created by {self.creator}" if self.creator else ""
-        return "Dag[" + "; ".join(parts) + limit + (f"; {values}" if values else "") + creator + "]"
+        finals = ", ".join(f"{t['key']}(retries={t['retries']})" for t in self.finals)
+        return (
+            "Dag["
+            + "; ".join(parts)
+            + limit
+            + (f"; {values}" if values else "")
+            + creator
+            + (f"; finally {finals}" if finals else "")
+            + "]"
+        )
 
 
 @st.composite
@@ -100,7 +114,8 @@ def approvals(draw: st.DrawFn) -> dict[str, Any]:
 def dags(draw: st.DrawFn) -> Dag:
     """2-8 forward tasks, each depending on some earlier ones, some of them approval gates
     (no type, no retries, no compensator); keys and declaration order are shuffled so that
-    neither follows the topological order (ties are broken by key)."""
+    neither follows the topological order (ties are broken by key); a third of the runs have
+    1-2 ``finally`` tasks (retries 0-1)."""
     size = draw(st.integers(min_value=2, max_value=8), label="forward tasks")
     names = draw(st.permutations([f"t{n}" for n in range(size)]), label="keys")
     retries = st.integers(min_value=0, max_value=2)
@@ -130,11 +145,16 @@ def dags(draw: st.DrawFn) -> Dag:
             tasks.append(compensator)
     order = draw(st.permutations(range(len(tasks))), label="declaration order")
     limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
+    finals = draw(st.integers(0, 5).map(lambda n: max(0, n - 3)), label="finally tasks")
     return Dag(
         tasks=tuple(tasks[position] for position in order),
         limit=limit,
         parameters=tuple(parameters),
         creator=draw(st.sampled_from((None, *PEOPLE)), label="created by"),
+        finals=tuple(
+            {"key": f"f{n}", "retries": draw(st.integers(0, 1), label=f"f{n}'s retries")}
+            for n in range(finals)
+        ),
     )
 
 
@@ -216,7 +236,9 @@ class RunModel:
             for t in dag.tasks
             if "compensateFor" in t
         }
-        self.max_attempts = {str(t["key"]): int(t.get("retries", 0)) + 1 for t in dag.tasks}
+        self.max_attempts = {
+            str(t["key"]): int(t.get("retries", 0)) + 1 for t in (*dag.tasks, *dag.finals)
+        }
         # the last attempt number each task may reach (a person's RetryCompensator adds)
         self.attempt_limit = dict(self.max_attempts)
         self.started: dict[str, bool] = {}  # whether a task's last attempt started
@@ -241,6 +263,13 @@ class RunModel:
         self.deferred_cancel = False  # a cancel asked while paused, applied by the resume
         self.recovering = False  # a person recovered the halted rollback: it runs again
         self.recovered = 0  # recovered rollbacks that settled again
+        # the finally tasks, in list order; the phase decided before they run (the run takes
+        # it once the last has run) and how the rollback ended, as the run row records them
+        self.finals = tuple(str(t["key"]) for t in dag.finals)
+        self.final_states = dict.fromkeys(self.finals, TaskState.WAITING)
+        self.final_phase: RunPhase | None = None
+        self.rollback_outcome: RollbackOutcome | None = None
+        self.cancel_when_decided = False
 
     # what every row is
 
@@ -286,6 +315,8 @@ class RunModel:
                 self.compensation_state(key),
                 self.attempts[key],
             )
+        for key in self.finals:
+            rows[(TaskRole.FINALLY, key)] = (self.final_states[key], self.attempts[key])
         return rows
 
     def running_jobs(self) -> list[Job]:
@@ -297,6 +328,11 @@ class RunModel:
         if self.running_compensator is not None:
             key = self.running_compensator
             jobs.append((key, self.attempts[key], TaskRole.COMPENSATION))
+        jobs.extend(
+            (key, self.attempts[key], TaskRole.FINALLY)
+            for key in self.finals
+            if self.final_states[key] is TaskState.RUNNING
+        )
         return jobs
 
     def awaiting(self) -> list[str]:
@@ -317,8 +353,13 @@ class RunModel:
 
     @property
     def compensating(self) -> bool:
-        """The run's flag: its rollback was triggered and has not finished the run."""
-        return self.triggered and self.phase not in TERMINAL_RUN_PHASES
+        """The run's flag: its rollback was triggered and has not decided the outcome."""
+        return self.triggered and self.phase not in TERMINAL_RUN_PHASES and self.final_phase is None
+
+    @property
+    def finalizing(self) -> bool:
+        """The outcome is decided and its finally tasks run."""
+        return self.final_phase is not None and self.phase not in TERMINAL_RUN_PHASES
 
     @property
     def over(self) -> bool:
@@ -379,6 +420,10 @@ class RunModel:
             self.active.discard(key)
             if not retry:
                 (self.succeeded if succeeded else self.failed).add(key)
+        elif role is TaskRole.FINALLY:  # a failed one does not stop the next
+            self.final_states[key] = (
+                TaskState.SUCCEEDED if succeeded else TaskState.READY if retry else TaskState.FAILED
+            )
         else:
             self.running_compensator = None
             if succeeded:
@@ -402,11 +447,15 @@ class RunModel:
         if not self.cancel_requested:
             self.request_cancel()
             recorded = True
-        if not rollback:  # the object is gone: no compensator can run any more
+        if not rollback:  # the object is gone: no compensator nor finally task can run
             self.running_compensator = None
             for key in self.compensators.values():
                 if self.compensation_state(key) not in TERMINAL_COMPENSATION_STATES:
                     self.resolved_compensators[key] = CompensationState.SKIPPED
+                    recorded = True
+            for key in self.finals:
+                if self.final_states[key] in FINAL_OPEN_STATES:
+                    self.final_states[key] = TaskState.SKIPPED
                     recorded = True
         if recorded:
             self.settle()
@@ -516,12 +565,15 @@ class RunModel:
             if self.recovering:
                 self.next_compensator(self.phase)
             return
+        if self.final_phase is not None:
+            self.next_final()
+            return
         phase = settled_phase(counts=self.counts(), cancel_requested=self.cancel_requested)
         if phase is RunPhase.RUNNING:
             return
         if not self.triggered:
             if phase is RunPhase.SUCCEEDED or not (self.succeeded or self.attempted()):
-                self.phase = phase  # nothing to roll back: compensators stay not triggered
+                self.decide(phase)  # nothing to roll back: compensators stay not triggered
                 return
             self.triggered = True
             order = self.rollback_order()
@@ -547,4 +599,32 @@ class RunModel:
             self.recovering = False
             self.recovered += 1
         else:
+            self.decide(phase)
+
+    def decide(self, phase: RunPhase) -> None:
+        """The outcome is decided: the run takes ``phase``, or first runs its finally tasks
+        (unless the object went and they were skipped)."""
+        if not any(state is TaskState.WAITING for state in self.final_states.values()):
             self.phase = phase
+            return
+        self.final_phase = phase
+        self.cancel_when_decided = self.cancel_requested
+        halted = CompensationState.FAILED in self.resolved_compensators.values()
+        self.rollback_outcome = (
+            RollbackOutcome.NONE
+            if not self.rollback
+            else RollbackOutcome.HALTED
+            if halted
+            else RollbackOutcome.COMPLETED
+        )
+        self.next_final()
+
+    def next_final(self) -> None:
+        """Start the finally task whose turn it is (one at a time, in list order, none while
+        paused); with none left, the run takes the decided phase."""
+        assert self.final_phase is not None
+        open_ = [key for key in self.finals if self.final_states[key] in FINAL_OPEN_STATES]
+        if not open_:
+            self.phase = self.final_phase
+        elif self.final_states[open_[0]] is not TaskState.RUNNING and not self.paused:
+            self.final_states[open_[0]] = TaskState.RUNNING

@@ -12,7 +12,9 @@ import pytest
 from flowforge.domain.decision import Decision, Dispatch
 from flowforge.domain.final_tasks import RollbackOutcome
 from flowforge.domain.history import EventKind
+from flowforge.domain.run_actions import Actor, RunAction, RunActionKind
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
+from flowforge.store.actions import apply_action
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.final_tasks import decided_outcome
@@ -143,6 +145,52 @@ async def test_a_cancel_while_they_run_changes_nothing_a_gone_object_skips_them(
     assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
     late = await record(store, fence, run, "notify", attempt=notify.attempt, role=TaskRole.FINALLY)
     assert late == Decision.lost()
+
+
+async def _act(store: Pool, fence: Fence, run: RunRecord, kind: RunActionKind) -> Decision:
+    done = await apply_action(
+        store, fence=fence, run_id=run.id, uid=f"{kind}-{run.id}", name=kind.lower(),
+        action=RunAction(run=run.name, action=kind), actor=Actor(username="bob"),
+    )  # fmt: skip
+    return done.decision
+
+
+async def test_a_run_paused_when_its_outcome_is_decided_starts_them_at_its_resume(
+    store: Pool, fence: Fence
+) -> None:
+    run = (await start_run(store, fence, TASKS, final_tasks=FINALS)).run
+    await finish(store, fence, run, "build")  # deploy runs
+    await _act(store, fence, run, RunActionKind.PAUSE)
+
+    decided = await record(store, fence, run, "deploy")
+
+    # no finally task starts while paused (found by the model test: the first one did)
+    assert _finals(decided) == []
+    assert await decided_outcome(store, run.id) == (RunPhase.SUCCEEDED, RollbackOutcome.NONE)
+    assert (await states(store, run.id))["notify"] == TaskState.WAITING
+    resumed = await _act(store, fence, run, RunActionKind.RESUME)
+    assert await _run_finals(store, fence, run, resumed) == [("notify", 1), ("release-lock", 1)]
+    assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
+
+
+async def test_a_gone_object_finishes_a_run_whose_next_finally_task_had_not_started(
+    store: Pool, fence: Fence
+) -> None:
+    run = (await start_run(store, fence, TASKS[:2], final_tasks=FINALS)).run  # no compensator
+    await finish(store, fence, run, "build")
+    await record(store, fence, run, "deploy")
+    await cancel_run(store, fence=fence, run_id=run.id, reason="spec.cancel")
+    await _act(store, fence, run, RunActionKind.PAUSE)
+    await record(store, fence, run, "notify", role=TaskRole.FINALLY)  # release-lock waits
+
+    gone = await cancel_run(
+        store, fence=fence, run_id=run.id, reason="the object is gone", rollback=False
+    )
+
+    # found by the run model test: the skip was reported lost and the run not settled
+    assert gone.recorded and gone.phase is RunPhase.SUCCEEDED and gone.stop_jobs == ()
+    assert (await states(store, run.id))["release-lock"] == TaskState.SKIPPED
+    assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
 
 
 async def test_a_run_without_finally_finishes_at_once(store: Pool, fence: Fence) -> None:

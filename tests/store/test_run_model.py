@@ -4,7 +4,8 @@ pure model built from ``flowforge.domain``.
 Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a compensator,
 some of those with ``compensateOn: Attempted``, some forward tasks approval gates: listed
 users or anyone, ``required`` 1-2, maybe ``forbidSelf``, maybe a timeout; the run created by
-one of the people or nobody known) and then, one step at a time, which running attempt
+one of the people or nobody known; a third of the runs with 1-2 ``finally`` tasks, ``retries``
+0-1) and then, one step at a time, which running attempt
 finishes next and how (success, failure after its container started, or failure of a Pod
 that never started; sometimes two forward attempts at once, recorded concurrently), a cancel
 at a random point (keeping the rollback or, the object gone, dropping it), now and then an
@@ -13,7 +14,9 @@ for a gate), and people's steps: an ``Approve`` or ``Reject`` of a gate by one o
 (an approver or not, the creator or not, one who approved already or not), a gate's timeout
 passing, ``Pause``/``Resume``, ``RetryCompensator``/``SkipCompensator`` of a compensator,
 each now and then applied a second time (the same object again). When nothing runs, a person
-moves the run on (a resume, or a decision that counts on an awaiting gate); when a finished
+moves the run on (a resume, or a decision that counts on an awaiting gate); while its
+``finally`` tasks run, now and then a cancel (changes nothing) or the object gone (the rest
+skipped, the running one's Job stopped); when a finished
 run's rollback halted, a person may recover it (retry or skip the halted compensator) and
 the recovered rollback is driven to its end. Every step goes through the functions the
 operator calls (``create_run``, ``dispatch_due``, ``record_outcome``, ``cancel_run``,
@@ -25,27 +28,34 @@ the real PostgreSQL, and after every step the store's rows are compared with:
   ``awaiting``, the skipped ones ``graph.downstream_of`` the failed ones, a rejected or
   timed-out gate among them, the rollback ``undo.rollback_order`` of the succeeded ones and
   of the attempted ones (``undo.undo_of``), one at a time, halted by a compensator that fails
-  for good, the phase ``projection.settled_phase``; an action accepted or refused as
+  for good, the phase ``projection.settled_phase``, which a run with ``finally`` tasks takes
+  only once they ran: one at a time in list order, each with its own retries, a failed one
+  not stopping the next, none while paused; an action accepted or refused as
   ``approval.approval_refusal``/``rejection_refusal`` and ``run_actions.pause_refusal``/
   ``recovery_refusal`` say, with their text; while paused nothing starts and a cancel waits
   for the resume), the run's flags (compensating, cancel requested, paused, a cancel kept,
-  recovering) and the step's ``Decision`` (recorded or lost, Jobs to create and to stop,
+  recovering, the decided phase and the rollback's outcome, ``final_phase`` and
+  ``rollback_outcome``) and the step's ``Decision`` (recorded or lost, Jobs to create and to stop,
   never a Job of a gate, none while paused, the phase it finished in);
 - the spec's own statements, on the store's rows alone: ready/running/awaiting == ready_tasks
   of the succeeded minus what finished, only gates await and gates never run, skipped ==
   downstream_of the failed (none of which ever started), at most one compensator running,
-  the compensators started in exactly the rollback order;
+  the compensators started in exactly the rollback order, a ``finally`` task running only
+  once every forward task is resolved and no compensator pending or running, the ones
+  before it finished and the ones after it waiting;
 - the state tables: every change between two snapshots is one move of ``TASK_TRANSITIONS``
   / ``COMPENSATION_TRANSITIONS`` / ``RUN_TRANSITIONS`` (a person's recovery first one of
   ``RECOVERY_TRANSITIONS``), or two in one transaction (a retry dispatched at once, a
   compensator triggered and started), and the attempt grows by one exactly on a retry move
   (``running -> ready`` / ``running -> pending``, a person's ``failed -> pending``), never
-  otherwise.
+  otherwise; a ``finally`` row's moves are checked against the test's own small table
+  (``model_checker.FINAL_TRANSITIONS``).
 
 At the end the history must tell the same story (the rollback order announced, the
 compensators started in that order, one run-finished event of the final phase, the last move
 that or the recovered rollback's settling, every action once with its result, who passed
-each gate and why each failed).
+each gate and why each failed, the finalizing announced once with the decided phase, the
+rollback's outcome and the order, the ``finally`` tasks started in list order).
 
 The database is shared by all the examples (a fresh one each would take seconds per
 example); each example publishes its own workflow and creates its own run under the same
@@ -167,6 +177,7 @@ async def test_random_runs_move_as_the_domain_says(
     replays, replay_now = 0, st.integers(0, 5).map(lambda n: n == 5)
     acts, person_now = 0, st.integers(0, 3).map(lambda n: n == 3)
     recoveries = 0
+    late_cancels, late_now = 0, st.integers(0, 4).map(lambda n: n == 4)
     outcomes = st.sampled_from(("success", "failure", "not started"))
     together = st.integers(0, 3).map(lambda n: n == 3)  # two forward attempts end at once
     await checker.create()
@@ -202,6 +213,11 @@ async def test_random_runs_move_as_the_domain_says(
             continue
         if step == pause_at:
             await checker.act(Act(RunActionKind.PAUSE, person=data.draw(_people, label="pauses")))
+            continue
+        # while the finally tasks run: a cancel (changes nothing), or the object is gone
+        if model.finalizing and late_cancels < 2 and data.draw(late_now, label="late cancel?"):
+            late_cancels += 1
+            await checker.cancel(rollback=data.draw(st.booleans(), label="late keeps rollback"))
             continue
         if replays < MAX_REPLAYS and checker.stale and data.draw(replay_now, label="replay?"):
             replays += 1
@@ -248,6 +264,12 @@ async def test_random_runs_move_as_the_domain_says(
         event(f"a gate {model.task_state(gate)}")
     if model.recovered:
         event("a recovered rollback settled")
+    if model.final_phase is not None:
+        event(f"finally after {model.final_phase}, rollback {model.rollback_outcome}")
+        states = sorted({str(state) for state in model.final_states.values()})
+        event(f"finally tasks ended {'+'.join(states)}")
+    if model.final_phase is not None and model.cancel_requested != model.cancel_when_decided:
+        event("cancelled while finalizing, the outcome stood")
 
 
 def test_the_model_rejects_moves_the_tables_forbid() -> None:
@@ -278,3 +300,17 @@ def test_the_model_rejects_moves_the_tables_forbid() -> None:
     assert not move_allowed(compensation, failed, pending)
     assert not move_allowed(compensation, failed, (CompensationState.PENDING, 2), person=True)
     assert not move_allowed(compensation, (CompensationState.SUCCEEDED, 1), pending, person=True)
+    # a finally task: started, retried at once (attempt + 1), skipped; never back to waiting,
+    # never a forward task's moves
+    waiting, ready, running = TaskState.WAITING, TaskState.READY, TaskState.RUNNING
+    final_moves = {
+        ((waiting, 1), (running, 1)): True,
+        ((running, 1), (running, 2)): True,
+        ((ready, 2), (TaskState.SKIPPED, 2)): True,
+        ((running, 1), (waiting, 1)): False,
+        ((waiting, 1), (ready, 1)): False,
+        ((running, 1), (TaskState.CANCELLED, 1)): False,
+        ((TaskState.FAILED, 1), (running, 2)): False,
+    }
+    for (before, after), allowed in final_moves.items():
+        assert move_allowed(TaskRole.FINALLY, before, after) is allowed, (before, after)

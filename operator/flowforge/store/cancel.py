@@ -81,6 +81,7 @@ async def _abandon(connection: Connection, *, fence: Fence, run_id: int, reason:
         epoch=fence.epoch,
         task_keys=skipped,
     )
-    # its finally tasks too: their Jobs went with the object
-    stopped = await skip_finals_locked(connection, fence=fence, run_id=run_id, reason=reason)
-    return Decision(recorded=bool(skipped) or bool(stopped), stop_jobs=stopped)
+    # its finally tasks too: their Jobs went with the object (the run then settles, even
+    # when none of them was running)
+    finals = await skip_finals_locked(connection, fence=fence, run_id=run_id, reason=reason)
+    return Decision(recorded=bool(skipped)).then(finals)

@@ -53,9 +53,10 @@ async def begin_finally_locked(
     connection: Connection, *, fence: Fence, run_id: int, phase: RunPhase
 ) -> Decision | None:
     """The run's outcome ``phase`` is decided: start its ``finally`` tasks (the first of
-    them), or None when it has none to run (the caller finishes it)."""
+    them, unless a person paused the run: its resume does), or None when it has none to run
+    (the caller finishes it)."""
     cursor = await connection.execute(
-        "SELECT phase, compensating, "
+        "SELECT phase, compensating, paused, "
         f"EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %s AND role = 'compensation' "
         f"AND state = '{CompensationState.FAILED}') "
         "FROM flowforge_run WHERE id = %s",
@@ -79,7 +80,7 @@ async def begin_finally_locked(
         RollbackOutcome.NONE
         if not row[1]
         else RollbackOutcome.HALTED
-        if row[2]
+        if row[3]
         else RollbackOutcome.COMPLETED
     )
     await connection.execute(
@@ -98,7 +99,7 @@ async def begin_finally_locked(
         recorded=True,
         notices=(notices.finalizing(phase=phase.value, rollback=rollback.value, tasks=waiting),),
     )
-    step = await next_final_step_locked(connection, fence=fence, run_id=run_id, paused=False)
+    step = await next_final_step_locked(connection, fence=fence, run_id=run_id, paused=bool(row[2]))
     return begun if step is None else begun.then(step)
 
 
@@ -198,9 +199,10 @@ async def record_final_locked(
 
 async def skip_finals_locked(
     connection: Connection, *, fence: Fence, run_id: int, reason: str
-) -> tuple[JobRef, ...]:
+) -> Decision:
     """Skip the run's ``finally`` tasks not yet finished (its object is gone, or it never
-    ran); the Job of a running one is to be stopped."""
+    ran): recorded when there were any (the run is to settle), stopping a running one's
+    Job."""
     cursor = await connection.execute(SKIP_FINALS_QUERY, {"run": run_id, "reason": reason[:1000]})
     rows = await cursor.fetchall()
     await append_task_events(
@@ -210,10 +212,13 @@ async def skip_finals_locked(
         epoch=fence.epoch,
         task_keys=sorted(str(key) for key, _, _ in rows),
     )
-    return tuple(
-        JobRef(task_key=str(key), attempt=int(attempt), role=TaskRole.FINALLY)
-        for key, attempt, state in rows
-        if state == TaskState.RUNNING
+    return Decision(
+        recorded=bool(rows),
+        stop_jobs=tuple(
+            JobRef(task_key=str(key), attempt=int(attempt), role=TaskRole.FINALLY)
+            for key, attempt, state in rows
+            if state == TaskState.RUNNING
+        ),
     )
 
 

@@ -61,11 +61,11 @@ from flowforge.kube.webhook_config import (
     delete_webhook_configurations,
     local_endpoint,
 )
-from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl, start_cluster, stop_cluster
 from flowforge.store.migrate import migrate
-from peer_harness import cpu_seconds
+from harness.cluster import local_postgres
+from harness.processes import cpu_seconds
 
 SIZES = (10, 1_000, 10_000)
 NAMESPACE = "default"
@@ -250,19 +250,12 @@ def local_cluster(cluster_dir: Path | None, scratch: Path) -> Iterator[Cluster]:
 
 @contextlib.contextmanager
 def local_store() -> Iterator[str]:
-    # A directory of its own under /tmp: the server runs as the postgres account, which must
-    # be able to reach it (our scratch directory is private).
-    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
-    server = localdev_postgres.start(directory, settings={"fsync": "off"})
-    try:
-        with psycopg.connect(server.dsn, autocommit=True) as connection:
+    with local_postgres(settings={"fsync": "off"}) as server_dsn:
+        with psycopg.connect(server_dsn, autocommit=True) as connection:
             connection.execute("CREATE DATABASE flowforge_bench")
-        dsn = psycopg.conninfo.make_conninfo(server.dsn, dbname="flowforge_bench")
+        dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname="flowforge_bench")
         asyncio.run(migrate(dsn))
         yield dsn
-    finally:
-        localdev_postgres.stop(directory)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager

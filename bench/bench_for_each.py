@@ -18,23 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from flowforge.domain.validation import parse_definition
-from flowforge.localdev import postgres as localdev
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
 from flowforge.store.lease import Fence, acquire_lease
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
 from flowforge.store.runs import create_run
+from harness.cluster import local_postgres
 
 NAMESPACE = "bench"
 
@@ -136,13 +133,8 @@ def main() -> None:
     if args.dsn:
         bench(args.dsn)
         return
-    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
-    try:
-        server = localdev.start(directory)
-        bench(server.dsn)
-    finally:
-        localdev.stop(directory)
-        shutil.rmtree(directory, ignore_errors=True)
+    with local_postgres() as dsn:
+        bench(dsn)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bench_peer import CHAIN_LENGTH, QUICK, FlowForge
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.controlplane import stop_cluster
-from peer_harness import Watcher, pod_finished, run_watcher, start_bench, wait_phases
+from harness.cluster import remove_work, start_bench, work_directory
+from harness.runs import wait_phases
+from harness.watch import Watcher, condition, pod_finished, run_watcher
 
 STAGES = (
     "Pod finished -> next Job created",
@@ -44,21 +43,6 @@ STAGES = (
     "SuccessCriteriaMet -> Job Complete",
     "hand-off (Pod finished -> next Pod)",
 )
-
-
-def condition(kind: str) -> Callable[[dict[str, Any]], bool]:
-    def holds(job: dict[str, Any]) -> bool:
-        conditions = (job.get("status") or {}).get("conditions") or []
-        return any(c["type"] == kind and c["status"] == "True" for c in conditions)
-
-    return holds
-
-
-def by_task(watcher: Watcher) -> dict[tuple[str, str], str]:
-    return {
-        (labels.get("flowforge.io/run", ""), labels.get("flowforge.io/task", "")): name
-        for name, labels in watcher.labels.items()
-    }
 
 
 def job_queue_figures(cluster_dir: Path) -> str:
@@ -99,8 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     qps = None if args.controller_manager_qps == "default" else int(args.controller_manager_qps)
 
-    work = Path(tempfile.mkdtemp(prefix="flowforge-handoff-"))
-    work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
+    work = work_directory("flowforge-handoff-")
     cluster_dir = work / "cluster"
     bench = start_bench(work, cluster_dir=cluster_dir, controller_manager_qps=qps)
     engine = FlowForge()
@@ -118,7 +101,7 @@ def main() -> None:
         names = engine.submit("chains", "chain", args.chains)
         wait_phases(lambda: dict(runs.phases), names, 1200, poll=0.05, final=engine.final)
         time.sleep(1)
-        jobs_of, pods_of = by_task(complete), by_task(pods)
+        jobs_of, pods_of = complete.by_task(), pods.by_task()
         stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
         for run in names:
             for n in range(1, CHAIN_LENGTH):
@@ -154,6 +137,7 @@ def main() -> None:
         engine.stop()
         localdev_postgres.stop(work / "pg")
         stop_cluster(cluster_dir)
+        remove_work(work)
 
 
 if __name__ == "__main__":

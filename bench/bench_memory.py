@@ -40,16 +40,14 @@ from flowforge.domain.compact import RunDefinition
 from flowforge.domain.validation import parse_definition
 from flowforge.store.definitions import publish_definition
 from flowforge.store.pool import open_pool
-from harness import (
+from harness.cluster import (
     BenchEnvironment,
     baseline_checkout,
     bench_environment,
-    create_run_object,
     exit_on_sigterm,
-    new_namespace,
-    start_operator,
-    stop_operator,
 )
+from harness.processes import start_operator, stop_process
+from harness.runs import create_run_object
 
 METRICS_PORT = 19474
 # the environment the Dockerfile, the chart and `make dev` give the operator
@@ -194,7 +192,7 @@ async def measure(
     extra_env: dict[str, str],
     round_number: int,
 ) -> dict[str, Any]:
-    namespace = new_namespace(env.api, prefix=f"mem-{label[:4]}")
+    namespace = env.bench.new_namespace(prefix=f"mem-{label[:4]}")
     pool = await open_pool(env.dsn, min_size=1, max_size=2)
     for n in range(args.workflows):
         spec = {
@@ -205,9 +203,6 @@ async def measure(
         }
         await publish_definition(pool, namespace=namespace, definition=parse_definition(spec))
     await pool.close()
-    scoped = BenchEnvironment(
-        work=env.work, kubeconfig=env.kubeconfig, dsn=env.dsn, api=env.api, namespace=namespace
-    )
     probes = None if args.probe is None else args.probe / f"{label}-{round_number}"
     command = None
     if probes is not None:
@@ -215,13 +210,17 @@ async def measure(
         command = (sys.executable, *traced, str(Path(__file__).with_name("operator_probe.py")))
         command += (str(probes),)
     operator = start_operator(
-        scoped,
+        dsn=env.dsn,
+        kubeconfig=env.kubeconfig,
+        namespace=namespace,
+        log=env.work / f"operator-mem-{label[:4]}.log",
         identity=f"mem-{label[:4]}",
         metrics_port=METRICS_PORT,
         extra_args=("--job-ttl", str(args.job_ttl)),
         extra_env={"FLOWFORGE_JOB_CREATION_QPS": "200", **extra_env},
         python_path=python_path,
         command=command,
+        settle_seconds=0,
     )
     custom = k8s.CustomObjectsApi(env.api)
     try:
@@ -269,7 +268,7 @@ async def measure(
             )
         return figures
     finally:
-        stop_operator(operator)
+        stop_process(operator)
 
 
 def environment(pairs: list[str]) -> dict[str, str]:

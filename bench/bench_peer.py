@@ -1,9 +1,13 @@
 """FlowForge beside Argo Workflows on one local control plane (kwok), in one run.
 
 Each engine runs alone on the cluster in turn (its own namespace, its controller started for
-its turn and stopped after it), round after round (A B C A B C), on a cluster with
-kube-controller-manager's default client limit and on one with it lifted. The same workloads
-for every engine:
+its turn and stopped after it), round after round (A B C, then C B A), on a cluster with
+kube-controller-manager's default client limit and on one with it lifted. Every task's Pod
+runs ``--step-seconds`` (2 s by default) for both engines: kwok holds it running for the
+``flowforge.io/simulate-duration`` annotation, set on FlowForge's task types and on Argo's
+templates alike. FlowForge runs as the benches run it (``harness.processes``): Jobs kept (no
+TTL deletions), no admission webhooks (runs created straight, definitions published into
+the store). The same workloads for every engine:
 
 1. ``single``: N single-task runs submitted at once: completed runs per minute;
 2. ``chains``: concurrent 5-task chains: hand-off latency, a step's Pod finished -> the next
@@ -39,7 +43,6 @@ import dataclasses
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import statistics
@@ -56,26 +59,24 @@ from typing import Any
 from flowforge.domain.api import GROUP, RUN_PLURAL, VERSION
 from flowforge.localdev import postgres as localdev_postgres
 from flowforge.localdev.controlplane import stop_cluster
-from peer_harness import (
+from harness.cluster import Bench, remove_work, start_bench, work_directory
+from harness.processes import (
     PROFILE_DIR,
-    STEP,
-    Bench,
     Profiler,
-    Watcher,
     cpu_seconds,
-    create_runs,
+    postgres_pid,
+    start_operator,
+    stop_process,
+)
+from harness.runs import STEP, create_runs, publish, wait_phases
+from harness.watch import (
+    Watcher,
     in_groups,
     percentile,
     pod_watcher,
-    postgres_pid,
-    publish,
     raw_ceiling,
     raw_pod_ceiling,
     run_watcher,
-    start_bench,
-    start_operator,
-    stop_process,
-    wait_phases,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -96,6 +97,14 @@ class Sizes:
     chains: int
     dag_tasks: int
     raw: int
+    step_seconds: float = 2.0
+
+    def step_annotations(self) -> dict[str, str]:
+        """What makes kwok hold a task's Pod running for ``step_seconds`` (deploy/local/
+        kwok-stages.yaml for FlowForge's Pods, peer/argo-stages.yaml for Argo's)."""
+        if not self.step_seconds:
+            return {}
+        return {"flowforge.io/simulate-duration": f"{self.step_seconds:g}s"}
 
 
 FULL = Sizes(runs=200, chains=50, dag_tasks=1000, raw=200)
@@ -187,7 +196,13 @@ class FlowForge(Engine):
             return {
                 "workflow": workflow,
                 "version": 1,
-                "taskTypes": {"step": STEP, "fail": {**STEP, "annotations": FAIL_ANNOTATIONS}},
+                "taskTypes": {
+                    "step": {**STEP, "annotations": sizes.step_annotations()},
+                    "fail": {
+                        **STEP,
+                        "annotations": {**sizes.step_annotations(), **FAIL_ANNOTATIONS},
+                    },
+                },
                 "tasks": [
                     {"key": key, "type": "step", **({"dependsOn": deps} if deps else {})}
                     for key, deps in graph
@@ -212,7 +227,11 @@ class FlowForge(Engine):
             )
         )
         self.process = start_operator(
-            bench, namespace, log=work / f"operator-{namespace}.log", metrics_port=free_port()
+            dsn=bench.dsn,
+            kubeconfig=bench.kubeconfig,
+            namespace=namespace,
+            log=work / f"operator-{namespace}.log",
+            metrics_port=free_port(),
         )
 
     def cpu(self) -> float:
@@ -240,6 +259,7 @@ class Argo(Engine):
 
     def start(self, bench: Bench, namespace: str, work: Path, sizes: Sizes) -> None:
         self.custom, self.namespace, self.dag = bench.custom, namespace, random_dag(sizes.dag_tasks)
+        self.step_annotations = sizes.step_annotations()
         bench.core.create_namespaced_config_map(
             namespace,
             {
@@ -271,8 +291,16 @@ class Argo(Engine):
 
     def workflow(self, name: str, workload: str) -> dict[str, Any]:
         # a command: Argo's emissary executor would otherwise look the image's up in a registry
-        step = {"name": "step", "container": {"image": "busybox:1.36", "command": ["true"]}}
-        fail = {**step, "name": "fail", "metadata": {"annotations": FAIL_ANNOTATIONS}}
+        step = {
+            "name": "step",
+            "container": {"image": "busybox:1.36", "command": ["true"]},
+            "metadata": {"annotations": self.step_annotations},
+        }
+        fail = {
+            **step,
+            "name": "fail",
+            "metadata": {"annotations": {**self.step_annotations, **FAIL_ANNOTATIONS}},
+        }
         graph = {"chains": chain(CHAIN_LENGTH), "dag": self.dag, "failing": chain(3)}.get(
             workload, []
         )
@@ -645,12 +673,17 @@ def main() -> int:
         parser.add_argument(
             f"--{size.replace('_', '-')}", type=int, help=f"override the {size} size"
         )
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        help="how long every task's Pod runs, for both engines (default 2; 0: at once)",
+    )
     args = parser.parse_args()
     sizes = dataclasses.replace(
         QUICK if args.quick else FULL,
         **{
             size: getattr(args, size)
-            for size in ("runs", "chains", "dag_tasks", "raw")
+            for size in ("runs", "chains", "dag_tasks", "raw", "step_seconds")
             if getattr(args, size) is not None
         },
     )
@@ -667,11 +700,11 @@ def main() -> int:
 
     print(
         f"sizes: {sizes.runs} single-task runs, {sizes.chains} chains of {CHAIN_LENGTH}, "
-        f"{sizes.dag_tasks}-task DAG, {sizes.raw} raw Jobs/Pods; {args.rounds} rounds; "
+        f"{sizes.dag_tasks}-task DAG, {sizes.raw} raw Jobs/Pods; every step's Pod runs "
+        f"{sizes.step_seconds:g} s; {args.rounds} rounds; "
         f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
     )
-    work = Path(tempfile.mkdtemp(prefix="flowforge-peer-"))
-    work.chmod(0o755)  # the PostgreSQL server account must reach work/pg
+    work = work_directory("flowforge-peer-")
     cluster_dir: Path | None = None
     try:
         argo_crds = sorted(
@@ -731,10 +764,7 @@ def main() -> int:
         localdev_postgres.stop(work / "pg")
         if cluster_dir is not None:
             stop_cluster(cluster_dir)
-        if os.environ.get("FLOWFORGE_BENCH_KEEP"):
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work)
 
 
 def argo_module() -> Path:

@@ -4,9 +4,9 @@ A workflow with ``spec.concurrency.maxRuns: 1``: a first run holds the slot for 
 seconds while ``--queued`` single-task runs are created behind it and wait in the queue.
 Each time the running run's Job completes, the transaction that records it finishes the run
 and starts the next queued one, whose Job the same decision creates. The hand-off is
-measured as ``bench_engine`` measures the in-run one, by one watcher: the moment it sees the
-running run's Job complete -> the moment it sees the next run's Job created (so watch lag
-cancels out).
+measured as ``bench_engine`` measures the in-run one: the moment a watcher sees the running
+run's Pod finished (the operator reads the task's success from its Pod) -> the moment a
+watcher sees the next run's Job created.
 
 Baseline, interleaved round by round on the same cluster and operator: the same number of
 hand-offs inside one chain run (t0 -> t1 -> ...), which no limit holds. Target (issue 16):
@@ -20,37 +20,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import signal
 import sys
 import time
 from pathlib import Path
 
-from bench_engine import (
-    STEP,
-    JobWatcher,
-    _exit_on_sigterm,
-    bench_environment,
-    chain_definition,
-    chain_handoffs,
-    figures,
-    percentile,
-)
+from bench_engine import chain_handoffs
+from harness.cluster import bench_environment, exit_on_sigterm
+from harness.runs import STEP, chain_definition
+from harness.watch import Watcher, figures, job_watcher, percentile, pod_watcher
 
 
-def queue_handoffs(watcher: JobWatcher, names: list[str]) -> list[float]:
-    """The runs ran one at a time: each Job (in creation order) completed -> the next created."""
+def queue_handoffs(jobs: Watcher, pods: Watcher, names: list[str]) -> list[float]:
+    """The runs ran one at a time: each run's Pod finished -> the next run's Job created (the
+    runs in the order of their Jobs' creation)."""
     wanted = set(names)
-    jobs = sorted(
+    order = sorted(
         (created, job)
-        for job, created in watcher.created.items()
-        if watcher.labels.get(job, {}).get("flowforge.io/run") in wanted
+        for job, created in jobs.created.items()
+        if jobs.labels.get(job, {}).get("flowforge.io/run") in wanted
     )
-    assert len(jobs) == len(names), f"{len(jobs)} Jobs for {len(names)} runs"
+    assert len(order) == len(names), f"{len(order)} Jobs for {len(names)} runs"
+    pod_of = {run: pod for (run, _), pod in pods.by_task().items()}
     handoffs = []
-    for (_, previous), (created, _) in itertools.pairwise(jobs):
-        completed = watcher.completed[previous]
-        assert completed <= created, "two runs of a maxRuns: 1 workflow ran at once"
-        handoffs.append(created - completed)
+    for (_, previous), (created, _) in itertools.pairwise(order):
+        finished = pods.completed[pod_of[jobs.labels[previous]["flowforge.io/run"]]]
+        assert finished <= created, "two runs of a maxRuns: 1 workflow ran at once"
+        handoffs.append(created - finished)
     return handoffs
 
 
@@ -61,7 +56,7 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds, queue and baseline")
     parser.add_argument("--hold", type=int, default=20, help="seconds the first run holds the slot")
     args = parser.parse_args()
-    async with bench_environment(cluster_dir=args.cluster_dir) as bench:
+    async with bench_environment(cluster_dir=args.cluster_dir) as env:
         queued = {
             "workflow": "queued",
             "version": 1,
@@ -72,41 +67,37 @@ async def main() -> int:
         # version 2: the same workflow (so the same limit), its one task takes a while
         slow = {**STEP, "annotations": {"flowforge.io/simulate-duration": f"{args.hold}s"}}
         holder = {**queued, "version": 2, "taskTypes": {"step": slow}}
-        await bench.publish(queued, holder, chain_definition(args.queued + 1))
-        bench.start_operator()
-        bench.wait_finished(bench.create_runs("warm", "queued", 2), 120)  # every path once
+        await env.publish(queued, holder, chain_definition(args.queued + 1))
+        env.start_operator(metrics_port=19465)
+        env.wait_finished(env.create_runs("warm", "queued", 2), 120)  # every path once
 
         queue: list[float] = []
         baseline: list[float] = []
         for round_number in range(args.rounds):
             # the holder takes the slot; the runs queue behind it while it runs, so every
             # hand-off happens with the queue already there (not during its creation)
-            watcher = JobWatcher(bench.batch, bench.namespace)
-            names = bench.create_runs(f"h{round_number}", "queued", 1, version=2)
+            jobs = job_watcher(env.bench.batch, env.namespace)
+            pods = pod_watcher(env.bench.core, env.namespace)
+            names = env.create_runs(f"h{round_number}", "queued", 1, version=2)
             time.sleep(2)
-            names += bench.create_runs(f"q{round_number}", "queued", args.queued)
+            names += env.create_runs(f"q{round_number}", "queued", args.queued)
             started = time.monotonic()
-            bench.wait_finished(names, 600, poll=1)
+            env.wait_finished(names, 600, poll=1)
             elapsed = time.monotonic() - started
             time.sleep(1)
-            watcher.close()
-            queue += queue_handoffs(watcher, names)
+            jobs.close()
+            pods.close()
+            queue += queue_handoffs(jobs, pods, names)
             print(
                 f"round {round_number + 1}: {args.queued} queued runs behind a "
                 f"{args.hold} s holder in {elapsed:.1f} s"
             )
 
-            watcher = JobWatcher(bench.batch, bench.namespace)
-            chain = bench.create_runs(f"c{round_number}", "chain", 1)
-            bench.wait_finished(chain, 600, poll=1)
-            time.sleep(1)
-            watcher.close()
-            baseline += [
-                latency for latency, _ in chain_handoffs(watcher, chain, length=args.queued + 1)
-            ]
+            chain = chain_handoffs(env, f"c{round_number}", chains=1, length=args.queued + 1)
+            baseline += [latency for latency, _ in chain["flowforge"]]
 
         print(
-            f"queue hand-off (a slot frees -> the next queued run's first Job created), "
+            f"queue hand-off (a run's Pod finished -> the next queued run's Job created), "
             f"{len(queue)} hand-offs from a queue of {args.queued}: {figures(queue)} "
             "(target p99 < 250 ms)"
         )
@@ -118,5 +109,5 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     sys.exit(asyncio.run(main()))

@@ -39,13 +39,8 @@ import psycopg
 from kubernetes import client as k8s
 
 from flowforge.domain.api import FINALIZER
-from harness import (
-    BenchEnvironment,
-    baseline_checkout,
-    bench_environment,
-    create_run_object,
-    exit_on_sigterm,
-)
+from harness.cluster import BenchEnvironment, baseline_checkout, bench_environment, exit_on_sigterm
+from harness.runs import create_run_object
 
 WORKFLOW = "idle"
 REPO_OPERATOR = Path(__file__).resolve().parent.parent / "operator"

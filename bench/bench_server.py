@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,7 +32,6 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from flowforge.domain.validation import parse_definition
-from flowforge.localdev import postgres as localdev
 from flowforge.server import reads
 from flowforge.server.state import ServerState
 from flowforge.store import browse, roles
@@ -45,6 +41,7 @@ from flowforge.store.lease import acquire_lease
 from flowforge.store.migrate import migrate
 from flowforge.store.pool import open_pool
 from flowforge.store.runs import create_run
+from harness.cluster import local_postgres
 
 NAMESPACE = "bench"
 LOGIN = "ff_bench_server"
@@ -170,15 +167,9 @@ def main() -> None:
         "--owner", action="store_true", help="read as the schema's owner (what RLS costs)"
     )
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-server-", dir="/tmp"))
-    directory.chmod(0o755)
-    try:
-        server = localdev.start(directory)
-        dsn = make_conninfo(server.dsn, dbname="postgres")
+    with local_postgres() as server_dsn:
+        dsn = make_conninfo(server_dsn, dbname="postgres")
         asyncio.run(bench(dsn, tasks=args.tasks, rounds=args.rounds, owner=args.owner))
-    finally:
-        localdev.stop(directory)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -29,15 +29,12 @@ import argparse
 import asyncio
 import os
 import re
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from flowforge.domain.decision import JobRef
 from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeReason
@@ -51,6 +48,7 @@ from flowforge.store.migrate import migrate
 from flowforge.store.outcomes import record_outcome
 from flowforge.store.pool import open_pool
 from flowforge.store.runs import RunRecord, create_run
+from harness.cluster import local_postgres
 
 NAMESPACE = "bench"
 SUCCESS = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED, exit_code=0)
@@ -225,14 +223,9 @@ def main() -> None:
     if args.dsn:
         bench(args.dsn)
         return
-    directory = Path(tempfile.mkdtemp(prefix="flowforge-bench-pg-"))
-    try:
-        server = localdev.start(directory)
-        print(f"local PostgreSQL 15 in {directory}, default durability (fsync on)", flush=True)
-        bench(server.dsn)
-    finally:
-        localdev.stop(directory)
-        shutil.rmtree(directory, ignore_errors=True)
+    with local_postgres() as dsn:
+        print("local PostgreSQL 15, default durability (fsync on)", flush=True)
+        bench(dsn)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any
 
 from flowforge.domain.validation import parse_definition
-from flowforge.server import models
 from flowforge.kube.answer_cache import AnswerCache
+from flowforge.server import models
 from flowforge.server.graphs import GraphSkeleton
 from flowforge.server.views import DefinitionView
 from flowforge.store.definitions import StoredDefinition

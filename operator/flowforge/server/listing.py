@@ -2,9 +2,11 @@
 
 The caller's access is judged lazily: a namespace is judged (a SubjectAccessReview, cached
 per user, namespace and verb) only when a row of it would be shown next, in the order the
-page fills, and none once the page is full. At most ``MAX_JUDGED_PER_PAGE`` namespaces are
-judged for one page; then the page ends there, short, with a ``continue`` cursor where the
+page fills (with the next few namespaces of the rows read, ``JUDGED_AT_ONCE`` at a time),
+and none once the page is full. Once ``MAX_DENIED_PER_PAGE`` namespaces were judged that
+the caller may not read, the page ends there, short, with a ``continue`` cursor where the
 judging stopped (a page may hold fewer items than ``limit``, even none, and still go on).
+So one page asks at most ``limit + JUDGED_AT_ONCE + MAX_DENIED_PER_PAGE`` reviews.
 
 Which namespaces hold rows, and in which order, is read before judging them, in a
 transaction scoped to every namespace of the cluster that returns names and ids only; the
@@ -24,15 +26,15 @@ from flowforge.server.state import ServerState
 from flowforge.store import browse
 from flowforge.store.browse import RunFilter, RunRow
 
-MAX_JUDGED_PER_PAGE: Final = 100
+MAX_DENIED_PER_PAGE: Final = 100
 JUDGED_AT_ONCE: Final = 16
 # namespaces probed for rows in one scoped transaction (the scope is one setting per row)
 NAMESPACES_PER_PROBE: Final = 500
 
 
 class Judge:
-    """The namespaces judged for one page: those allowed, those denied, and how many more
-    may be judged."""
+    """The namespaces judged for one page: those allowed, and those denied (at most
+    ``denials``)."""
 
     def __init__(
         self,
@@ -40,29 +42,30 @@ class Judge:
         caller: Caller,
         *,
         permission: Permission,
-        budget: int = MAX_JUDGED_PER_PAGE,
+        denials: int,
     ) -> None:
         self._authorizer = authorizer
         self._caller = caller
         self._permission = permission
-        self._left = budget
+        self._denials = denials
         self.allowed: set[str] = set()
         self.denied: set[str] = set()
 
     async def allows(self, namespace: str, *, upcoming: Iterable[str]) -> bool | None:
-        """Whether the caller holds the permission in ``namespace``; None once the budget
-        is spent. A namespace not judged yet is judged together with the next few of
-        ``upcoming`` (the namespaces of the rows after it), concurrently."""
+        """Whether the caller holds the permission in ``namespace``; None once the page
+        may judge no more. A namespace not judged yet is judged together with the next
+        few of ``upcoming`` (the namespaces of the rows after it), concurrently, never more
+        at once than denials are left."""
         if namespace not in self.allowed and namespace not in self.denied:
-            if self._left <= 0:
+            left = self._denials - len(self.denied)
+            if left <= 0:
                 return None
             batch = [namespace]
             for name in upcoming:
-                if len(batch) >= min(JUDGED_AT_ONCE, self._left):
+                if len(batch) >= min(JUDGED_AT_ONCE, left):
                     break
                 if name not in self.allowed and name not in self.denied and name not in batch:
                     batch.append(name)
-            self._left -= len(batch)
             answers = await asyncio.gather(
                 *(
                     self._authorizer.allowed(self._caller, namespace=n, permission=self._permission)
@@ -80,7 +83,7 @@ async def runs(
     """One page of runs of every namespace where the caller holds ``permission``
     (``listed.namespaces`` is ignored), and the id the next page continues before."""
     uids = await state.namespace_uids()  # every namespace: one paged LIST
-    judge = Judge(state.authorizer, caller, permission=permission)
+    judge = Judge(state.authorizer, caller, permission=permission, denials=MAX_DENIED_PER_PAGE)
     shown: list[tuple[str, int]] = []
     last_seen: int | None = None
     cut = False
@@ -115,10 +118,10 @@ async def runs(
     after = shown[-1][1] if more else (last_seen if cut else None)
     if not shown:
         return [], after
-    namespaces = sorted({namespace for namespace, _ in shown})
-    async with state.reader(namespaces, namespace_uids=uids) as connection:
+    shown_in = sorted({namespace for namespace, _ in shown})
+    async with state.reader(shown_in, namespace_uids=uids) as connection:
         rows = await browse.runs_by_id(
-            connection, ids=[run_id for _, run_id in shown], namespaces=namespaces
+            connection, ids=[run_id for _, run_id in shown], namespaces=shown_in
         )
     return rows, after
 
@@ -130,7 +133,7 @@ async def namespaces(
     ``permission``, by name after ``after``, and the name the next page continues after."""
     uids = await state.namespace_uids()  # every namespace: one paged LIST
     candidates = sorted(name for name in uids if after is None or name > after)
-    judge = Judge(state.authorizer, caller, permission=permission)
+    judge = Judge(state.authorizer, caller, permission=permission, denials=MAX_DENIED_PER_PAGE)
     shown: list[str] = []
     last_seen: str | None = None
     for start in range(0, len(candidates), NAMESPACES_PER_PROBE):

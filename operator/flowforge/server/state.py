@@ -42,12 +42,14 @@ class NamespaceReads(Protocol):
     def close(self) -> None: ...
 
 
-def _definitions() -> AnswerCache[int, DefinitionView]:
-    return AnswerCache(budget=DEFINITION_CACHE_BYTES, ttl=lambda _: math.inf, size=_size)
+def definition_cache(budget: int = DEFINITION_CACHE_BYTES) -> AnswerCache[int, DefinitionView]:
+    """Parsed definitions by id (immutable: kept until pushed out)."""
+    return AnswerCache(budget=budget, ttl=lambda _: math.inf, size=_size)
 
 
-def _graphs() -> AnswerCache[str, GraphSkeleton]:
-    return AnswerCache(budget=GRAPH_CACHE_BYTES, ttl=lambda _: math.inf, size=_size)
+def graph_cache(budget: int = GRAPH_CACHE_BYTES) -> AnswerCache[str, GraphSkeleton]:
+    """Graph skeletons by definition fingerprint (immutable: kept until pushed out)."""
+    return AnswerCache(budget=budget, ttl=lambda _: math.inf, size=_size)
 
 
 def _size(held: DefinitionView | GraphSkeleton) -> int:
@@ -63,8 +65,8 @@ class ServerState:
     user_api: UserApi
     poll_seconds: float = 0.5
     streams: StreamSlots = field(default_factory=StreamSlots)
-    definitions: AnswerCache[int, DefinitionView] = field(default_factory=_definitions)
-    graphs: AnswerCache[str, GraphSkeleton] = field(default_factory=_graphs)
+    definitions: AnswerCache[int, DefinitionView] = field(default_factory=definition_cache)
+    graphs: AnswerCache[str, GraphSkeleton] = field(default_factory=graph_cache)
     off_loop: OffLoop = field(default_factory=OffLoop)
     definition_details: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(DETAILS_AT_ONCE)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
+from flowforge.kube.reviews import ApiReviews
 from tests.plugins.api_server import (
     ApiServer,
     Tenancy,
@@ -72,7 +74,22 @@ def test_a_user_of_namespace_a_sees_only_a(
     ):
         assert api_server.request(path, token=token).status == 403, path
     namespaces = api_server.request("/api/v1/namespaces", token=token).json()
-    assert namespaces == {"items": [{"name": tenancy.a}]}
+    assert namespaces == {"items": [{"name": tenancy.a}], "continue": None}
+
+
+async def test_the_namespaces_are_read_page_by_page_to_the_last(tenancy: Tenancy) -> None:
+    """The server's LIST of namespaces follows the apiserver's continue tokens: with two a
+    page it reads every namespace (more than four here) with its uid."""
+    reviews = ApiReviews.connect(kubeconfig=str(tenancy.kubeconfig))
+    try:
+        paged = await reviews.namespace_uids(page_size=2)
+        named = await reviews.namespace_uids([tenancy.b, tenancy.a, "no-such-namespace"])
+    finally:
+        reviews.close()
+    listed = k8s.CoreV1Api(tenancy.api).list_namespace().items
+    assert paged == {item.metadata.name: item.metadata.uid for item in listed}
+    assert len(paged) > 4
+    assert named == {tenancy.b: paged[tenancy.b], tenancy.a: paged[tenancy.a]}
 
 
 def test_run_detail_graph_and_task(

@@ -5,12 +5,15 @@ rollback's order laid over the cached definition part. Pure: no store, no cluste
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from flowforge.domain.validation import parse_definition
+from flowforge.kube.answer_cache import AnswerCache
 from flowforge.server import models
-from flowforge.server.graphs import GraphCache, GraphSkeleton
+from flowforge.server.graphs import GraphSkeleton
 from flowforge.server.views import DefinitionView
 from flowforge.store.definitions import StoredDefinition
 
@@ -91,20 +94,28 @@ def test_keys_and_states_are_json_escaped_not_pasted() -> None:
     assert models.Graph.model_validate_json(sent).nodes[0].state == 'x","state":"y'
 
 
-def test_the_cache_keeps_the_newest_skeletons_within_its_task_budget() -> None:
-    cache = GraphCache(max_tasks=8)
+async def test_the_cache_keeps_the_newest_skeletons_within_its_byte_budget() -> None:
     small = [
         GraphSkeleton(view([{"key": f"t{i}"} for i in range(3)], workflow=f"w{n}"))
         for n in range(3)
     ]
+    cache: AnswerCache[str, GraphSkeleton] = AnswerCache(
+        budget=small[0].size * 5 // 2, ttl=lambda _: math.inf, size=lambda s: s.size
+    )
+
+    async def made(skeleton: GraphSkeleton) -> GraphSkeleton:
+        return skeleton
 
     for number, skeleton in enumerate(small):
-        cache.put(f"f{number}", skeleton)
-    assert cache.get("f0") is None  # 9 tasks held > 8: the least recently used went
-    assert cache.get("f1") is small[1] and cache.get("f2") is small[2]
-    # one bigger than the whole budget is still kept, alone
+        await cache.get(f"f{number}", partial(made, skeleton))
+        assert cache.held <= small[0].size * 5 // 2
+    assert cache.cached("f0") is None  # three did not fit: the least recently used went
+    assert cache.cached("f1") is small[1] and cache.cached("f2") is small[2]
+    # one bigger than the whole budget is handed out, and not kept
     big = GraphSkeleton(view([{"key": f"t{i}"} for i in range(10)]))
-    assert cache.put("big", big) is big
-    assert (cache.get("f1"), cache.get("f2"), cache.get("big")) == (None, None, big)
-    # a fingerprint cached already keeps its first skeleton
-    assert cache.put("big", GraphSkeleton(view([{"key": "a"}]))) is big
+    assert big.size > small[0].size * 5 // 2
+    assert await cache.get("big", partial(made, big)) is big
+    assert cache.cached("big") is None
+    assert (cache.cached("f1"), cache.cached("f2")) == (small[1], small[2])
+    # a fingerprint kept is not made again
+    assert await cache.get("f1", partial(made, GraphSkeleton(view([{"key": "a"}])))) is small[1]

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import uvicorn
 
-from flowforge.server.app import create_app
 from flowforge.server.errors import ApiError
 from flowforge.server.limits import HeaderDeadlineH11Protocol, StreamSlots
+from tests.support.served_api import Served, ask, get, serving
 
 CONNECTIONS = 8
 HEADER_TIMEOUT = 0.5
@@ -44,70 +41,12 @@ class _State:
     authenticator: _NobodyAuthenticates
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+async def _state() -> Any:
+    return _State(authenticator=_NobodyAuthenticates())
 
 
-@dataclass
-class Served:
-    port: int
-    probe_port: int
-
-
-@contextlib.asynccontextmanager
-async def _serving(protocol: type[asyncio.Protocol]) -> AsyncIterator[Served]:
-    async def state() -> Any:
-        return _State(authenticator=_NobodyAuthenticates())
-
-    async def close(_: Any) -> None:
-        return None
-
-    served = Served(port=_free_port(), probe_port=_free_port())
-    app = create_app(state, close=close, probe_address=("127.0.0.1", served.probe_port))
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=served.port,
-        http=protocol,
-        limit_concurrency=CONNECTIONS,
-        timeout_keep_alive=5,
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.ensure_future(server.serve())
-    while not server.started:
-        assert not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.02)
-    try:
-        yield served
-    finally:
-        server.should_exit = True
-        server.force_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=10)
-
-
-async def _ask(port: int, request: bytes) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        body = await asyncio.wait_for(reader.readexactly(length), timeout=5)
-        return int(head.split()[1]), body
-    finally:
-        writer.close()
-
-
-def _get(path: str) -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+def _serving(protocol: type[asyncio.Protocol]) -> contextlib.AbstractAsyncContextManager[Served]:
+    return serving(_state, protocol=protocol, connections=CONNECTIONS)
 
 
 async def _hold(port: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
@@ -135,7 +74,7 @@ async def test_connections_that_never_finish_their_headers_are_closed() -> None:
         try:
             # while they are held, uvicorn answers 503 to everyone; then they are closed
             deadline = time.monotonic() + 10 * HEADER_TIMEOUT + 5
-            while (status := (await _ask(served.port, _get("/healthz")))[0]) != 200:
+            while (status := (await ask(served.port, get("/healthz")))[0]) != 200:
                 assert status == 503
                 assert time.monotonic() < deadline, "the idle connections were never closed"
                 await asyncio.sleep(0.1)
@@ -156,10 +95,10 @@ async def test_without_the_deadline_the_same_connections_hold_the_server() -> No
         dripper = asyncio.ensure_future(_drip(held))
         try:
             await asyncio.sleep(3 * HEADER_TIMEOUT)
-            assert (await _ask(served.port, _get("/healthz")))[0] == 503
+            assert (await ask(served.port, get("/healthz")))[0] == 503
             # the probes have a port of their own, and answer
-            assert await _ask(served.probe_port, _get("/healthz")) == (200, b"ok\n")
-            assert await _ask(served.probe_port, _get("/readyz")) == (200, b"ready\n")
+            assert await ask(served.probe_port, get("/healthz")) == (200, b"ok\n")
+            assert await ask(served.probe_port, get("/readyz")) == (200, b"ready\n")
         finally:
             dripper.cancel()
             for _, writer in held:
@@ -176,13 +115,13 @@ def _post(headers: str) -> bytes:
 async def test_a_cross_site_post_is_refused_before_anything_else() -> None:
     async with _serving(QuickDeadline) as served:
         for cross_site in ("Content-Type: text/plain\r\n", ""):
-            status, body = await _ask(served.port, _post(cross_site))
+            status, body = await ask(served.port, _post(cross_site))
             assert status == 403, body
             assert b"must carry the header X-FlowForge-Request" in body
         # the UI's header, or a JSON body (which needs a CORS preflight), gets through the
         # guard: the next refusal is authentication's
         for same_site in ("X-FlowForge-Request: 1\r\n", "Content-Type: application/json\r\n"):
-            status, body = await _ask(served.port, _post(same_site))
+            status, body = await ask(served.port, _post(same_site))
             assert status == 401, body
 
 

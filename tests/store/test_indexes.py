@@ -348,6 +348,22 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         },
         needs(RUN_BY_ID),  # newest first: a backward scan that stops at the limit
     ),
+    "browse.RUN_PLACES_QUERY": (
+        browse.RUN_PLACES_QUERY,
+        lambda p: {
+            "namespaces": ["team-a", "team-b"],
+            "workflow": None,
+            "phase": None,
+            "before": p.run_id + 1,
+            "limit": 50,
+        },
+        needs(RUN_BY_ID),  # as the run list: a backward scan that stops at the limit
+    ),
+    "browse.RUNS_BY_ID_QUERY": (
+        browse.RUNS_BY_ID_QUERY,
+        lambda p: {"ids": [p.run_id], "namespaces": ["team-a"]},
+        needs(RUN_BY_ID),
+    ),
     "runs.FIND_RUN_QUERY": (
         runs.FIND_RUN_QUERY,
         lambda p: (NAMESPACE, "wf-3-run", "x"),

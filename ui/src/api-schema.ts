@@ -13,7 +13,8 @@ export interface paths {
         };
         /**
          * Namespaces
-         * @description Namespaces known to the store in which the caller may list WorkflowRuns.
+         * @description Namespaces known to the store in which the caller may list WorkflowRuns, by name.
+         *     A page may hold fewer than ``limit`` (even none) and still have a ``continue``.
          */
         get: operations["namespaces_api_v1_namespaces_get"];
         put?: never;
@@ -263,7 +264,8 @@ export interface paths {
         };
         /**
          * List Runs
-         * @description Runs, newest first; without ``namespace``, of every namespace the caller may list.
+         * @description Runs, newest first; without ``namespace``, of every namespace the caller may list
+         *     (then a page may hold fewer than ``limit``, even none, and still have a ``continue``).
          */
         get: operations["list_runs_api_v1_runs_get"];
         put?: never;
@@ -590,6 +592,8 @@ export interface components {
         };
         /** NamespaceList */
         NamespaceList: {
+            /** Continue */
+            continue: string | null;
             /** Items */
             items: components["schemas"]["NamespaceItem"][];
         };
@@ -1015,7 +1019,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     namespaces_api_v1_namespaces_get: {
         parameters: {
-            query?: never;
+            query?: {
+                limit?: number;
+                continue?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;

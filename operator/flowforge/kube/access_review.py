@@ -4,7 +4,8 @@ Shared by admission (``flowforge.operator``) and the read API (``flowforge.serve
 Admission asks the apiserver whether the requesting user (the review's ``userInfo``:
 username, uid, groups, extra) may do what the operator would do for them. Answers are
 cached for a short TTL by user, namespace and permission (an allow longer than a denial, so
-a grant takes effect quickly), and identical questions in flight share one review.
+a grant takes effect quickly), at most ``MAX_CACHED`` of them (least recently used out
+first), and identical questions in flight share one review.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from flowforge.kube.answer_cache import AnswerCache
 
 ALLOW_TTL_SECONDS: Final = 10.0
 DENY_TTL_SECONDS: Final = 2.0
@@ -110,7 +113,9 @@ _Key = tuple[UserInfo, str, Permission]
 
 
 class CachedAccessReviewer:
-    """Answers "may this user ...?" with SubjectAccessReviews through ``review``."""
+    """Answers "may this user ...?" with SubjectAccessReviews through ``review``; answers
+    by (user, namespace, permission), at most ``max_entries``, least recently used out
+    first (``answer_cache.AnswerCache``)."""
 
     def __init__(
         self,
@@ -119,13 +124,14 @@ class CachedAccessReviewer:
         clock: Callable[[], float] = time.monotonic,
         allow_ttl: float = ALLOW_TTL_SECONDS,
         deny_ttl: float = DENY_TTL_SECONDS,
+        max_entries: int = MAX_CACHED,
     ) -> None:
         self._review = review
-        self._clock = clock
-        self._allow_ttl = allow_ttl
-        self._deny_ttl = deny_ttl
-        self._answers: dict[_Key, tuple[bool, float]] = {}
-        self._in_flight: dict[_Key, asyncio.Future[bool]] = {}
+        self._answers: AnswerCache[_Key, bool] = AnswerCache(
+            budget=max_entries,
+            ttl=lambda allowed: allow_ttl if allowed else deny_ttl,
+            clock=clock,
+        )
         self.reviews_sent = 0
 
     async def missing(
@@ -139,29 +145,10 @@ class CachedAccessReviewer:
         return [permission for permission, ok in zip(unique, answers, strict=True) if not ok]
 
     async def allowed(self, user: UserInfo, *, namespace: str, permission: Permission) -> bool:
-        key = (user, namespace, permission)
-        cached = self._answers.get(key)
-        if cached is not None and cached[1] > self._clock():
-            return cached[0]
-        pending = self._in_flight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
-        try:
-            answer = await self._ask(user, namespace=namespace, permission=permission)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as error:
-            future.set_exception(error)
-            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
-            raise
-        finally:
-            self._in_flight.pop(key, None)
-        future.set_result(answer)
-        self._remember(key, answer)
-        return answer
+        return await self._answers.get(
+            (user, namespace, permission),
+            lambda: self._ask(user, namespace=namespace, permission=permission),
+        )
 
     async def _ask(self, user: UserInfo, *, namespace: str, permission: Permission) -> bool:
         self.reviews_sent += 1
@@ -174,12 +161,3 @@ class CachedAccessReviewer:
             ) from error
         status = response.get("status")
         return isinstance(status, Mapping) and status.get("allowed") is True
-
-    def _remember(self, key: _Key, answer: bool) -> None:
-        if len(self._answers) >= MAX_CACHED:
-            now = self._clock()
-            self._answers = {k: v for k, v in self._answers.items() if v[1] > now}
-            if len(self._answers) >= MAX_CACHED:
-                self._answers.clear()
-        ttl = self._allow_ttl if answer else self._deny_ttl
-        self._answers[key] = (answer, self._clock() + ttl)

@@ -13,10 +13,12 @@ from typing import Any
 from kubernetes import client as k8s
 
 from flowforge.kube.access_review import UserInfo
-from flowforge.kube.client import _body
+from flowforge.kube.client import _body, _paging
 from flowforge.kube.configuration import load_configuration
+from flowforge.kube.pages import ListPage
 
-MAX_NAMESPACES = 1000
+# namespaces per page of a LIST (the apiserver's continue tokens carry on)
+NAMESPACE_PAGE = 500
 
 
 class ApiReviews:
@@ -70,24 +72,34 @@ class ApiReviews:
         )
         return response
 
-    async def namespace_uids(self, names: Sequence[str]) -> dict[str, str]:
-        """The uid each of ``names`` has now; a name that is no namespace (any more) is left
-        out. One LIST (``list`` is the verb the server holds), by name for one namespace."""
-        if not names:
-            return {}
-        selector: dict[str, Any] = (
-            {"field_selector": f"metadata.name={names[0]}"}
-            if len(names) == 1
-            else {"limit": MAX_NAMESPACES}
-        )
-        response = await self._call(self._core.list_namespace, **selector)
-        wanted = set(names)
-        return {
-            str(item["metadata"]["name"]): str(item["metadata"]["uid"])
-            for item in response.get("items", [])
-            if item["metadata"]["name"] in wanted
-        }
+    async def namespace_uids(
+        self, names: Sequence[str] | None = None, *, page_size: int = NAMESPACE_PAGE
+    ) -> dict[str, str]:
+        """The uid each of ``names`` (every namespace when None) has now; a name that is no
+        namespace (any more) is left out. One namespace is read by name; more are LISTed
+        (``list`` is the verb the server holds) page by page, ``page_size`` at a time, to
+        the last page."""
+        if names is not None and len(names) <= 1:
+            if not names:
+                return {}
+            response = await self._call(
+                self._core.list_namespace, field_selector=f"metadata.name={names[0]}"
+            )
+            return _uids(response.get("items", []))
+        found: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page = ListPage.of(
+                await self._call(self._core.list_namespace, **_paging(page_size, token))
+            )
+            found.update(_uids(page.items))
+            if page.continue_token is None:
+                break
+            token = page.continue_token
+        if names is None:
+            return found
+        return {name: found[name] for name in names if name in found}
 
-    async def namespace_names(self) -> list[str]:
-        response = await self._call(self._core.list_namespace, limit=MAX_NAMESPACES)
-        return sorted(str(item["metadata"]["name"]) for item in response.get("items", []))
+
+def _uids(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    return {str(item["metadata"]["name"]): str(item["metadata"]["uid"]) for item in items}

@@ -4,10 +4,9 @@ with a TokenReview, and every namespace it reads with a SubjectAccessReview of t
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -19,14 +18,13 @@ from flowforge.kube.access_review import (
     Permission,
     UserInfo,
 )
+from flowforge.kube.answer_cache import AnswerCache
 from flowforge.server.errors import ApiError
 
 TOKEN_TTL_SECONDS: Final = 10.0
 REJECTED_TOKEN_TTL_SECONDS: Final = 2.0
 MAX_CACHED_TOKENS: Final = 4096
 MAX_TOKEN_LENGTH: Final = 16384
-# how many namespaces a request without one checks (the cluster's, newest-named last)
-MAX_NAMESPACES_CHECKED: Final = 500
 
 LIST_RUNS: Final = Permission(verb="list", resource=RUN_PLURAL, group=GROUP)
 GET_RUNS: Final = Permission(verb="get", resource=RUN_PLURAL, group=GROUP)
@@ -50,58 +48,32 @@ class Caller:
 
 
 class Authenticator:
-    """Bearer token -> user, by TokenReview; answers cached by the token's hash."""
+    """Bearer token -> user, by TokenReview; answers cached by the token's hash (at most
+    ``MAX_CACHED_TOKENS``, least recently used out first)."""
 
     def __init__(
         self, reviews: TokenReviews, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._reviews = reviews
-        self._clock = clock
-        self._answers: dict[str, tuple[UserInfo | None, float]] = {}
-        self._in_flight: dict[str, asyncio.Future[UserInfo | None]] = {}
+        self._answers: AnswerCache[str, UserInfo | None] = AnswerCache(
+            budget=MAX_CACHED_TOKENS,
+            ttl=lambda user: TOKEN_TTL_SECONDS if user is not None else REJECTED_TOKEN_TTL_SECONDS,
+            clock=clock,
+        )
 
     async def caller(self, authorization: str | None) -> Caller:
         token = _bearer(authorization)
-        user = await self._user(token)
+        key = hashlib.sha256(token.encode()).hexdigest()
+        user = await self._answers.get(key, lambda: self._review(token))
         if user is None:
             raise ApiError(401, "the bearer token is not valid (TokenReview: not authenticated)")
         return Caller(user=user, token=token)
 
-    async def _user(self, token: str) -> UserInfo | None:
-        key = hashlib.sha256(token.encode()).hexdigest()
-        cached = self._answers.get(key)
-        if cached is not None and cached[1] > self._clock():
-            return cached[0]
-        pending = self._in_flight.get(key)
-        if pending is None:
-            # a task of its own: the request that started it may be cancelled (its client
-            # went away) without leaving the others waiting on an answer that never comes
-            pending = asyncio.ensure_future(self._review(key, token))
-            pending.add_done_callback(_retrieve)
-            self._in_flight[key] = pending
-        return await asyncio.shield(pending)
-
-    async def _review(self, key: str, token: str) -> UserInfo | None:
+    async def _review(self, token: str) -> UserInfo | None:
         try:
-            user = await self._reviews.review_token(token)
+            return await self._reviews.review_token(token)
         except Exception as error:
             raise ApiError(503, f"cannot check the token (TokenReview): {error}") from error
-        finally:
-            self._in_flight.pop(key, None)
-        if len(self._answers) >= MAX_CACHED_TOKENS:
-            now = self._clock()
-            self._answers = {k: v for k, v in self._answers.items() if v[1] > now}
-            if len(self._answers) >= MAX_CACHED_TOKENS:
-                self._answers.clear()
-        ttl = TOKEN_TTL_SECONDS if user is not None else REJECTED_TOKEN_TTL_SECONDS
-        self._answers[key] = (user, self._clock() + ttl)
-        return user
-
-
-def _retrieve(future: asyncio.Future[UserInfo | None]) -> None:
-    """A review nobody waits for any more still has its failure looked at (no warning)."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _bearer(authorization: str | None) -> str:
@@ -137,13 +109,3 @@ class Authorizer:
                 f'user "{caller.user.username}" may not {permission.describe()} in namespace '
                 f'"{namespace}"',
             )
-
-    async def permitted(
-        self, caller: Caller, *, namespaces: Sequence[str], permission: Permission
-    ) -> list[str]:
-        """Those of ``namespaces`` where the caller holds ``permission``."""
-        candidates = list(namespaces)[:MAX_NAMESPACES_CHECKED]
-        answers = await asyncio.gather(
-            *(self.allowed(caller, namespace=n, permission=permission) for n in candidates)
-        )
-        return [name for name, ok in zip(candidates, answers, strict=True) if ok]

@@ -14,7 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse
 
 from flowforge import __version__
-from flowforge.server import models, routes, schedules, stream
+from flowforge.server import definitions, models, routes, schedules, stream
 from flowforge.server.errors import error_response, install_error_handlers
 from flowforge.server.probes import start_probe_server
 from flowforge.server.state import ServerState
@@ -109,6 +109,7 @@ def create_app(
 
     app.include_router(routes.router)
     app.include_router(schedules.router)
+    app.include_router(definitions.router)
     app.include_router(stream.router)
     assets = static_dir / "assets"
     app.mount("/assets", HashedAssets(directory=assets, check_dir=False), name="assets")

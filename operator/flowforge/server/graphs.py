@@ -1,7 +1,8 @@
 """A run's graph as the API's JSON (``models.Graph``), built in two parts: what the definition
-decides (nodes, edges, levels, compensators), serialised once per definition and cached by
-its fingerprint (definitions are immutable), and the tasks' states and the rollback's order,
-laid over it per request. A 10,000-task graph is one join of strings, not 10,000 models.
+decides (nodes, edges, levels, compensators), serialised once per definition (the server
+caches it by fingerprint, definitions being immutable, weighed by ``size``), and the tasks'
+states and the rollback's order, laid over it per request. A 10,000-task graph is one join
+of strings, not 10,000 models.
 
 The shape is ``models.Graph`` (the OpenAPI document says so); tests/server holds the two
 together by validating what ``render`` writes against the model.
@@ -10,15 +11,14 @@ together by validating what ``render`` writes against the model.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Final
 
 from flowforge.server.views import GATE_TYPE, DefinitionView
 
-# the tasks (nodes and compensators) the cached graphs may hold together
-MAX_CACHED_TASKS: Final = 200_000
+# what a node's or compensator's entry costs beside its text: a tuple and three strings
+ENTRY_OVERHEAD_BYTES: Final = 220
 
 
 def _json(value: object) -> str:
@@ -59,10 +59,15 @@ class GraphSkeleton:
         self._levels = definition.level_count
         self._identity = f'"workflow":{_json(spec.workflow)},"version":{spec.version}'
         self.planned_rollback: tuple[str, ...] = tuple(definition.planned_rollback)
-
-    @property
-    def size(self) -> int:
-        return len(self.nodes) + len(self.compensators)
+        # the bytes it holds, estimated (what a cache weighs it by)
+        self.size = (
+            sum(
+                len(key) + len(before) + len(after) + ENTRY_OVERHEAD_BYTES
+                for key, before, after in (*self.nodes, *self.compensators)
+            )
+            + len(self._edges)
+            + sum(len(key) for key in self.planned_rollback)
+        )
 
     def render(self, states: Mapping[str, str] | None, rollback: Sequence[str] | None) -> bytes:
         """The graph with ``states`` (a task without one is ``null``) and the compensators in
@@ -85,28 +90,3 @@ class GraphSkeleton:
             f'{{"nodes":[{nodes}],"edges":{self._edges},"rollback":{order},'
             f'"levels":{self._levels},"compensators":[{compensators}],{self._identity}}}'
         ).encode()
-
-
-class GraphCache:
-    """Skeletons by definition fingerprint, least recently used first out, bounded by the
-    tasks they hold (one huge definition does not push out every small one for nothing)."""
-
-    def __init__(self, max_tasks: int = MAX_CACHED_TASKS) -> None:
-        self._max_tasks = max_tasks
-        self._held = 0
-        self._skeletons: OrderedDict[str, GraphSkeleton] = OrderedDict()
-
-    def get(self, fingerprint: str) -> GraphSkeleton | None:
-        skeleton = self._skeletons.get(fingerprint)
-        if skeleton is not None:
-            self._skeletons.move_to_end(fingerprint)
-        return skeleton
-
-    def put(self, fingerprint: str, skeleton: GraphSkeleton) -> GraphSkeleton:
-        if fingerprint not in self._skeletons:
-            self._skeletons[fingerprint] = skeleton
-            self._held += skeleton.size
-        while self._held > self._max_tasks and len(self._skeletons) > 1:
-            _, dropped = self._skeletons.popitem(last=False)
-            self._held -= dropped.size
-        return self._skeletons[fingerprint]

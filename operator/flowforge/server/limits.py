@@ -1,4 +1,4 @@
-"""What one client may hold of the server: live streams and idle connections.
+"""What one client may hold of the server: live streams, idle connections and the event loop.
 
 - Stream slots are taken before any await of the stream's request (so concurrent requests
   cannot all pass the check before one counts), at most ``total`` at once and ``per_user``
@@ -7,20 +7,28 @@
   each request, counted from the connection or from the previous answer: a connection that
   sends nothing, or drips bytes, is closed instead of holding one of the server's
   connections (uvicorn answers 503 to everyone once they are all held).
+- ``OffLoop`` runs what is CPU-heavy on threads, so one large request does not stop the
+  event loop from answering every other.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from flowforge.server.errors import ApiError
 
 HEADER_TIMEOUT_SECONDS: Final = 10.0
+# the machine's share for parsing and serialising: more would only queue on the GIL
+HEAVY_THREADS: Final = 2
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -109,3 +117,18 @@ class HeaderDeadlineH11Protocol(H11Protocol):
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             self.transport.abort()
+
+
+class OffLoop:
+    """CPU-heavy work (parsing a large definition, serialising its graphs) on threads of
+    its own, at most ``threads`` at once, so the event loop keeps answering meanwhile
+    (``/healthz`` included: a 10,000-task definition takes about a second to parse)."""
+
+    def __init__(self, threads: int = HEAVY_THREADS) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="heavy")
+
+    async def run(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

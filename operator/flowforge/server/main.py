@@ -102,6 +102,7 @@ def serve(args: argparse.Namespace) -> int:
         await state.user_api.close()
         await state.pool.close()
         state.reviews.close()
+        state.close()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(

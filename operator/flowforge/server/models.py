@@ -40,6 +40,7 @@ class NamespaceItem(ApiModel):
 
 class NamespaceList(ApiModel):
     items: list[NamespaceItem]
+    continue_: str | None = Field(alias="continue")
 
 
 class QueueInfo(ApiModel):
@@ -297,11 +298,17 @@ class TaskTypeBrief(ApiModel):
     args: list[str] | None
 
 
-class DefinitionVersion(ApiModel):
+class DefinitionVersionHead(ApiModel):
+    """A ``DefinitionVersion`` up to its graph, whose JSON the server writes in itself
+    (``graphs.py``, ``definitions.py``)."""
+
     version: int
     fingerprint: str
     published_at: datetime
     task_types: dict[str, TaskTypeBrief]
+
+
+class DefinitionVersion(DefinitionVersionHead):
     graph: Graph
 
 

@@ -21,7 +21,7 @@ from flowforge.domain.run_actions import KIND as ACTION_KIND
 from flowforge.domain.run_actions import parse_action
 from flowforge.domain.states import TaskRole
 from flowforge.kube.jobs import CONTAINER_NAME
-from flowforge.server import access, models, reads, views
+from flowforge.server import access, listing, models, reads, views
 from flowforge.server.access import Caller
 from flowforge.server.errors import ApiError
 from flowforge.server.state import ServerState
@@ -83,32 +83,58 @@ async def whoami(caller: Authenticated) -> models.WhoAmI:
 
 
 @router.get("/namespaces", response_model=models.NamespaceList)
-async def namespaces(caller: Authenticated, state: State) -> models.NamespaceList:
-    """Namespaces known to the store in which the caller may list WorkflowRuns."""
-    allowed = await state.authorizer.permitted(
-        caller, namespaces=await state.cluster_namespaces(), permission=access.LIST_RUNS
+async def namespaces(
+    caller: Authenticated,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT,
+    continue_: Annotated[str | None, Query(alias="continue", max_length=256)] = None,
+) -> models.NamespaceList:
+    """Namespaces known to the store in which the caller may list WorkflowRuns, by name.
+    A page may hold fewer than ``limit`` (even none) and still have a ``continue``."""
+    after = cursor_after(continue_)
+    names, last = await listing.namespaces(
+        state, caller, after=after, limit=limit, permission=access.LIST_RUNS
     )
-    async with state.reader(allowed) as connection:
-        known = await browse.namespaces_with_data(connection, allowed)
-    return models.NamespaceList(items=[models.NamespaceItem(name=name) for name in known])
+    return models.NamespaceList(
+        items=[models.NamespaceItem(name=name) for name in names],
+        continue_=None if last is None else cursor("after", last),
+    )
+
+
+def _cursor_field(text: str, field: str) -> object:
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        return json.loads(base64.urlsafe_b64decode(padded.encode()))[field]
+    except (ValueError, KeyError, TypeError, binascii.Error) as error:
+        raise ApiError(400, "invalid parameter continue: not a cursor this server gave") from error
 
 
 def cursor_before(text: str | None) -> int | None:
     """The id a ``continue`` cursor this server gave continues before."""
     if text is None:
         return None
-    try:
-        padded = text + "=" * (-len(text) % 4)
-        before = json.loads(base64.urlsafe_b64decode(padded.encode()))["before"]
-    except (ValueError, KeyError, TypeError, binascii.Error) as error:
-        raise ApiError(400, "invalid parameter continue: not a cursor this server gave") from error
-    if not isinstance(before, int) or before < 1:
+    before = _cursor_field(text, "before")
+    if not isinstance(before, int) or isinstance(before, bool) or before < 1:
         raise ApiError(400, "invalid parameter continue: not a cursor this server gave")
     return before
 
 
+def cursor_after(text: str | None) -> str | None:
+    """The name a ``continue`` cursor this server gave continues after."""
+    if text is None:
+        return None
+    after = _cursor_field(text, "after")
+    if not isinstance(after, str) or not after:
+        raise ApiError(400, "invalid parameter continue: not a cursor this server gave")
+    return after
+
+
+def cursor(field: str, value: int | str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({field: value}).encode()).decode().rstrip("=")
+
+
 def next_cursor(last_id: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"before": last_id}).encode()).decode().rstrip("=")
+    return cursor("before", last_id)
 
 
 @router.get("/runs", response_model=models.RunList, response_model_by_alias=True)
@@ -121,29 +147,33 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     continue_: Annotated[str | None, Query(alias="continue", max_length=256)] = None,
 ) -> models.RunList:
-    """Runs, newest first; without ``namespace``, of every namespace the caller may list."""
-    before = cursor_before(continue_)
-    if namespace is not None:
-        await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_RUNS)
-        allowed = [namespace]
+    """Runs, newest first; without ``namespace``, of every namespace the caller may list
+    (then a page may hold fewer than ``limit``, even none, and still have a ``continue``)."""
+    listed = browse.RunFilter(
+        [] if namespace is None else [namespace],
+        workflow=workflow,
+        phase=phase,
+        before=cursor_before(continue_),
+        limit=limit,
+    )
+    if namespace is None:
+        rows, after = await listing.runs(state, caller, listed=listed, permission=access.LIST_RUNS)
     else:
-        allowed = await state.authorizer.permitted(
-            caller, namespaces=await state.cluster_namespaces(), permission=access.LIST_RUNS
-        )
-    async with state.reader(allowed) as connection:
-        rows = await browse.list_runs(
-            connection,
-            namespaces=allowed,
-            workflow=workflow,
-            phase=phase,
-            before=before,
-            limit=limit + 1,
-        )
-    more = len(rows) > limit
-    rows = rows[:limit]
+        await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_RUNS)
+        async with state.reader([namespace]) as connection:
+            rows = await browse.list_runs(
+                connection,
+                namespaces=[namespace],
+                workflow=workflow,
+                phase=phase,
+                before=listed.before,
+                limit=limit + 1,
+            )
+        after = rows[limit - 1].id if len(rows) > limit else None
+        rows = rows[:limit]
     return models.RunList(
         items=[views.summary(row) for row in rows],
-        continue_=next_cursor(rows[-1].id) if more else None,
+        continue_=None if after is None else next_cursor(after),
     )
 
 
@@ -315,62 +345,3 @@ async def create_action(
     return models.ActionReference(
         namespace=namespace, name=str(created["metadata"]["name"]), run=name
     )
-
-
-@router.get("/namespaces/{namespace}/definitions", response_model=models.DefinitionList)
-async def definitions(
-    caller: Authenticated, state: State, namespace: Namespace
-) -> models.DefinitionList:
-    await state.authorizer.require(caller, namespace=namespace, permission=access.LIST_DEFINITIONS)
-    async with state.reader([namespace]) as connection:
-        rows = await browse.definition_versions(connection, namespace=namespace)
-    grouped: dict[str, list[models.DefinitionVersionBrief]] = {}
-    for row in rows:
-        grouped.setdefault(row.workflow, []).append(
-            models.DefinitionVersionBrief(
-                version=row.version,
-                fingerprint=row.fingerprint,
-                published_at=row.published_at,
-                tasks=row.tasks,
-            )
-        )
-    return models.DefinitionList(
-        items=[
-            models.DefinitionSummary(namespace=namespace, name=workflow, versions=versions)
-            for workflow, versions in grouped.items()
-        ]
-    )
-
-
-@router.get("/namespaces/{namespace}/definitions/{name}", response_model=models.DefinitionDetail)
-async def definition(
-    caller: Authenticated, state: State, namespace: Namespace, name: TaskKey
-) -> models.DefinitionDetail:
-    await state.authorizer.require(caller, namespace=namespace, permission=access.GET_DEFINITIONS)
-    versions: list[models.DefinitionVersion] = []
-    async with state.reader([namespace]) as connection:
-        rows = await browse.definition_versions(connection, namespace=namespace, workflow=name)
-        for row in rows[:20]:
-            view = await state.definition(connection, row.id)
-            skeleton = await state.graph_skeleton(
-                connection, definition_id=row.id, fingerprint=row.fingerprint
-            )
-            versions.append(
-                models.DefinitionVersion(
-                    version=row.version,
-                    fingerprint=row.fingerprint,
-                    published_at=row.published_at,
-                    task_types={
-                        type_name: models.TaskTypeBrief(
-                            image=template.image,
-                            command=None if template.command is None else list(template.command),
-                            args=None if template.args is None else list(template.args),
-                        )
-                        for type_name, template in view.spec.task_types.items()
-                    },
-                    graph=models.Graph.model_validate_json(skeleton.render(None, None)),
-                )
-            )
-    if not versions:
-        raise ApiError(404, f'no workflow "{name}" in namespace "{namespace}"')
-    return models.DefinitionDetail(namespace=namespace, name=name, versions=versions)

@@ -122,19 +122,43 @@ FROM flowforge_run AS run
 JOIN flowforge_definition AS definition ON definition.id = run.definition_id
 """
 
-LIST_RUNS_QUERY = f"""
-SELECT {RUN_COLUMNS}
+_LISTED = f"""
 WHERE run.namespace = ANY(%(namespaces)s) AND {current_row("run")}
   AND (%(workflow)s::text IS NULL OR definition.workflow = %(workflow)s)
   AND (%(phase)s::text IS NULL OR run.phase = %(phase)s)
   AND (%(before)s::bigint IS NULL OR run.id < %(before)s)
 ORDER BY run.id DESC LIMIT %(limit)s
 """
+LIST_RUNS_QUERY = f"SELECT {RUN_COLUMNS} {_LISTED}"
+RUN_PLACES_QUERY = f"""
+SELECT run.namespace, run.id FROM flowforge_run AS run
+JOIN flowforge_definition AS definition ON definition.id = run.definition_id {_LISTED}
+"""
+RUNS_BY_ID_QUERY = f"""
+SELECT {RUN_COLUMNS}
+WHERE run.id = ANY(%(ids)s) AND run.namespace = ANY(%(namespaces)s) AND {current_row("run")}
+ORDER BY run.id DESC
+"""
 FIND_RUN_QUERY = f"""
 SELECT {RUN_COLUMNS}
 WHERE run.namespace = %(namespace)s AND run.name = %(name)s AND {current_row("run")}
 ORDER BY run.id DESC LIMIT 1
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    """Which runs a list shows: of ``namespaces``, of one workflow and one phase when given,
+    older than ``before`` (the id of the last run seen), newest first, at most ``limit``."""
+
+    namespaces: Sequence[str]
+    workflow: str | None = None
+    phase: str | None = None
+    before: int | None = None
+    limit: int = 50
+
+    def parameters(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "namespaces": list(self.namespaces)}
 
 
 async def list_runs(
@@ -147,15 +171,24 @@ async def list_runs(
     limit: int = 50,
 ) -> list[RunRow]:
     """Runs of ``namespaces``, newest first; ``before`` is the id of the last run seen."""
+    listed = RunFilter(namespaces, workflow=workflow, phase=phase, before=before, limit=limit)
+    cursor = await connection.execute(LIST_RUNS_QUERY, listed.parameters())
+    return [RunRow.from_row(row) for row in await cursor.fetchall()]
+
+
+async def run_places(connection: Connection, listed: RunFilter) -> list[tuple[str, int]]:
+    """Where the runs ``list_runs`` would list are: (namespace, id), newest first, and
+    nothing else of them (what a lister judges the caller's access by, row by row)."""
+    cursor = await connection.execute(RUN_PLACES_QUERY, listed.parameters())
+    return [(str(namespace), int(run_id)) for namespace, run_id in await cursor.fetchall()]
+
+
+async def runs_by_id(
+    connection: Connection, *, ids: Sequence[int], namespaces: Sequence[str]
+) -> list[RunRow]:
+    """The runs ``ids`` of ``namespaces`` (others are left out), newest first."""
     cursor = await connection.execute(
-        LIST_RUNS_QUERY,
-        {
-            "namespaces": list(namespaces),
-            "workflow": workflow,
-            "phase": phase,
-            "before": before,
-            "limit": limit,
-        },
+        RUNS_BY_ID_QUERY, {"ids": list(ids), "namespaces": list(namespaces)}
     )
     return [RunRow.from_row(row) for row in await cursor.fetchall()]
 

@@ -12,6 +12,7 @@ has the fingerprint it was published with.
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime
 
 from psycopg.types.json import Jsonb
@@ -197,8 +198,42 @@ async def load_definition_by_id(pool: Pool, definition_id: int) -> StoredDefinit
 
 async def load_definition_by_id_on(connection: Connection, definition_id: int) -> StoredDefinition:
     """As ``load_definition_by_id``, on the caller's connection (inside its transaction)."""
+    return (await definition_text_by_id_on(connection, definition_id)).parsed()
+
+
+@dataclasses.dataclass(frozen=True)
+class DefinitionText:
+    """A stored definition as the store sends it: its document still JSON text, so a reader
+    can weigh it (``len(document)``) and parse it where it likes (off its event loop)."""
+
+    id: int
+    namespace: str
+    workflow: str
+    version: int
+    fingerprint: str
+    document: str
+    published_at: datetime
+    namespace_uid: str | None
+
+    def parsed(self) -> StoredDefinition:
+        """The definition, re-validated (CPU-heavy for a large one)."""
+        return _stored(
+            self.namespace,
+            (
+                self.id,
+                self.workflow,
+                self.version,
+                self.fingerprint,
+                json.loads(self.document),
+                self.published_at,
+                self.namespace_uid,
+            ),
+        )
+
+
+async def definition_text_by_id_on(connection: Connection, definition_id: int) -> DefinitionText:
     cursor = await connection.execute(
-        "SELECT namespace, id, workflow, version, fingerprint, document, published_at, "
+        "SELECT id, namespace, workflow, version, fingerprint, document::text, published_at, "
         "namespace_uid FROM flowforge_definition WHERE id = %s",
         (definition_id,),
     )
@@ -207,7 +242,7 @@ async def load_definition_by_id_on(connection: Connection, definition_id: int) -
         raise DefinitionNotFoundError(
             namespace="?", workflow=f"definition #{definition_id}", version=None
         )
-    return _stored(row[0], row[1:])
+    return DefinitionText(*row)
 
 
 FINGERPRINT_QUERY = "SELECT fingerprint FROM flowforge_definition WHERE id = %s"

@@ -548,10 +548,17 @@ export interface components {
         };
         /** GraphNode */
         GraphNode: {
+            /**
+             * Foreach
+             * @default false
+             */
+            forEach: boolean;
             /** Id */
             id: string;
             /** Level */
             level: number;
+            /** Reason */
+            reason?: string | null;
             /** State */
             state: string | null;
             /** Type */
@@ -928,7 +935,12 @@ export interface components {
             nominalTime: string;
             run: components["schemas"]["RunSummary"] | null;
         };
-        /** TaskBrief */
+        /**
+         * TaskBrief
+         * @description A task of the run's DAG, or one item of a ``forEach`` task (``deploy[eu]``). A
+         *     skipped task's ``reason`` says why when it was decided at creation (``ConditionFalse``,
+         *     ``NoItems``); a task skipped because an upstream task failed has none.
+         */
         TaskBrief: {
             /** Attempts */
             attempts: number;
@@ -941,6 +953,10 @@ export interface components {
             exitCode: number | null;
             /** Finishedat */
             finishedAt: string | null;
+            /** Foreach */
+            forEach?: string | null;
+            /** Item */
+            item?: string | null;
             /** Level */
             level: number;
             /** Message */
@@ -973,6 +989,10 @@ export interface components {
             exitCode: number | null;
             /** Finishedat */
             finishedAt: string | null;
+            /** Foreach */
+            forEach?: string | null;
+            /** Item */
+            item?: string | null;
             /** Level */
             level: number;
             /** Message */
@@ -1153,7 +1173,7 @@ export interface operations {
             path: {
                 /** @description a namespace */
                 namespace: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 name: string;
             };
             cookie?: never;
@@ -1701,7 +1721,7 @@ export interface operations {
                 namespace: string;
                 /** @description a WorkflowRun */
                 name: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 task: string;
             };
             cookie?: never;
@@ -1775,7 +1795,7 @@ export interface operations {
                 namespace: string;
                 /** @description a WorkflowRun */
                 name: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 task: string;
                 number: number;
             };

@@ -18,6 +18,7 @@ from flowforge.domain.planning import plan
 from flowforge.domain.projection import progress_text
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.domain.validation import parse_definition
+from flowforge.store.browse import creation_skips
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.events import run_history
@@ -130,6 +131,8 @@ async def test_a_skipped_task_is_never_compensated(store: Pool, fence: Fence) ->
     counts = await forward_counts(store, run.id)
     # migrate by its condition, report because seed failed
     assert (counts.skipped, counts.condition_false) == (2, 1)
+    async with store.connection() as connection:  # what the read API's graph says why
+        assert await creation_skips(connection, run.id) == {"migrate": CONDITION_FALSE}
     assert await roll_back(store, fence, run, decision) == ["undo-extract"]  # not undo-migrate
     final = await states(store, run.id)
     assert final["undo-migrate"] == CompensationState.SKIPPED

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from flowforge.domain.for_each import NO_ITEMS
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.planning import plan
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.domain.validation import parse_definition
+from flowforge.store.browse import creation_skips
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.items import run_items, task_item
@@ -124,6 +126,8 @@ async def test_an_empty_list_runs_nothing(store: Pool, fence: Fence) -> None:
     tasks = {task.task_key: task for task in await list_tasks(store, run.id)}
     assert tasks["deploy"].state == TaskState.SKIPPED
     assert str(tasks["deploy"].last_error).startswith("NoItems")
+    async with store.connection() as connection:  # what the read API's graph says why
+        assert await creation_skips(connection, run.id) == {"deploy": NO_ITEMS}
     assert "undo-deploy" not in tasks
     assert tasks["verify"].pending_dependencies == 1
     await finish(store, fence, run, "migrate")

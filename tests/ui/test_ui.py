@@ -2,7 +2,9 @@
 diamond example run live, sees the saga's rollback, cancels a run, sees nothing of a
 namespace they have no rights in, opens a 10,000-task run drawn by level (the time from
 navigation to the drawn graph is printed, with the server's share), skips a halted
-compensator, approves a gate, pauses a run, and reads a run's finally tasks.
+compensator, approves a gate, pauses a run, reads a run's finally tasks, and sees a forEach
+task as one node counting its items (a click lists them) and a condition-skipped task drawn
+apart from one an upstream failure skipped.
 
 Screenshots of the run page go to the test's temporary folder; with
 FLOWFORGE_UPDATE_SCREENSHOTS=1 (`make screenshots`) also to docs/images/ for the README.
@@ -68,6 +70,13 @@ async def _open_run(page: Page, stack: UiStack, namespace: str, name: str) -> No
         "(to) => { history.pushState(null, '', to); dispatchEvent(new PopStateEvent('popstate')) }",
         f"/runs/{namespace}/{name}",
     )
+
+
+async def _applied_until(page: Page, stack: UiStack, text: str, *, run: str, phase: str) -> None:
+    """Apply ``text``, open the page of its ``run`` and wait for the run's ``phase``."""
+    await _apply(stack, stack.home, text=text)
+    await _open_run(page, stack, stack.home, run)
+    await _wait_phase(page, stack, phase)
 
 
 async def _wait_phase(page: Page, stack: UiStack, phase: str) -> None:
@@ -309,9 +318,10 @@ async def test_schedules_page_shows_next_fires_and_the_runs_a_schedule_made(
     assert page.url.endswith(f"/runs/{ui_stack.home}/ui-nightly-202601010300")
 
 
-def _workflow_and_run(workflow: str, run: str, tasks: str) -> str:
+def _workflow_and_run(workflow: str, run: str, tasks: str, *, types: str = "") -> str:
     """A definition of ``workflow`` (version 1) with ``tasks`` (its YAML, indented as in
-    spec) and the task types ``ok`` and ``bad`` (exit code 3), each 1 s; and ``run`` of it."""
+    spec: parameters may come first) and the task types ``ok`` and ``bad`` (exit code 3),
+    each 1 s, and ``types`` (YAML, indented as ``ok``); and ``run`` of it."""
     return f"""
 apiVersion: flowforge.io/v1alpha1
 kind: WorkflowDefinition
@@ -326,7 +336,7 @@ spec:
     bad:
       image: busybox:1.36
       annotations: {{flowforge.io/simulate-duration: 1s, flowforge.io/simulate-exit-code: "3"}}
-{tasks}
+{types}{tasks}
 ---
 apiVersion: flowforge.io/v1alpha1
 kind: WorkflowRun
@@ -435,9 +445,7 @@ FINAL_RUN = _workflow_and_run(
 async def test_the_finally_section_shows_each_step_and_the_outcome_it_was_told(
     page: Page, ui_stack: UiStack
 ) -> None:
-    await _apply(ui_stack, ui_stack.home, text=FINAL_RUN)
-    await _open_run(page, ui_stack, ui_stack.home, "final-1")
-    await _wait_phase(page, ui_stack, "Failed")
+    await _applied_until(page, ui_stack, FINAL_RUN, run="final-1", phase="Failed")
     section = page.locator('[data-testid="finally"][data-finalizing="false"]')
     await section.and_(page.locator('[data-outcome="Failed"]')).wait_for()
     assert await section.get_attribute("data-rollback") == "Completed"
@@ -474,3 +482,104 @@ async def test_pause_and_resume_a_run_from_the_ui(page: Page, ui_stack: UiStack)
     await page.get_by_role("button", name="Cancel run").click()
     await page.get_by_role("button", name="Yes, cancel hold-1").click()
     await _wait_phase(page, ui_stack, "Cancelled")
+
+
+# deploy runs once per region, one at a time; its item us fails (exit code 4), so the items
+# after it are cancelled, verify is skipped because of it, and migrate by its condition
+FANNED_RUN = _workflow_and_run(
+    "ui-fan",
+    "fan-1",
+    """
+  parameters:
+    - {name: mode, type: string, enum: [full, incremental], default: incremental}
+    - {name: regions, type: array, items: {type: string}, default: [eu, us, ap, sa]}
+  tasks:
+    - {key: prep, type: ok}
+    - {key: migrate, type: ok, dependsOn: [prep], when: "params.mode == 'full'"}
+    - key: deploy
+      type: deployer
+      dependsOn: [migrate]
+      forEach: {items: params.regions, maxParallel: 1}
+    - {key: verify, type: ok, dependsOn: [deploy]}
+    - {key: undo-deploy, type: ok, compensateFor: deploy}""",
+    types="""    deployer:
+      image: busybox:1.36
+      annotations:
+        flowforge.io/simulate-duration: 1s
+        flowforge.io/simulate-exit-code: "4"
+        flowforge.io/simulate-fail-items: us
+""",
+)
+
+
+async def test_a_for_each_is_one_node_counting_its_items_and_a_false_condition_is_drawn_apart(
+    page: Page, ui_stack: UiStack, tmp_path: Path
+) -> None:
+    await _applied_until(page, ui_stack, FANNED_RUN, run="fan-1", phase="Failed")
+    deploy = page.locator('g[data-task="deploy"]')
+    await deploy.and_(page.locator('[data-counts="succeeded=1 failed=1 cancelled=2"]')).wait_for()
+
+    # one node for the four items, with the graph's edges to and from it
+    nodes = await page.locator("g[data-task]").evaluate_all("(gs) => gs.map((g) => g.dataset.task)")
+    assert sorted(nodes) == ["deploy", "migrate", "prep", "verify"], nodes
+    edges = await page.locator("path.edge").evaluate_all("(ps) => ps.map((p) => p.dataset.edge)")
+    assert sorted(edges) == ["deploy>verify", "migrate>deploy", "prep>migrate"], edges
+    assert (
+        await deploy.get_attribute("data-for-each"),
+        await deploy.get_attribute("data-items"),
+    ) == (
+        "true",
+        "4",
+    )
+    assert await deploy.get_attribute("data-state") == "failed"
+    sub = await deploy.locator("text.sub").text_content()
+    assert sub == "⚑ 1 succeeded · 1 failed · 2 cancelled", sub  # its item us began the rollback
+    assert "trigger" in (await deploy.get_attribute("class") or "").split()
+    seen: dict[str, list[str]] = await page.evaluate("window.__seen")
+    assert "running" in seen["deploy"], seen  # while its items ran, one at a time
+
+    # skipped by its condition, drawn apart from verify, which deploy's failure skipped
+    migrate, verify = page.locator('g[data-task="migrate"]'), page.locator('g[data-task="verify"]')
+    assert await migrate.get_attribute("data-state") == "skipped"
+    assert await verify.get_attribute("data-state") == "skipped"
+    assert await migrate.get_attribute("data-skip") == "condition"
+    assert await verify.get_attribute("data-skip") == "upstream"
+    assert "skip-condition" in (await migrate.get_attribute("class") or "").split()
+    assert "skip-condition" not in (await verify.get_attribute("class") or "").split()
+    assert "condition false" in (await migrate.locator("title").text_content() or "")
+    assert await migrate.locator("text.sub").text_content() == "skipped · condition false"
+    # the task list says it alike
+    listed = page.get_by_test_id("tasks")
+    migrate_row = listed.locator('tr[data-task="migrate"]')
+    badge = migrate_row.locator("[data-skip]")
+    assert await badge.get_attribute("data-skip") == "condition"
+    assert await badge.inner_text() == "skipped · condition false"
+    assert "ConditionFalse" in await migrate_row.inner_text()
+    upstream = listed.locator('tr[data-task="verify"] [data-skip]')
+    assert await upstream.get_attribute("data-skip") == "upstream"
+
+    # a click lists the items: key, state, attempts, each opening its attempts
+    await deploy.click()
+    panel = page.get_by_test_id("items-panel")
+    await panel.locator("tr[data-item]").nth(3).wait_for()
+    rows = await panel.locator("tr[data-item]").evaluate_all(
+        "(rs) => rs.map((r) => [r.dataset.item, r.dataset.state, r.cells[2].innerText])"
+    )
+    assert rows == [
+        ["eu", "succeeded", "1"],
+        ["us", "failed", "1"],
+        ["ap", "cancelled", "0"],
+        ["sa", "cancelled", "0"],
+    ], rows
+    assert await panel.get_by_test_id("item-counts").inner_text() == (
+        "1 succeeded · 1 failed · 2 cancelled"
+    )
+    await _screenshot(page, "ui-foreach.png", tmp_path)
+    await panel.get_by_role("button", name="us", exact=True).click()
+    task = page.locator('[data-testid="task-panel"][data-task="deploy[us]"]')
+    attempt = task.locator("tr[data-attempt='1']")
+    await attempt.wait_for()
+    cells = await attempt.locator("td").all_inner_texts()
+    assert cells[1] == "failed" and cells[2] == "4", cells
+    await task.get_by_role("button", name="← every item of deploy").click()
+    await panel.wait_for()

@@ -550,10 +550,17 @@ export interface components {
         };
         /** GraphNode */
         GraphNode: {
+            /**
+             * Foreach
+             * @default false
+             */
+            forEach: boolean;
             /** Id */
             id: string;
             /** Level */
             level: number;
+            /** Reason */
+            reason?: string | null;
             /** State */
             state: string | null;
             /** Type */
@@ -932,7 +939,12 @@ export interface components {
             nominalTime: string;
             run: components["schemas"]["RunSummary"] | null;
         };
-        /** TaskBrief */
+        /**
+         * TaskBrief
+         * @description A task of the run's DAG, or one item of a ``forEach`` task (``deploy[eu]``). A
+         *     skipped task's ``reason`` says why when it was decided at creation (``ConditionFalse``,
+         *     ``NoItems``); a task skipped because an upstream task failed has none.
+         */
         TaskBrief: {
             /** Attempts */
             attempts: number;
@@ -945,6 +957,10 @@ export interface components {
             exitCode: number | null;
             /** Finishedat */
             finishedAt: string | null;
+            /** Foreach */
+            forEach?: string | null;
+            /** Item */
+            item?: string | null;
             /** Level */
             level: number;
             /** Message */
@@ -977,6 +993,10 @@ export interface components {
             exitCode: number | null;
             /** Finishedat */
             finishedAt: string | null;
+            /** Foreach */
+            forEach?: string | null;
+            /** Item */
+            item?: string | null;
             /** Level */
             level: number;
             /** Message */
@@ -1160,7 +1180,7 @@ export interface operations {
             path: {
                 /** @description a namespace */
                 namespace: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 name: string;
             };
             cookie?: never;
@@ -1708,7 +1728,7 @@ export interface operations {
                 namespace: string;
                 /** @description a WorkflowRun */
                 name: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 task: string;
             };
             cookie?: never;
@@ -1782,7 +1802,7 @@ export interface operations {
                 namespace: string;
                 /** @description a WorkflowRun */
                 name: string;
-                /** @description a task's key */
+                /** @description a task's key, or an item's: task[item] */
                 task: string;
                 number: number;
             };

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from flowforge.domain.conditions import evaluate
-from flowforge.domain.for_each import Instance, check_total, instance_key, instances
+from flowforge.domain.for_each import NO_ITEMS, Instance, check_total, instance_key, instances
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.parameters import effective_parameters
 
@@ -37,7 +37,18 @@ def condition_false_message(expression: str) -> str:
 
 def is_condition_false(message: str | None) -> bool:
     """Whether a skipped task's recorded message says its condition was false."""
-    return bool(message) and str(message).startswith(CONDITION_FALSE + ":")
+    return creation_skip_reason(message) == CONDITION_FALSE
+
+
+# the reasons of the tasks a run skips when it is created, each its message's first word
+CREATION_SKIP_REASONS: Final = (CONDITION_FALSE, NO_ITEMS)
+
+
+def creation_skip_reason(message: str | None) -> str | None:
+    """Why a task was skipped when its run was created (``ConditionFalse``, ``NoItems``),
+    from its recorded message; None for any other message."""
+    reason, colon, _ = (message or "").partition(":")
+    return reason if colon and reason in CREATION_SKIP_REASONS else None
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,12 @@ class GraphSkeleton:
     def __init__(self, definition: DefinitionView) -> None:
         spec = definition.spec
         levels = definition.levels
-        # (key, the node's JSON before its state, after it)
+        # (key, the node's JSON before its state, after it up to its closing brace)
         self.nodes = [
             (
                 task.key,
                 f'{{"id":{_text(task.key)},"type":{_text(task.type or GATE_TYPE)},"state":',
-                f',"level":{levels[task.key]}}}',
+                f',"level":{levels[task.key]}' + (',"forEach":true' if task.for_each else ""),
             )
             for task in spec.forward_tasks
         ]
@@ -69,15 +69,25 @@ class GraphSkeleton:
             + sum(len(key) for key in self.planned_rollback)
         )
 
-    def render(self, states: Mapping[str, str] | None, rollback: Sequence[str] | None) -> bytes:
-        """The graph with ``states`` (a task without one is ``null``) and the compensators in
-        ``rollback`` order (the planned order when None)."""
+    def render(
+        self,
+        states: Mapping[str, str] | None,
+        rollback: Sequence[str] | None,
+        reasons: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """The graph with ``states`` (a task without one is ``null``), the ``reasons`` of the
+        tasks skipped when the run was created, and the compensators in ``rollback`` order
+        (the planned order when None)."""
         found = states or {}
         # a handful of distinct states: each encoded once
         encoded: dict[str | None, str] = {value: _json(value) for value in set(found.values())}
         encoded[None] = "null"
+        why = {key: f',"reason":{_text(reason)}}}' for key, reason in (reasons or {}).items()}
         nodes = ",".join(
-            [f"{before}{encoded[found.get(key)]}{after}" for key, before, after in self.nodes]
+            [
+                f"{before}{encoded[found.get(key)]}{after}{why.get(key, '}')}"
+                for key, before, after in self.nodes
+            ]
         )
         compensators = ",".join(
             [

@@ -109,6 +109,10 @@ class Outcome(ApiModel):
 
 
 class TaskBrief(Outcome):
+    """A task of the run's DAG, or one item of a ``forEach`` task (``deploy[eu]``). A
+    skipped task's ``reason`` says why when it was decided at creation (``ConditionFalse``,
+    ``NoItems``); a task skipped because an upstream task failed has none."""
+
     name: str
     type: str
     state: str
@@ -116,6 +120,9 @@ class TaskBrief(Outcome):
     level: int
     attempts: int
     compensator: CompensatorBrief | None
+    # an item: the forEach task it is one instance of (the graph's node), and its item key
+    for_each: str | None = None
+    item: str | None = None
 
 
 class Attempt(Outcome):
@@ -218,6 +225,12 @@ class GraphNode(ApiModel):
     type: str
     state: str | None
     level: int
+    # a forEach task: one node for all its items, whose states are keyed ``<id>[<item key>]``
+    # (the stream's, the detail's tasks); sent only when true
+    for_each: bool = False
+    # why a skipped node was skipped when the run was created (``ConditionFalse``,
+    # ``NoItems``); sent only then
+    reason: str | None = None
 
 
 class GraphCompensator(ApiModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from flowforge.domain.for_each import instance_key, split_instance
 from flowforge.domain.history import EventKind
 from flowforge.server import models, views
 from flowforge.server.errors import ApiError
@@ -81,7 +82,9 @@ async def graph(state: ServerState, connection: Connection, *, namespace: str, n
     )
     steps = loaded.rollback.steps
     order = [step.compensator for step in steps] if steps else None
-    return skeleton.render(loaded.states, order)
+    return skeleton.render(
+        loaded.states, order, await browse.creation_skips(connection, loaded.run.id)
+    )
 
 
 async def detail(
@@ -143,19 +146,36 @@ async def actions(connection: Connection, *, namespace: str, name: str) -> model
     )
 
 
+def compensator_row_key(definition: views.DefinitionView, task: str, *, name: str) -> str | None:
+    """The key of the compensator row of the run's forward task row ``task`` (a task of the
+    DAG or an item of a forEach task, ``deploy[eu]``: then its compensator's instance,
+    ``undo-deploy[eu]``); None when it has no compensator. 404 when ``task`` is none."""
+    group, item = split_instance(task)
+    if group not in definition.levels:
+        raise ApiError(404, f'run "{name}" has no task "{task}"')
+    compensator = definition.compensator_of.get(group)
+    if compensator is None or item is None:
+        return compensator
+    return instance_key(compensator, item)
+
+
+def _why_no_row(task: str) -> str:
+    group, item = split_instance(task)
+    if item is not None:
+        return f": no such item of {group}, or the run's rows were pruned"
+    return f" (a forEach task has one per item, {task}[<item key>]; or they were pruned)"
+
+
 async def task(
     state: ServerState, connection: Connection, *, namespace: str, name: str, task: str
 ) -> models.TaskDetail:
     run = await find(connection, namespace=namespace, name=name)
     definition = await state.definition(connection, run.definition_id)
-    spec = next((t for t in definition.spec.forward_tasks if t.key == task), None)
-    if spec is None:
-        raise ApiError(404, f'run "{name}" has no task "{task}"')
-    compensator_key = definition.compensator_of.get(task)
+    compensator_key = compensator_row_key(definition, task, name=name)
     keys = [task] if compensator_key is None else [task, compensator_key]
     rows = {row.key: row for row in await browse.run_tasks(connection, run.id, keys=keys)}
     if task not in rows:
-        raise ApiError(404, f'the task rows of run "{name}" were pruned')
+        raise ApiError(404, f'run "{name}" has no row of task "{task}"' + _why_no_row(task))
     attempts = views.attempt_history(await browse.attempt_events(connection, run.id, keys=keys))
     brief = views.task_brief(
         definition,

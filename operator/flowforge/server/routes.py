@@ -50,7 +50,14 @@ router = APIRouter(prefix="/api/v1", responses=ERRORS)
 
 Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a namespace")]
 RunName = Annotated[str, Path(pattern=DNS_NAME, max_length=253, description="a WorkflowRun")]
-TaskKey = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="a task's key")]
+# a task's key, or a forEach item's (``deploy[eu-west-1]``, docs/foreach.md)
+TASK_ROW_KEY: Final = (
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\[[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?\])?$"
+)
+TaskKey = Annotated[
+    str,
+    Path(pattern=TASK_ROW_KEY, max_length=97, description="a task's key, or an item's: task[item]"),
+]
 
 
 def json_of(model: BaseModel) -> Response:
@@ -227,17 +234,15 @@ async def attempt_log(
         run = await reads.find(connection, namespace=namespace, name=name)
         definition = await state.definition(connection, run.definition_id)
         key: str | None = task
-        role = TaskRole.FORWARD
-        if compensator:
-            key, role = definition.compensator_of.get(task), TaskRole.COMPENSATION
-        elif task in definition.final_keys:
-            role = TaskRole.FINALLY
-        if key is None or (task not in definition.levels and role is not TaskRole.FINALLY):
-            raise ApiError(
-                404,
-                f'run "{name}" has no task "{task}"'
-                + (" with a compensator" if compensator else ""),
+        role = TaskRole.FINALLY
+        if task not in definition.final_keys or compensator:
+            # 404 for a task (or item) the DAG has not
+            compensating = reads.compensator_row_key(definition, task, name=name)
+            key, role = (
+                (compensating, TaskRole.COMPENSATION) if compensator else (task, TaskRole.FORWARD)
             )
+        if key is None:
+            raise ApiError(404, f'run "{name}" has no task "{task}" with a compensator')
         # the Job FlowForge created and recorded, never one found by its name or label
         job_uid = await recorded_job_uid_on(connection, run_id=run.id, task_key=key, attempt=number)
     job = job_name(run_name=run.name, run_uid=run.uid, task_key=key, attempt=number, role=role)

@@ -10,6 +10,8 @@ from functools import cached_property
 from typing import Any
 
 from flowforge.domain.execution import attempts_made
+from flowforge.domain.expansion import creation_skip_reason
+from flowforge.domain.for_each import split_instance
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.projection import StatusInput, TaskCounts, run_conditions
@@ -204,8 +206,11 @@ def task_brief(
 ) -> models.TaskBrief:
     spec = definition.spec.task_of(row.key)  # a forEach item's row: its task
     compensator_spec = definition.spec.compensators.get(spec.key)
+    group, item = split_instance(row.key)
     return models.TaskBrief(
         **_outcome(row, attempts),
+        for_each=None if item is None else group,
+        item=item,
         type=spec.type or GATE_TYPE,
         depends_on=sorted(spec.depends_on),
         level=definition.levels.get(spec.key, 0),
@@ -219,8 +224,9 @@ def task_brief(
 
 def _outcome(row: TaskRow, attempts: Sequence[models.Attempt]) -> dict[str, Any]:
     """A task row's fields every view of a task shows: its state, attempts made, what its
-    last attempt said, its times."""
+    last attempt said (or why it was skipped when the run was created), its times."""
     last = attempts[-1] if attempts else None
+    skipped = row.state == TaskState.SKIPPED
     return {
         "name": row.key,
         "state": row.state,
@@ -228,7 +234,9 @@ def _outcome(row: TaskRow, attempts: Sequence[models.Attempt]) -> dict[str, Any]
             state=row.state, attempt=row.attempt, started=row.started_at is not None
         ),
         "exit_code": last.exit_code if last else None,
-        "reason": last.reason if last else None,
+        "reason": last.reason
+        if last
+        else creation_skip_reason(row.last_error if skipped else None),
         "message": (last.message if last else None) or row.last_error,
         "started_at": row.started_at,
         "finished_at": row.finished_at,

@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+from flowforge.domain.expansion import CREATION_SKIP_REASONS, creation_skip_reason
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.states import RunPhase, TaskState, sql_list
 from flowforge.domain.undo import UndoOf
@@ -257,6 +258,21 @@ async def task_states(connection: Connection, run_id: int) -> dict[str, str]:
         (run_id,),
     )
     return {str(key): str(state) for key, state in await cursor.fetchall()}
+
+
+async def creation_skips(connection: Connection, run_id: int) -> dict[str, str]:
+    """The forward tasks the run skipped when it was created, by key: why
+    (``ConditionFalse``, ``NoItems``; `domain/expansion.py`)."""
+    cursor = await connection.execute(
+        "SELECT task_key, last_error FROM flowforge_task WHERE run_id = %s "
+        "AND role = 'forward' AND state = %s AND split_part(last_error, ':', 1) = ANY(%s)",
+        (run_id, TaskState.SKIPPED, list(CREATION_SKIP_REASONS)),
+    )
+    return {
+        str(key): reason
+        for key, message in await cursor.fetchall()
+        if (reason := creation_skip_reason(message)) is not None
+    }
 
 
 async def rollback_rows(connection: Connection, run_id: int) -> tuple[list[TaskRow], set[str]]:

@@ -2,6 +2,7 @@
 import type { ComponentChildren } from "preact";
 import type { Progress } from "../api";
 import { label, phaseClass, stateClass } from "../format";
+import { SKIP_LABEL, SKIP_TITLE, type SkipKind } from "../items";
 
 export function Phase({ phase, compensating }: { phase: string; compensating?: boolean }) {
   return (
@@ -12,8 +13,14 @@ export function Phase({ phase, compensating }: { phase: string; compensating?: b
   );
 }
 
-export function StateBadge({ state }: { state: string | null | undefined }) {
-  return <span class={`badge ${stateClass(state)}`} data-state={state ?? ""}>{label(state)}</span>;
+/** A state; a skipped task of the DAG also says why (`skip`: see items.ts). */
+export function StateBadge({ state, skip }: { state: string | null | undefined; skip?: SkipKind | null }) {
+  return (
+    <span class={`badge ${stateClass(state)}${skip ? ` skip-${skip}` : ""}`} data-state={state ?? ""}
+      data-skip={skip ?? undefined} title={skip ? SKIP_TITLE[skip] : undefined}>
+      {label(state)}{skip ? ` · ${SKIP_LABEL[skip]}` : ""}
+    </span>
+  );
 }
 
 export function ProgressBar({ progress }: { progress: Progress }) {

@@ -4,11 +4,16 @@ import { useState } from "preact/hooks";
 import { getJson, getText, paths, type Attempt, type TaskDetail } from "../api";
 import { duration, time } from "../format";
 import { useData } from "../hooks";
+import { skipKind } from "../items";
 import { ErrorNote, StateBadge } from "./Bits";
 
-type Props = { namespace: string; run: string; task: string; version: string; onClose: () => void };
+type Props = {
+  namespace: string; run: string; task: string; version: string; onClose: () => void;
+  /** For a forEach item: back to its task's items. */
+  onUp?: () => void;
+};
 
-export function TaskPanel({ namespace, run, task, version, onClose }: Props) {
+export function TaskPanel({ namespace, run, task, version, onClose, onUp }: Props) {
   const detail = useData(
     (signal) => getJson<TaskDetail>(paths.task(namespace, run, task), signal),
     [namespace, run, task, version],
@@ -20,16 +25,20 @@ export function TaskPanel({ namespace, run, task, version, onClose }: Props) {
         <h2 id="task-h">Task {task}</h2>
         <button type="button" class="link" onClick={onClose} aria-label="Close task details">Close</button>
       </div>
+      {onUp && t?.forEach && (
+        <p><button type="button" class="link" onClick={onUp}>← every item of {t.forEach}</button></p>
+      )}
       <ErrorNote error={detail.error} />
       {t && (
         <>
           <dl class="facts">
-            <dt>State</dt><dd><StateBadge state={t.state} /></dd>
+            <dt>State</dt><dd><StateBadge state={t.state} skip={skipKind(t.state, t.reason)} /></dd>
+            {t.forEach && (<><dt>Item</dt><dd>{t.item} <span class="muted">of {t.forEach}</span></dd></>)}
             <dt>Type</dt><dd>{t.type}</dd>
             <dt>Level</dt><dd>{t.level}</dd>
             <dt>Depends on</dt><dd>{t.dependsOn.length ? t.dependsOn.join(", ") : "—"}</dd>
             <dt>Exit code</dt><dd>{t.exitCode ?? "—"}</dd>
-            <dt>Reason</dt><dd>{t.reason ?? "—"}</dd>
+            <dt>Reason</dt><dd>{t.reason ?? "—"}{t.message ? <div class="muted small">{t.message}</div> : null}</dd>
             <dt>Started</dt><dd>{time(t.startedAt)}</dd>
             <dt>Finished</dt><dd>{time(t.finishedAt)}</dd>
             <dt>Duration</dt><dd>{duration(t.durationSeconds)}</dd>

@@ -1,20 +1,23 @@
 // One run: its graph coloured by state and kept live from /stream (approval gates drawn as
-// such), the rollback path, its finally tasks, a task's attempts and logs, conditions and
-// events, cancel/retry and a person's actions (pause, recover a halted rollback, approve) as
-// the signed-in user.
+// such, a forEach task as one node whose items a click lists, a condition-skipped task apart
+// from one an upstream failure skipped), the rollback path, its finally tasks, a task's
+// attempts and logs, conditions and events, cancel/retry and a person's actions (pause,
+// recover a halted rollback, approve) as the signed-in user.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import {
   ApiError, getJson, paths, post, readStream,
   type Compensation, type Condition, type Graph, type RunChange, type RunDetail, type RunSummary,
 } from "../api";
 import { ErrorNote, Phase, ProgressBar, Section, StateBadge } from "../components/Bits";
-import { Dag, MAX_DRAWN } from "../components/Dag";
+import { Dag, MAX_DRAWN, nodeView } from "../components/Dag";
 import { Finally } from "../components/Finally";
+import { ItemsPanel } from "../components/ItemsPanel";
 import { Rollback } from "../components/Rollback";
 import { RunActions } from "../components/RunActions";
 import { TaskPanel } from "../components/TaskPanel";
 import { duration, FINAL_PHASES, label, time } from "../format";
 import { useData, useNow } from "../hooks";
+import { countsText, itemsOf, skipKind, splitInstance, type Items } from "../items";
 import { href, navigate } from "../router";
 
 type Live = { run: RunSummary & { conditions: Condition[] }; states: Record<string, string>; compensation: Compensation };
@@ -152,6 +155,7 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
     if (!stream.live) return fromDetail;
     return streamDone ? { ...stream.live.states, ...fromDetail } : stream.live.states;
   }, [stream.live, d, streamDone]);
+  const items = useMemo(() => itemsOf(states), [states]);
 
   // After an action is sent, and while a final run's rollback runs again, re-read the run.
   const [expecting, setExpecting] = useState<{ name: string; until: number } | null>(null);
@@ -177,6 +181,9 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
     );
   }
   const select = (task: string) => { setSelected(task); setLevel(null); };
+  // a forEach task with items opens as its list of items; an item (task[item]) as a task
+  const [selectedTask, selectedItem] = selected ? splitInstance(selected) : [null, null];
+  const group = selected && graph.data?.nodes.some((n) => n.id === selected && n.forEach) ? items.get(selected) : undefined;
   return (
     <section class="run" data-testid="run" data-phase={run?.phase ?? ""}>
       <div class="run-head">
@@ -202,15 +209,21 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
         <Section title="Graph" id="graph">
           <ErrorNote error={graph.error} />
           {graph.data ? (
-            <Dag graph={graph.data} states={states} selected={selected} triggeredBy={compensation?.triggeredBy}
+            <Dag graph={graph.data} states={states} items={items} selected={selectedTask} triggeredBy={compensation?.triggeredBy}
               onSelect={select} onSelectLevel={(l) => { setLevel(l); setSelected(null); }} selectedLevel={level}
               onDrawn={() => setDrawn(true)} />
           ) : !graph.error && <p class="muted">Laying out the graph…</p>}
           <Legend />
         </Section>
-        {selected && <TaskPanel namespace={namespace} run={name} task={selected} version={`${version}`} onClose={() => setSelected(null)} />}
+        {selected && group && group.size > 0 && (
+          <ItemsPanel task={selected} items={group} briefs={d?.tasks ?? []} onSelect={select} onClose={() => setSelected(null)} />
+        )}
+        {selected && !(group && group.size > 0) && (
+          <TaskPanel namespace={namespace} run={name} task={selected} version={`${version}`} onClose={() => setSelected(null)}
+            onUp={selectedItem !== null && selectedTask ? () => select(selectedTask) : undefined} />
+        )}
         {level !== null && graph.data && (
-          <LevelPanel graph={graph.data} level={level} states={states} onSelect={select} onClose={() => setLevel(null)} />
+          <LevelPanel graph={graph.data} level={level} states={states} items={items} onSelect={select} onClose={() => setLevel(null)} />
         )}
       </div>
       {compensation && (
@@ -253,9 +266,9 @@ function RunView({ namespace, name }: { namespace: string; name: string }) {
             <thead><tr><th scope="col">Task</th><th scope="col">State</th><th scope="col">Attempts</th><th scope="col">Exit</th><th scope="col">Reason</th><th scope="col">Took</th><th scope="col">Compensator</th></tr></thead>
             <tbody>
               {d.tasks.map((t) => (
-                <tr key={t.name}>
+                <tr key={t.name} data-task={t.name}>
                   <td><button type="button" class="link" onClick={() => select(t.name)}>{t.name}</button></td>
-                  <td><StateBadge state={states[t.name] ?? t.state} /></td>
+                  <td><StateBadge state={states[t.name] ?? t.state} skip={skipKind(states[t.name] ?? t.state, t.reason)} /></td>
                   <td>{t.attempts}</td><td>{t.exitCode ?? "—"}</td><td>{t.reason ?? "—"}</td><td>{duration(t.durationSeconds)}</td>
                   <td>{t.compensator ? <>{t.compensator.type} <StateBadge state={t.compensator.state} /></> : "—"}</td>
                 </tr>
@@ -338,20 +351,24 @@ const LEGEND = ["waiting", "ready", "awaiting", "running", "succeeded", "failed"
 function Legend() {
   return (
     <ul class="legend" aria-label="State colours">
-      {LEGEND.map((s) => <li key={s}><StateBadge state={s} /></li>)}
+      {LEGEND.map((s) => <li key={s}><StateBadge state={s} skip={s === "skipped" ? "upstream" : null} /></li>)}
+      <li><StateBadge state="skipped" skip="condition" /></li>
     </ul>
   );
 }
 
 const LEVEL_LIST = 200;
 
-function LevelPanel({ graph, level, states, onSelect, onClose }: {
-  graph: Graph; level: number; states: Record<string, string>; onSelect: (task: string) => void; onClose: () => void;
+function LevelPanel({ graph, level, states, items, onSelect, onClose }: {
+  graph: Graph; level: number; states: Record<string, string>; items: Items; onSelect: (task: string) => void; onClose: () => void;
 }) {
   const [filter, setFilter] = useState("");
-  const tasks = useMemo(() => graph.nodes.filter((n) => n.level === level), [graph, level]);
+  const tasks = useMemo(
+    () => graph.nodes.filter((n) => n.level === level).map((n) => ({ n, ...nodeView(n, states, items) })),
+    [graph, level, states, items],
+  );
   const needle = filter.trim().toLowerCase();
-  const shown = tasks.filter((n) => !needle || n.id.includes(needle) || (states[n.id] ?? n.state ?? "").includes(needle));
+  const shown = tasks.filter(({ n, state }) => !needle || n.id.includes(needle) || (state ?? "").includes(needle));
   return (
     <aside class="panel card" aria-labelledby="level-h" data-testid="level-panel">
       <div class="panel-head">
@@ -360,10 +377,11 @@ function LevelPanel({ graph, level, states, onSelect, onClose }: {
       </div>
       <label>Filter by name or state <input type="search" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} /></label>
       <ul class="tasklist">
-        {shown.slice(0, LEVEL_LIST).map((n) => (
+        {shown.slice(0, LEVEL_LIST).map(({ n, state, counts, skip }) => (
           <li key={n.id}>
             <button type="button" class="link" onClick={() => onSelect(n.id)}>{n.id}</button>{" "}
-            <StateBadge state={states[n.id] ?? n.state} />
+            <StateBadge state={state} skip={skip} />
+            {counts && <span class="muted small"> {countsText(counts)}</span>}
           </li>
         ))}
       </ul>

@@ -1,5 +1,7 @@
 """A run's parameters and its tasks' configs reach the containers as files of one ConfigMap
 per run, owned by the run, mounted read-only; the garbage collector deletes it with the run.
+A run with neither makes no ConfigMap: its tasks read the same files from their Pods' own
+annotation.
 
 kwok plays the kubelet here and runs no container, so what a container would read is
 projected from the ConfigMap by the volume's own ``items`` (as the kubelet does) into a
@@ -9,10 +11,7 @@ directory, and the SDK's readers run against it with the Job's own environment.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -20,7 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from flowforge.domain.caps import MAX_CONFIG_BYTES
 from flowforge.domain.execution import config_map_name
+from flowforge.domain.run_files import EMPTY_FILE_ANNOTATION
 from tests.plugins.operator import OperatorProcess, RunDriver
+from tests.support.run_files import project, read_as_the_task, run_files_volume
 from tests.support.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.cluster
@@ -36,30 +37,6 @@ PARAMETERS = {"date": "2026-11-30", "note": "ü" * 4000}
 # Linux's MAX_ARG_STRLEN; a sixteenth of the 1 MiB no Job may approach
 ENV_STRING_LIMIT = 128 * 1024
 JOB_SIZE_CEILING = 64 * 1024
-
-READ_FILES = (
-    "import json; from flowforge.sdk import run_parameters, task_config; "
-    "print(json.dumps({'config': task_config(), 'parameters': run_parameters()}))"
-)
-
-
-def _project(config_map: dict[str, Any], volume: dict[str, Any], into: Path) -> None:
-    """What the kubelet writes for a ConfigMap volume with ``items``: only those keys."""
-    into.mkdir(parents=True)
-    for item in volume["configMap"]["items"]:
-        (into / item["path"]).write_text(config_map["data"][item["key"]], encoding="utf-8")
-
-
-def _read_as_the_task(env: dict[str, str], *, mount_path: str, files: Path) -> dict[str, Any]:
-    moved = {
-        name: value.replace(mount_path, str(files), 1) if value.startswith(mount_path) else value
-        for name, value in env.items()
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", READ_FILES], env=moved, capture_output=True, text=True, check=True
-    )
-    read: dict[str, Any] = json.loads(result.stdout)
-    return read
 
 
 async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
@@ -102,7 +79,8 @@ async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
         task = job["metadata"]["labels"]["flowforge.io/task"]
         pod = job["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        (volume,) = [v for v in pod["volumes"] if v.get("configMap", {}).get("name") == name]
+        volume = run_files_volume(pod)
+        assert volume["configMap"]["name"] == name
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
         assert mount["readOnly"] is True and mount["mountPath"] == "/etc/flowforge"
         env = {entry["name"]: entry["value"] for entry in container["env"]}
@@ -113,9 +91,9 @@ async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
         assert len(text.encode()) < JOB_SIZE_CEILING and BIG["blob"] not in text, task
 
         files = tmp_path / task
-        _project(config_map, volume, files)
+        project(volume, into=files, config_map=config_map)
         assert sorted(path.name for path in files.iterdir()) == ["config.json", "parameters.json"]
-        read = _read_as_the_task(env, mount_path=mount["mountPath"], files=files)
+        read = read_as_the_task(env, files=files)
         assert read == {"config": expected[task], "parameters": PARAMETERS}, task
 
     driver.delete_run("f1")
@@ -130,3 +108,64 @@ async def test_tasks_read_config_and_parameters_from_the_runs_config_map(
     wait_until_blocking(
         collected, timeout=60, what="the garbage collector to delete the run's ConfigMap"
     )
+
+
+async def test_a_run_without_parameters_or_configs_reads_the_same_files_without_a_config_map(
+    operator: OperatorProcess, driver: RunDriver, kube_api: k8s.ApiClient, tmp_path: Path
+) -> None:
+    """Both files are ``{}``: the Jobs mount them from their Pods' own annotation (a downward
+    API volume of the same name at the same path), no ConfigMap is made, and neither a
+    ConfigMap someone put under the run's ConfigMap name nor the template's own value of the
+    annotation reaches the task."""
+    forged_value = '{"forged": true}'
+    step = {**STEP, "annotations": {**STEP["annotations"], EMPTY_FILE_ANNOTATION: forged_value}}
+    await driver.publish(
+        {
+            "workflow": "plain",
+            "version": 1,
+            "taskTypes": {"step": step},
+            "tasks": [
+                {"key": "a", "type": "step"},
+                {"key": "b", "type": "step", "dependsOn": ["a"]},
+            ],
+        }
+    )
+    created = driver.create_run("p1", workflow="plain")
+    core = k8s.CoreV1Api(kube_api)
+    name = config_map_name(run_name="p1", run_uid=created["metadata"]["uid"])
+    # someone else's ConfigMap under the name the run's would have: never mounted
+    forged = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name=name, labels={"flowforge.io/run": "p1"}),
+        data={"parameters.json": forged_value, "empty-config.json": forged_value},
+        immutable=True,
+    )
+    core.create_namespaced_config_map(driver.namespace, forged)
+    body = await driver.wait_phase("p1", {"Succeeded", "Failed"}, operator=operator)
+    assert body["status"]["phase"] == "Succeeded", body["status"]
+
+    owned = core.list_namespaced_config_map(driver.namespace, label_selector="flowforge.io/run=p1")
+    assert [item.metadata.uid for item in owned.items] == [
+        core.read_namespaced_config_map(name, driver.namespace).metadata.uid
+    ]  # the forged one only: the run made none
+    jobs = driver.jobs("p1")
+    assert len(jobs) == 2
+    for job in jobs:
+        task = job.metadata.labels["flowforge.io/task"]
+        pod_spec = kube_api.sanitize_for_serialization(job.spec.template.spec)
+        volume = run_files_volume(pod_spec)
+        assert "configMap" not in volume and volume["downwardAPI"]["defaultMode"] == 0o444
+        (container,) = pod_spec["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount == {"name": volume["name"], "mountPath": "/etc/flowforge", "readOnly": True}
+        env = {entry["name"]: entry["value"] for entry in container["env"]}
+        assert env["FLOWFORGE_CONFIG_FILE"] == "/etc/flowforge/config.json"
+        assert env["FLOWFORGE_PARAMETERS_FILE"] == "/etc/flowforge/parameters.json"
+        # the Pod the Job controller made (the kubelet reads its annotations)
+        (pod,) = core.list_namespaced_pod(
+            driver.namespace,
+            label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}",
+        ).items
+        files = tmp_path / task
+        project(volume, into=files, pod_annotations=pod.metadata.annotations)
+        assert sorted(path.name for path in files.iterdir()) == ["config.json", "parameters.json"]
+        assert read_as_the_task(env, files=files) == {"config": {}, "parameters": {}}, task

@@ -1,19 +1,23 @@
-"""The run's ConfigMap, created once before its first Job, against the real store and the
-Kubernetes fake: shared by concurrent creations, idempotent across restarts, never taken
-from someone else, forgotten when the run finishes."""
+"""The run's ConfigMap, created once before its first Job that mounts it, against the real
+store and the Kubernetes fake: shared by concurrent creations, idempotent across restarts,
+never taken from someone else, forgotten when the run finishes; a Job whose files are both
+``{}`` mounts none and reads the same files from its Pod's annotation."""
 
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 from flowforge.domain.execution import config_map_name
+from flowforge.domain.run_files import EMPTY_FILE_ANNOTATION
 from flowforge.domain.states import RunPhase, TaskState
 from flowforge.kube.config_map import build_config_map
 from flowforge.operator import metrics
 from flowforge.store.queries import latest_outcomes
-from tests.engine.conftest import NAMESPACE, Harness
+from tests.engine.conftest import NAMESPACE, Harness, task_of_job
+from tests.support.run_files import project, read_as_the_task, run_files_volume
 
 FAN_OUT: list[dict[str, Any]] = [
     {"key": "a", "config": {"n": 1}},
@@ -38,8 +42,11 @@ async def test_one_config_map_serves_a_fan_out_and_is_forgotten_when_the_run_end
     assert json.loads(config_map["data"]["config.a.json"]) == {"n": 1}
     assert len(harness.kube.jobs) == 3
     for job in harness.kube.jobs.values():
-        (volume,) = job["spec"]["template"]["spec"]["volumes"]
-        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        volume = run_files_volume(job["spec"]["template"]["spec"])
+        if task_of_job(job) == "c":  # no config, no parameters: nothing of the run to mount
+            assert "configMap" not in volume and "downwardAPI" in volume
+        else:
+            assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     assert len(harness.engine.launcher.files) == 1
     for key in ("a", "b", "c"):
         await harness.finish(key)
@@ -140,3 +147,63 @@ async def test_a_deleted_config_map_is_made_again_from_the_runs_own_data(
     assert harness.job_of("b")
     await harness.finish("b")
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED
+
+
+def _files_read(job: dict[str, Any], into: Path, config_map: dict[str, Any] | None = None) -> Any:
+    """What the Job's task container reads, its Pod made from the Job's template."""
+    pod = job["spec"]["template"]
+    volume = run_files_volume(pod["spec"])
+    project(
+        volume, into=into, config_map=config_map, pod_annotations=pod["metadata"]["annotations"]
+    )
+    (container,) = pod["spec"]["containers"]
+    return read_as_the_task({e["name"]: e["value"] for e in container["env"]}, files=into)
+
+
+PLAIN = [{"key": "a"}, {"key": "b", "dependsOn": ["a"]}]
+
+
+async def test_a_run_without_parameters_or_configs_makes_no_config_map(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Its tasks read the same files, ``{}`` both, at the same paths; nothing someone else
+    puts under the name the run's ConfigMap would have, nor the template's own value of the
+    annotation, reaches them."""
+    body = await harness.unstarted(
+        "plain", PLAIN, task_type={"annotations": {EMPTY_FILE_ANNOTATION: '{"n": 666}'}}
+    )
+    metadata = body["metadata"]
+    name = config_map_name(run_name=metadata["name"], run_uid=metadata["uid"])
+    forged = {"metadata": {"name": name, "uid": "attacker-uid"}, "data": {"x": '{"n": 666}'}}
+    harness.kube.config_maps[(NAMESPACE, name)] = forged
+    await harness.engine.start_run(body)
+    await harness.settle_background()
+    context = await harness.engine.runs.by_uid(namespace=NAMESPACE, uid=metadata["uid"])
+    assert context is not None
+    await harness.finish("a")
+    await harness.finish("b")
+
+    assert (await harness.run(context)).phase is RunPhase.SUCCEEDED
+    assert (harness.kube.config_map_calls, harness.kube.config_map_reads) == (0, 0)
+    assert harness.kube.config_maps == {(NAMESPACE, name): forged}
+    assert len(harness.engine.launcher.files) == 0
+    for key in ("a", "b"):
+        job = harness.kube.jobs[(NAMESPACE, harness.job_of(key))]
+        assert _files_read(job, tmp_path / key) == {"config": {}, "parameters": {}}
+
+
+async def test_a_run_with_parameters_still_gets_its_own_config_map(
+    harness: Harness, tmp_path: Path
+) -> None:
+    body = await harness.unstarted("params", PLAIN[:1])
+    body["spec"]["parameters"] = {"date": "2026-11-30"}
+    await harness.engine.start_run(body)
+    await harness.settle_background()
+
+    assert harness.kube.config_map_calls == 1
+    config_map = _config_map(harness, body)
+    job = harness.kube.jobs[(NAMESPACE, harness.job_of("a"))]
+    volume = run_files_volume(job["spec"]["template"]["spec"])
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    read = _files_read(job, tmp_path / "a", config_map)
+    assert read == {"config": {}, "parameters": {"date": "2026-11-30"}}

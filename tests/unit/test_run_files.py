@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from flowforge.domain.caps import (
 from flowforge.domain.execution import config_map_name
 from flowforge.domain.run_files import (
     EMPTY_CONFIG_KEY,
+    EMPTY_FILE_ANNOTATION,
     PARAMETERS_KEY,
     config_key,
     reserved_mount_path,
@@ -34,7 +36,7 @@ from flowforge.kube.config_map import (
     same_config_map,
 )
 from flowforge.kube.errors import KubernetesRefusal
-from flowforge.kube.jobs import JobRequest, build_job
+from flowforge.kube.jobs import ItemRef, JobRequest, build_job
 from flowforge.sdk import run_parameters, task_config
 
 # k8s.io/apimachinery IsConfigMapKey
@@ -119,6 +121,45 @@ def test_the_config_map_is_owned_by_the_run_and_the_job_mounts_it_read_only() ->
     env = {entry["name"]: entry.get("value") for entry in pod["containers"][0]["env"]}
     assert env["FLOWFORGE_CONFIG"] == "x"
     assert env["FLOWFORGE_CONFIG_FILE"] == "/etc/flowforge/config.json"
+
+
+@pytest.mark.parametrize(
+    ("changes", "mounted"),
+    [
+        ({}, False),
+        ({"parameters": {"date": "2026-11-30"}}, True),
+        ({"config": {"a": 1}}, True),
+        ({"item": ItemRef(group="undo", key="us", json='"us"')}, True),
+        ({"queue_name": "team-a"}, True),  # suspended: its template's annotations may change
+    ],
+)
+def test_a_job_mounts_the_config_map_only_for_files_of_the_run_or_when_suspended(
+    changes: dict[str, Any], mounted: bool
+) -> None:
+    """Otherwise both files are ``{}``, written by the downward API from FlowForge's own
+    value of the Pod annotation, whatever the template sets it to."""
+    template = {"image": "busybox:1.36", "annotations": {EMPTY_FILE_ANNOTATION: '{"n": 666}'}}
+    request = dataclasses.replace(
+        _request("undo", {}), **({"parameters": {}, "template": template} | changes)
+    )
+    pod = build_job(request)["spec"]["template"]
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["name"] == "flowforge-run-files"
+    assert ("configMap" in volume) is mounted
+    if mounted:
+        return
+    field = f"metadata.annotations['{EMPTY_FILE_ANNOTATION}']"
+    assert volume["downwardAPI"] == {
+        "items": [
+            {"path": "parameters.json", "fieldRef": {"fieldPath": field}},
+            {"path": "config.json", "fieldRef": {"fieldPath": field}},
+        ],
+        "defaultMode": 0o444,
+    }
+    # byte for byte what the run's ConfigMap would hold for the two files
+    data = run_files_data({}, [])
+    assert pod["metadata"]["annotations"][EMPTY_FILE_ANNOTATION] == data[PARAMETERS_KEY]
+    assert data[PARAMETERS_KEY] == data[EMPTY_CONFIG_KEY] == "{}"
 
 
 def test_only_the_runs_own_config_map_is_taken_for_it() -> None:

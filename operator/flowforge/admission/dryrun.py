@@ -5,9 +5,10 @@ task of that type would get (`flowforge.kube.jobs.build_job`, for a placeholder 
 the ownerReference to it) and the Pod that Job would make, and asks the apiserver to create
 both with ``dryRun=All``: PodSpec validation answers for the Job; Pod Security (enforced on
 Pods only, never on a Job), the ServiceAccount's existence, LimitRanges and the cluster's own
-policies on Pods answer for the Pod. Nothing is stored. The placeholder run's ConfigMap
-(the run's files, which every Job mounts) does not exist, and need not: validation and
-admission do not look a ConfigMap volume up, only the kubelet does. A refusal is mapped back
+policies on Pods answer for the Pod. Nothing is stored. The placeholder run has no
+parameters and its task no config, so its Job has the downward API volume of the run's
+files (`flowforge.domain.run_files`); a real run's may mount its ConfigMap instead, which
+validation and admission do not look up either (only the kubelet does). A refusal is mapped back
 onto the definition's field (``spec.taskTypes[py].env[2].name``, `flowforge.kube.job_paths`).
 
 Cost is bounded: one Job and one Pod dry-run per distinct template (identical task types share

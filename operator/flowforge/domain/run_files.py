@@ -9,6 +9,13 @@ configs stays small. Keys are collision-free by construction: a task key that is
 label (what validation allows; labels have no dots) gives ``config.<key>.json``, anything
 else ``config.sha256.<hex>.json``, which has one dot more than any plain key, and the two
 fixed keys have no ``config.`` prefix.
+
+A Job whose two files are both ``{}`` (the run has no parameters, the task no config and no
+items) and that is not created suspended needs no ConfigMap (`mounts_config_map`): its
+volume, of the same name at the same path, is a downward API volume that writes the same
+two files from its Pod's own annotation ``EMPTY_FILE_ANNOTATION`` (``{}``), part of the
+Job's Pod template, which nobody can change once the Job runs. A suspended (Kueue) Job keeps
+the ConfigMap: while suspended and never started, its template's annotations may be edited.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ ITEMS_FILE: Final = "items.json"
 ITEMS_FILE_VARIABLE: Final = "FLOWFORGE_ITEMS_FILE"
 ITEMS_FILE_PATH: Final = f"{MOUNT_PATH}/{ITEMS_FILE}"
 PARAMETERS_FILE_PATH: Final = f"{MOUNT_PATH}/{PARAMETERS_FILE}"
+# the Pod annotation a Job without a ConfigMap reads both its files from (``{}``)
+EMPTY_FILE_ANNOTATION: Final = "flowforge.io/empty-file"
 
 _PLAIN_TASK_KEY = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -100,6 +109,25 @@ def task_items(
     if item_group is not None:
         files.append({"key": items_key(item_group), "path": ITEMS_FILE})
     return files
+
+
+def mounts_config_map(
+    *, parameters: Mapping[str, Any], config: Mapping[str, Any], has_items: bool, suspended: bool
+) -> bool:
+    """Whether a task's Job mounts the run's ConfigMap: when one of its files holds something
+    of the run (parameters, its config, its task's items) or the Job is created suspended;
+    else both files are ``{}`` from its Pod's annotation (`empty_file_items`)."""
+    return bool(parameters) or bool(config) or has_items or suspended
+
+
+def empty_file_items() -> list[dict[str, Any]]:
+    """The downward API volume's ``items`` of a Job without a ConfigMap: its two files, each
+    the Pod's ``EMPTY_FILE_ANNOTATION``."""
+    field = {"fieldPath": f"metadata.annotations['{EMPTY_FILE_ANNOTATION}']"}
+    return [
+        {"path": PARAMETERS_FILE, "fieldRef": dict(field)},
+        {"path": CONFIG_FILE, "fieldRef": dict(field)},
+    ]
 
 
 def file_environment() -> dict[str, str]:

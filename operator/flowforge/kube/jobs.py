@@ -6,8 +6,9 @@ Pod-spec fields of `flowforge.domain.podspec_schema`), so this module does not d
 the domain models it. Security contexts are FlowForge's restricted defaults with the
 template's own settings laid over them (the namespace policy has judged those). The run's
 parameters and the task's config are files of the run's ConfigMap (`flowforge.kube.config_map`),
-mounted read-only at ``/etc/flowforge``; the environment carries only small identity variables,
-the ``FLOWFORGE_PARAM_<NAME>`` values and the files' paths.
+mounted read-only at ``/etc/flowforge``, or, when both are ``{}``, the same files from the
+Pod's own annotation (`flowforge.domain.run_files`); the environment carries only small
+identity variables, the ``FLOWFORGE_PARAM_<NAME>`` values and the files' paths.
 """
 
 from __future__ import annotations
@@ -252,8 +253,25 @@ def run_owner_reference(*, run_name: str, run_uid: str) -> dict[str, Any]:
     }
 
 
+def mounts_config_map(request: JobRequest) -> bool:
+    """Whether the Job mounts the run's ConfigMap (else its files come from its Pod's own
+    annotation, `run_files.mounts_config_map`)."""
+    return run_files.mounts_config_map(
+        parameters=request.parameters,
+        config=request.config,
+        has_items=request.item is not None,
+        suspended=bool(request.queue_name),
+    )
+
+
 def run_files_volume(request: JobRequest) -> dict[str, Any]:
-    """The run's ConfigMap as a volume that shows only this task's two files, read-only."""
+    """The volume of this task's two files, read-only: the run's ConfigMap showing only them,
+    or, when both are ``{}``, the downward API writing them from the Pod's annotation."""
+    if not mounts_config_map(request):
+        return {
+            "name": run_files.VOLUME_NAME,
+            "downwardAPI": {"items": run_files.empty_file_items(), "defaultMode": 0o444},
+        }
     return {
         "name": run_files.VOLUME_NAME,
         "configMap": {
@@ -279,8 +297,11 @@ def _pod_annotations(request: JobRequest) -> dict[str, str]:
     """The template's Pod annotations; with the local control plane's (kwok,
     `deploy/local/kwok-stages.yaml`) ``flowforge.io/simulate-fail-attempts: N`` the simulated
     exit code only on attempts 1..N, and with ``flowforge.io/simulate-fail-items`` only on
-    the forward Pods of the items it names."""
+    the forward Pods of the items it names. A Job without a ConfigMap gets the annotation its
+    files are read from (FlowForge's value, whatever the template says)."""
     annotations = dict(request.template.get("annotations") or {})
+    if not mounts_config_map(request):
+        annotations[run_files.EMPTY_FILE_ANNOTATION] = run_files.config_text({})
     attempts = annotations.get(SIMULATE_FAIL_ATTEMPTS)
     if attempts is not None:  # the first N attempts fail: a failure fixed meanwhile
         if attempts.isdigit() and request.attempt <= int(attempts):

@@ -15,8 +15,9 @@ forgery: ignored, counted, and reported on the run (once per forged Job, and a f
 an hour per run at most).
 
 Before each Job is sent, the namespace's policy as it is now judges it (`job_policy`: a
-refusal fails the attempt ``PolicyRefused``, no Job is made) and the run's ConfigMap is
-checked to be the one the run created (`run_files`: by uid).
+refusal fails the attempt ``PolicyRefused``, no Job is made) and, when the Job mounts it, the
+run's ConfigMap is checked to be the one the run created (`run_files`: by uid; a Job whose
+files are both ``{}`` reads them from its Pod's annotation, `kube/jobs.py`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from flowforge.domain.kueue import queueing
 from flowforge.domain.observed_pod import JobClaim, PodIgnored
 from flowforge.domain.states import TaskRole, TaskState
 from flowforge.kube.errors import KubernetesError
-from flowforge.kube.jobs import ItemRef, JobIdentity, JobRequest, build_job
+from flowforge.kube.jobs import ItemRef, JobIdentity, JobRequest, build_job, mounts_config_map
 from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
@@ -428,8 +429,9 @@ class JobLauncher:
             item=await self._item(context, item.task_key),
             run_outcome=outcome,
         )
-        try:  # the run's ConfigMap, which the Job mounts, first
-            await self.files.ensure(context)
+        try:  # the run's ConfigMap first, when the Job mounts it
+            if mounts_config_map(request):
+                await self.files.ensure(context)
             job = await self._kube.create_job(build_job(request))
         except KubernetesError as error:
             if isinstance(error, ForgedConfigMap):

@@ -1,6 +1,7 @@
-"""The run's ConfigMap exists, and is the one the run made, before each of its Jobs.
+"""The run's ConfigMap exists, and is the one the run made, before each of its Jobs that
+mounts it (a Job whose two files are both ``{}`` mounts none: `flowforge.domain.run_files`).
 
-The first Job creation of a run (in this process) creates the ConfigMap its Jobs mount
+The first such Job creation of a run (in this process) creates the ConfigMap its Jobs mount
 (`flowforge.kube.config_map`) and remembers its uid. AlreadyExists is success when the
 ConfigMap found is the run's own, with the same data (a restart, another leader); one that
 someone else put under the name is refused, and the attempt fails saying so.

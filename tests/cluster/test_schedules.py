@@ -1,15 +1,18 @@
 """WorkflowSchedules on the real control plane and PostgreSQL: one run per nominal time
-with derived names, a backfill made once, and admission's refusals naming the field.
+with derived names, the catch-up after a suspension, a backfill made once, and admission's
+refusals naming the field.
 
-Kept short: an ``@every 10s`` schedule watched for about 25 s, a backfill of past days
-(fires at once), and refusals (the admission webhooks last: they are installed for the rest
-of the module once used)."""
+Kept short: an ``@every 10s`` schedule watched for about 25 s while, beside it, a `Latest`
+and an `All` schedule are suspended for three intervals and resumed (one operator, about
+45 s in all), a backfill of past days (fires at once), and refusals (the admission webhooks
+last: they are installed for the rest of the module once used)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,17 +30,126 @@ from tests.support.schedules import QUICK, nominal, runs_of, schedule
 pytestmark = pytest.mark.cluster
 
 
-async def test_every_10s_makes_one_run_per_nominal_time_with_derived_names(
+INTERVAL = timedelta(seconds=10)
+EVERY_10S = {
+    "schedule": "@every 10s",
+    "overlapPolicy": "Allow",  # a catch-up's runs all start, whatever is still running
+    "history": {"succeeded": 50, "failed": 50},  # every object kept: none pruned mid-test
+}
+CATCHING_UP = {"latest": "Latest", "all": "All"}
+
+
+def schedule_status(driver: RunDriver, name: str) -> dict[str, Any]:
+    body = driver.custom.get_namespaced_custom_object(
+        GROUP, VERSION, driver.namespace, PLURAL, name
+    )
+    return dict(body.get("status") or {})
+
+
+def set_suspend(driver: RunDriver, suspend: bool) -> None:
+    """What ``kubectl patch wfs NAME --type merge -p '{"spec":{"suspend":...}}'`` does."""
+    for name in CATCHING_UP:
+        driver.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, driver.namespace, PLURAL, name, {"spec": {"suspend": suspend}}
+        )
+
+
+def suspend_after_the_first_fire(driver: RunDriver) -> datetime:
+    """Suspend the catching-up schedules once each fired; the time each fired last."""
+    wait_for(
+        lambda: all(runs_of(driver, name) for name in CATCHING_UP), timeout=30, what="first fires"
+    )
+    set_suspend(driver, True)
+    wait_for(
+        lambda: all(
+            {"type": "Ready", "reason": "Suspended"}.items() <= condition.items()
+            for name in CATCHING_UP
+            for condition in schedule_status(driver, name).get("conditions", [])
+            if condition["type"] == "Ready"
+        ),
+        timeout=10,
+        what="the suspension shown",
+    )
+    lasts = {max(map(nominal, runs_of(driver, name).values())) for name in CATCHING_UP}
+    assert len(lasts) == 1, f"the schedules fired different times before suspending: {lasts}"
+    return lasts.pop()
+
+
+async def resume_after_three_intervals(driver: RunDriver, last: datetime) -> list[datetime]:
+    """Resume one second after the third time missed; the three times missed."""
+    missed = [last + INTERVAL * index for index in (1, 2, 3)]
+    await asyncio.sleep(max(0.0, (missed[-1] - datetime.now(UTC)).total_seconds() + 1))
+    resumed = datetime.now(UTC)
+    set_suspend(driver, False)
+    assert datetime.now(UTC) < missed[-1] + INTERVAL, "resumed after a fourth time"
+    wait_for(
+        lambda: (
+            set(missed) <= set(map(nominal, runs_of(driver, "all").values()))
+            and missed[-1] in map(nominal, runs_of(driver, "latest").values())
+        ),
+        timeout=15,
+        what="the catch-up runs",
+    )
+    fired_late = await fired_in_order(driver, "all", after=last)
+    assert all(at >= resumed for _, at in fired_late), "fired while suspended"
+    return missed
+
+
+async def fired_in_order(
+    driver: RunDriver, name: str, *, after: datetime
+) -> list[tuple[datetime, datetime]]:
+    """(nominal time, fired at) of the schedule's fires after ``after``, in the order fired."""
+    async with driver.pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT nominal_time, fired_at FROM flowforge_schedule_fire WHERE namespace = %s "
+            "AND schedule_name = %s AND nominal_time > %s ORDER BY id",
+            (driver.namespace, name, after),
+        )
+        return list(await cursor.fetchall())
+
+
+async def assert_caught_up(driver: RunDriver, last: datetime, missed: list[datetime]) -> None:
+    """`Latest` fired the newest time missed, the others superseded; `All` fired the three,
+    oldest first: in the store's order and as run objects named by their times."""
+    made = {
+        name: sorted(
+            instant
+            for instant in map(nominal, runs_of(driver, name).values())
+            if last < instant <= missed[-1]
+        )
+        for name in CATCHING_UP
+    }
+    assert made == {"latest": missed[-1:], "all": missed}
+    assert set(runs_of(driver, "all")) >= {
+        f"all-{instant.astimezone(UTC):%Y%m%d%H%M%S}" for instant in missed
+    }
+    order = [instant for instant, _ in await fired_in_order(driver, "all", after=last)]
+    assert order[:3] == missed, "All did not fire the missed times oldest first"
+    # the status is patched after the pass made its runs
+    wait_for(
+        lambda: schedule_status(driver, "latest").get("missed") == {"Superseded": 2},
+        timeout=10,
+        what=lambda: f"Latest's missed counts: {schedule_status(driver, 'latest')}",
+    )
+    assert not schedule_status(driver, "all").get("missed")
+
+
+async def test_every_10s_makes_one_run_per_nominal_time_and_catches_up_after_suspend(
     operator: OperatorProcess, driver: RunDriver
 ) -> None:
     await driver.publish(QUICK)
     driver.custom.create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        driver.namespace,
-        PLURAL,
-        schedule("tick", schedule="@every 10s", overlapPolicy="Allow"),
+        GROUP, VERSION, driver.namespace, PLURAL, schedule("tick", **EVERY_10S)
     )
+    for name, mode in CATCHING_UP.items():
+        driver.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            driver.namespace,
+            PLURAL,
+            schedule(name, **EVERY_10S, catchup={"mode": mode, "windowSeconds": 300}),
+        )
+    last = suspend_after_the_first_fire(driver)
     wait_for(lambda: len(runs_of(driver, "tick")) >= 3, timeout=40, what="three fires")
     runs = runs_of(driver, "tick")
     times = sorted(nominal(run) for run in runs.values())
@@ -65,6 +177,9 @@ async def test_every_10s_makes_one_run_per_nominal_time_with_derived_names(
     status = wait_for(shown, timeout=10, what="the schedule's status")
     assert len(status["nextFireTimes"]) == 3 and status["timeZone"] == "UTC"
     assert status["observedGeneration"] == 1
+
+    missed = await resume_after_three_intervals(driver, last)
+    await assert_caught_up(driver, last, missed)
 
 
 async def test_a_backfill_makes_its_five_runs_once_and_reapplying_makes_none(

@@ -1,12 +1,13 @@
 """The schedule controller (`operator/schedules.py`) on a real store with a fake apiserver:
 the runs it creates (names, owner, annotations), a crash between the store's record and
-the object's creation, two controllers racing, status, triggers and a stalled spec."""
+the object's creation, two controllers racing, status, triggers, a stalled spec, and a new
+leader's loop woken when it gains the lease."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,12 +15,16 @@ import pytest
 
 from flowforge.kube.schedule_objects import NOMINAL_TIME_ANNOTATION, SCHEDULED_BY_ANNOTATION
 from flowforge.operator.failures import Failures
+from flowforge.operator.leadership import Leadership
 from flowforge.operator.schedules import ScheduleController
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import publish_definition
 from flowforge.store.lease import Fence
 from flowforge.store.schedules import schedule_fires
+from flowforge.store.session import LEASE_LIMITS
+from flowforge.store.single import SingleConnection
 from tests.store.conftest import NAMESPACE, definition
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
 
@@ -66,12 +71,19 @@ async def published(store: Pool) -> None:
     await publish_definition(store, namespace=NAMESPACE, definition=definition([{"key": "only"}]))
 
 
-def controller(pool: Pool, fence: Fence, objects: FakeObjects) -> ScheduleController:
+def controller(
+    pool: Pool,
+    fence: Fence | Callable[[], Fence | None],
+    objects: FakeObjects,
+    *,
+    max_sleep: float = 5.0,
+) -> ScheduleController:
     return ScheduleController(
         pool=pool,
         objects=objects,  # type: ignore[arg-type]
-        fence=lambda: fence,
+        fence=fence if callable(fence) else lambda: fence,
         failures=Failures(on_deposed=_deposed),
+        max_sleep=max_sleep,
     )
 
 
@@ -209,3 +221,46 @@ async def test_a_workflow_that_does_not_exist_stalls_the_schedule(
     await controller(store, fence, objects).reconcile(pinned)
     reasons = {c["type"]: c["reason"] for c in objects.status["conditions"]}
     assert reasons["Stalled"] == "VersionNotFound" and objects.runs == {}
+
+
+async def test_gaining_the_lease_wakes_the_loop_for_a_pass_at_once(
+    store: Pool, store_dsn: str
+) -> None:
+    """A standby's loop acts on nothing and sleeps (an hour here, where the operator's is
+    5 s): only the wake when the lease is gained can make the run that is due."""
+    connection = SingleConnection(store_dsn, limits=LEASE_LIMITS, name="test-lease")
+    leadership = Leadership(
+        connection,
+        identity="new-leader",
+        ttl=timedelta(seconds=30),
+        renew_every=0.2,
+    )
+    consulted: list[Fence | None] = []
+
+    def fence() -> Fence | None:
+        consulted.append(leadership.fence)
+        return consulted[-1]
+
+    objects = FakeObjects()
+    schedules = controller(store, fence, objects, max_sleep=3600)
+
+    async def gained(_: Fence) -> None:
+        schedules.wake()
+
+    leadership.on_gained = gained
+    schedules.observe("ADDED", schedule_body(await aligned(store, 10)))
+    looping = asyncio.create_task(schedules.run_forever())
+    leading: asyncio.Task[None] | None = None
+    try:
+        # it yields only to sleep: once it asked for the fence, it sleeps without one
+        await wait_until(lambda: consulted, what="the standby's pass")
+        assert consulted == [None] and objects.runs == {}
+        leading = asyncio.create_task(leadership.run())
+        await wait_until(lambda: objects.runs, what="the new leader's run of the due time")
+        assert len(objects.runs) == 1 and consulted[-1] is not None
+    finally:
+        for task in (looping, leading):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(looping, *([leading] if leading else []), return_exceptions=True)
+        await connection.close()

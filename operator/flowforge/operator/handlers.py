@@ -112,9 +112,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     )
     reconciler = Reconciler(engine, interval=config.reconcile_interval_seconds)
 
+    schedules = ScheduleController(
+        pool=pool,
+        objects=ScheduleObjects(kube.api_client),
+        fence=lambda: leadership.fence,
+        failures=engine.failures,
+    )
+
     async def gained(fence: Fence) -> None:
         logger.info("leading with fencing epoch %d", fence.epoch)
         reconciler.kick()
+        schedules.wake()  # its first pass now, not up to max_sleep after the takeover
 
     leadership.on_gained = gained
     if config.metrics_port:
@@ -127,12 +135,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.lease_connection = lease_connection
     memo.kube = kube
     memo.engine = engine
-    memo.schedules = ScheduleController(
-        pool=pool,
-        objects=ScheduleObjects(kube.api_client),
-        fence=lambda: leadership.fence,
-        failures=engine.failures,
-    )
+    memo.schedules = schedules
     memo.background = [
         asyncio.create_task(memo.schedules.run_forever(), name="flowforge-schedules"),
         asyncio.create_task(leadership.run(), name="flowforge-lease"),

@@ -8,7 +8,8 @@ fire not yet created (named by its nominal time, owned by the schedule; AlreadyE
 its own is success, and the store then records the object so it is never made again),
 cancel the active runs under ``Replace``, a Warning Event ``TooManyMissedSchedules`` for
 times dropped beyond 100, and the status (patched only when it changed). The loop sleeps
-until the earliest next nominal time (at most ``max_sleep``) or a watch event.
+until the earliest next nominal time (at most ``max_sleep``), a watch event, or the moment
+this operator gains the lease (``wake``).
 
 A manual trigger is the annotation ``flowforge.io/trigger`` set to a new token (``flowforge
 schedule trigger``); it fires at the database's now under the overlap policy, once per token
@@ -202,17 +203,24 @@ class ScheduleController:
             self._bodies.pop(uid, None)
         else:
             self._bodies[uid] = body
+        self.wake()
+
+    def wake(self) -> None:
+        """A pass now, not at the next nominal time: a schedule changed, or this operator
+        just became the leader (a standby's loop acts on nothing, so it would otherwise
+        sleep up to ``max_sleep`` past a takeover)."""
         self._wake.set()
 
     async def run_forever(self) -> None:
         while True:
+            # cleared before the pass: a wake during it makes another pass at once
+            self._wake.clear()
             sleep = self._max_sleep
             if self._fence() is not None:
                 for body in list(self._bodies.values()):
                     due_in = await self._guarded(body)
                     if due_in is not None:
                         sleep = min(sleep, due_in)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.05, sleep))
 

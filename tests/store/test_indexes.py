@@ -530,7 +530,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "final_tasks.FINAL_STEP_QUERY": (
         final_tasks.FINAL_STEP_QUERY,
-        lambda p: (p.run_id,),
+        lambda p: {"run": p.run_id},
         needs(PROGRESS),
     ),
     "final_tasks.SKIP_FINALS_QUERY": (

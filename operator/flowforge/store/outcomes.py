@@ -30,6 +30,7 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from flowforge.domain import notices
@@ -53,6 +54,7 @@ from flowforge.domain.states import (
 )
 from flowforge.domain.undo import container_started
 from flowforge.store import queries
+from flowforge.store.attempts import Attempt, attempt_columns
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.final_tasks import record_final_locked
@@ -112,8 +114,7 @@ WITH {FENCE_CTE}, run AS (
         updated_at = now()
     FROM dependents
     WHERE task.id = dependents.id
-    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before,
-              dependents.grouped
+    RETURNING {attempt_columns("task")}, task.state, dependents.grouped
 ), recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
@@ -132,26 +133,25 @@ WITH {FENCE_CTE}, run AS (
         FROM released WHERE state = '{TaskState.RUNNING}'
     ) AS events
     ORDER BY position, task_key
+), summary AS (
+    SELECT (SELECT epoch FROM fence) AS epoch,
+           (SELECT count(*) FROM moved) AS moved,
+           -- a forEach with maxParallel: what it frees or releases is handed on locked too
+           coalesce((SELECT limited FROM run), false)
+               OR coalesce((SELECT grouped FROM moved), false)
+               OR EXISTS (SELECT 1 FROM released WHERE grouped) AS limited,
+           (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
+                                                OR state = '{TaskState.AWAITING}') AS released,
+           ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
+                 ORDER BY task_key) AS awaiting,
+           (SELECT min({GATE_DEADLINE}) FROM released
+            WHERE state = '{TaskState.AWAITING}') AS gate_deadline
 )
-SELECT (SELECT epoch FROM fence),
-       (SELECT count(*) FROM moved),
-       -- a forEach with maxParallel: what it frees or releases is handed on locked too
-       coalesce((SELECT limited FROM run), false)
-           OR coalesce((SELECT grouped FROM moved), false)
-           OR EXISTS (SELECT 1 FROM released WHERE grouped),
-       (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
-                                            OR state = '{TaskState.AWAITING}'),
-       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT attempt FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT timeout_seconds FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT not_before FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
-             ORDER BY task_key),
-       (SELECT min({GATE_DEADLINE}) FROM released WHERE state = '{TaskState.AWAITING}')
+-- one row per dependent dispatched (its attempt's columns), at least one
+SELECT summary.*, {attempt_columns("dispatched")}
+FROM summary
+LEFT JOIN released AS dispatched ON dispatched.state = '{TaskState.RUNNING}'
+ORDER BY dispatched.task_key
 """
 
 
@@ -308,7 +308,8 @@ async def succeed_task(
     """Move the forward task from ``from_state`` (``running``: its Job's attempt;
     ``awaiting``: an approval gate people passed) to succeeded and release its dependents,
     in one statement; None when it was not in that state (another path got there first)."""
-    cursor = await connection.execute(
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(
         RECORD_SUCCESS_QUERY,
         {
             "lease": fence.lease,
@@ -320,31 +321,19 @@ async def succeed_task(
             "detail": Jsonb(detail),
         },
     )
-    row = await cursor.fetchone()
-    assert row is not None
-    current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row[:8]
-    refuse_stale(fence, current_epoch)
-    if moved != 1:
+    rows = await cursor.fetchall()
+    head = rows[0]
+    refuse_stale(fence, head["epoch"])
+    if head["moved"] != 1:
         return None
-    dispatched = tuple(
-        Dispatch(
-            run_id=run_id,
-            task_key=key,
-            role=TaskRole.FORWARD,
-            attempt=number,
-            timeout_seconds=timeout,
-            released_at=not_before,
-        )
-        for key, number, timeout, not_before in zip(
-            keys, attempts, timeouts, not_befores, strict=True
-        )
-    )
     return Success(
-        dispatched=dispatched,
-        released=released > 0,
-        limited=bool(limited),
-        awaiting=tuple(row[8]),
-        gate_deadline=row[9],
+        dispatched=tuple(
+            Dispatch.of(Attempt.of(row)) for row in rows if row["task_key"] is not None
+        ),
+        released=head["released"] > 0,
+        limited=bool(head["limited"]),
+        awaiting=tuple(head["awaiting"]),
+        gate_deadline=head["gate_deadline"],
     )
 
 

@@ -51,6 +51,7 @@ from flowforge.store import (
     runs,
     schedule_reads,
     settle,
+    steps,
     stopping,
     sweep,
 )
@@ -330,6 +331,18 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     "settle.START_STEP_QUERY": (
         settle.START_STEP_QUERY,
         lambda p: (p.compensator_id,),
+        needs(TASK_PKEY),
+    ),
+    "steps.END_STEP_QUERY": (
+        steps.END_STEP_QUERY,
+        lambda p: {
+            "state": "pending",
+            "retry": False,
+            "delay": None,
+            "error": None,
+            "keep": True,
+            "id": p.compensator_id,
+        },
         needs(TASK_PKEY),
     ),
     "browse.FIND_RUN_QUERY": (

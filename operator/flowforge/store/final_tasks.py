@@ -25,6 +25,7 @@ from flowforge.store.attempts import Step, attempt_columns, read_rows
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
+from flowforge.store.steps import end_step_locked
 
 _OPEN = f"('{TaskState.WAITING}', '{TaskState.READY}', '{TaskState.RUNNING}')"
 
@@ -146,35 +147,16 @@ async def record_final_locked(
 ) -> Decision:
     """A ``finally`` attempt ended: succeeded, retried after ``delay``, or failed for good
     (the run's phase stands either way; the settle that follows starts the next one)."""
-    if outcome.succeeded:
-        state, kind = TaskState.SUCCEEDED, EventKind.FINALLY_SUCCEEDED
-    elif delay is not None:
-        state, kind = TaskState.READY, EventKind.FINALLY_ATTEMPT_FAILED
-    else:
-        state, kind = TaskState.FAILED, EventKind.FINALLY_FAILED
-    retry = delay is not None and not outcome.succeeded
-    cursor = await connection.execute(
-        "UPDATE flowforge_task SET state = %(state)s, updated_at = now(), "
-        "attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END, "
-        "not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END, "
-        "finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END, "
-        "last_error = %(error)s WHERE id = %(id)s RETURNING not_before",
-        {
-            "state": state,
-            "retry": retry,
-            "delay": delay,
-            "error": None if outcome.succeeded else outcome.message[:1000],
-            "id": task_id,
-        },
-    )
-    row = await cursor.fetchone()
-    await append_event(
+    ended = await end_step_locked(
         connection,
+        fence=fence,
         run_id=run_id,
-        kind=kind,
-        epoch=fence.epoch,
-        task_key=job.task_key,
-        attempt=job.attempt,
+        task_id=task_id,
+        job=job,
+        succeeded=outcome.succeeded,
+        delay=delay,
+        error=outcome.message,
+        keep_error=False,
         detail=detail,
     )
     notice = notices.final_task_finished(
@@ -183,11 +165,7 @@ async def record_final_locked(
         succeeded=outcome.succeeded,
         message=f"{outcome.reason.value}: {outcome.message}",
     )
-    return Decision(
-        recorded=True,
-        notices=(notice,),
-        wake_at=row[0] if row is not None and retry else None,
-    )
+    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)
 
 
 async def skip_finals_locked(

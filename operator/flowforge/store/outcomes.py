@@ -64,6 +64,7 @@ from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
 from flowforge.store.moves import locked_move, settle_run
 from flowforge.store.queue import dispatch_locked
 from flowforge.store.settle import settle_locked
+from flowforge.store.steps import end_step_locked
 from flowforge.store.transaction import in_transaction
 
 RECORD_SUCCESS_QUERY = f"""
@@ -451,31 +452,19 @@ async def _record_compensation(
     outcome: AttemptOutcome,
     delay: timedelta | None,
 ) -> Decision:
-    error = None if outcome.succeeded else f"{outcome.reason.value}: {outcome.message}"[:1000]
-    if outcome.succeeded:
-        state, kind = CompensationState.SUCCEEDED, EventKind.COMPENSATION_SUCCEEDED
-    elif delay is not None:
-        state, kind = CompensationState.PENDING, EventKind.COMPENSATION_ATTEMPT_FAILED
-    else:
-        state, kind = CompensationState.FAILED, EventKind.COMPENSATION_FAILED
-    cursor = await connection.execute(
-        "UPDATE flowforge_task SET state = %(state)s, updated_at = now(), "
-        "attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END, "
-        "not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END, "
-        "finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END, "
-        "last_error = coalesce(%(error)s, last_error) WHERE id = %(id)s RETURNING not_before",
-        {"state": state, "retry": delay is not None, "delay": delay, "error": error, "id": task_id},
-    )
-    row = await cursor.fetchone()
-    await append_event(
+    ended = await end_step_locked(
         connection,
+        fence=fence,
         run_id=run_id,
-        kind=kind,
-        epoch=fence.epoch,
-        task_key=job.task_key,
-        attempt=job.attempt,
+        task_id=task_id,
+        job=job,
+        succeeded=outcome.succeeded,
+        delay=delay,
+        error=f"{outcome.reason.value}: {outcome.message}",
+        keep_error=True,
         detail=_detail(outcome),
     )
+    state = CompensationState(ended.state)
     halted: tuple[str, ...] = ()
     if state is CompensationState.FAILED:
         halted_cursor = await connection.execute(
@@ -502,8 +491,4 @@ async def _record_compensation(
         message=outcome.message,
         halted=halted,
     )
-    return Decision(
-        recorded=True,
-        notices=(notice,),
-        wake_at=row[0] if row is not None and delay is not None else None,
-    )
+    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)

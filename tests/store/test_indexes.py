@@ -521,6 +521,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: {"run": p.run_id},
         needs(PROGRESS),
     ),
+    "moves.WORK_PROBE_QUERY": (
+        moves.WORK_PROBE_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
     "action_reads.ACTIONS_QUERY": (
         action_reads.ACTIONS_QUERY,
         lambda p: (p.run_id, 100),

@@ -182,8 +182,10 @@ async def record_outcome(
     job: JobRef,
     outcome: AttemptOutcome,
     backoff: BackoffPolicy,
+    gates: bool = True,
 ) -> Decision:
-    """Record how the attempt ``job`` ended, and what follows from it (see the module)."""
+    """Record how the attempt ``job`` ended, and what follows from it (see the module);
+    ``gates``: the run's definition may have approval gates (``settle_locked``)."""
     recorded = Outcome(
         job=job, reason=outcome.reason.value, job_gone=outcome.reason is OutcomeReason.LOST
     )
@@ -195,10 +197,10 @@ async def record_outcome(
             return Decision.lost()
         success = succeeded.decision(recorded)
         if succeeded.limited:  # the slot it freed, and the tasks it released, are handed on
-            return success.then(await _hand_on(pool, fence=fence, run_id=run_id))
+            return success.then(await _hand_on(pool, fence=fence, run_id=run_id, gates=gates))
         if succeeded.released:  # a released task is unresolved: whoever resolves it settles
             return success
-        return success.then(await settle_run(pool, fence=fence, run_id=run_id))
+        return success.then(await settle_run(pool, fence=fence, run_id=run_id, gates=gates))
 
     async def move(connection: Connection, namespace: str) -> Decision:
         run = await connection.execute(
@@ -259,10 +261,12 @@ async def record_outcome(
             )
         return dataclasses.replace(moved, recorded=True, outcome=recorded)
 
-    return await locked_move(pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True)
+    return await locked_move(
+        pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True, gates=gates
+    )
 
 
-async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
+async def _hand_on(pool: Pool, *, fence: Fence, run_id: int, gates: bool) -> Decision:
     """After a success of a run under a task limit: its ready tasks take the slots the
     limits leave (the one it freed among them), other runs of the namespace those left
     over, and the run settles when nothing is left to run."""
@@ -270,7 +274,9 @@ async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     async def move(connection: Connection, namespace: str) -> Decision:
         decision = await dispatch_locked(connection, fence=fence, run_id=run_id)
         if not decision.create_jobs:
-            decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+            decision = decision.then(
+                await settle_locked(connection, fence=fence, run_id=run_id, gates=gates)
+            )
         return decision
 
     return await locked_move(pool, fence=fence, run_id=run_id, move=move, fill=True)

@@ -141,9 +141,13 @@ WHERE id = %s AND state = '{CompensationState.PENDING}'
 """
 
 
-async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
+async def settle_locked(
+    connection: Connection, *, fence: Fence, run_id: int, gates: bool = True
+) -> Decision:
     """Inside a transaction that passed the fence check: lock the run and settle it.
-    ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
+    ``Decision.lost()`` when there is nothing to do yet (or the run is over). ``gates``:
+    the run's definition may have approval gates (False: none can be overdue, no need to
+    look)."""
     cursor = await connection.execute(
         "SELECT phase, compensating, cancel_requested, namespace, recovering, paused, "
         "final_phase FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
@@ -172,7 +176,11 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
         return await _next_step(
             connection, fence=fence, run_id=run_id, cancel=cancel_requested, paused=paused
         )
-    expired = await expire_gates_locked(connection, fence=fence, run_id=run_id)
+    expired = (
+        await expire_gates_locked(connection, fence=fence, run_id=run_id)
+        if gates
+        else Decision.lost()
+    )
     return expired.then(
         await _settle_forward(
             connection, fence=fence, run_id=run_id, cancel_requested=cancel_requested, paused=paused

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -85,7 +86,8 @@ class Harness:
             "workflow": name,
             "version": 1,
             "taskTypes": {"py": {"image": "python:3.12-slim", **(task_type or {})}},
-            "tasks": [{"type": "py", **task} for task in tasks],
+            # an approval gate (``approval``) has no type: it runs no Job
+            "tasks": [task if "approval" in task else {"type": "py", **task} for task in tasks],
         }
         await publish_definition(
             self.pool, namespace=NAMESPACE, definition=parse_definition(document)
@@ -205,6 +207,20 @@ async def open_harness(
     finally:
         await engine.shutdown()
         leading.cancel()
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of every statement the store's connections execute from now on."""
+    seen: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(query))
+        return await execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    return seen
 
 
 @pytest.fixture

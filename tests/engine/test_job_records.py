@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
 import pytest
 
 from flowforge.domain.history import EventKind
@@ -23,20 +22,6 @@ FAN_OUT: list[dict[str, Any]] = [
     {"key": "split"},
     *({"key": f"part-{n}", "dependsOn": ["split"]} for n in range(WIDE)),
 ]
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The text of every statement the store's connections execute from now on."""
-    seen: list[str] = []
-    execute = psycopg.AsyncCursor.execute
-
-    async def counted(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(str(query))
-        return await execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
-    return seen
 
 
 def records_jobs(statement: str) -> bool:

@@ -17,7 +17,7 @@ from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.store.actions import apply_action
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
-from flowforge.store.final_tasks import decided_outcome
+from flowforge.store.final_tasks import decided_outcome, final_steps
 from flowforge.store.lease import Fence
 from flowforge.store.runs import RunRecord, get_run
 from tests.store.conftest import (
@@ -88,6 +88,19 @@ async def test_after_a_success_they_run_in_order_and_a_failing_one_leaves_the_ph
     assert history.index(EventKind.RUN_FINALIZING) < history.index(EventKind.FINALLY_STARTED)
     assert history[-1] == EventKind.RUN_SUCCEEDED
     assert history.count(EventKind.FINALLY_FAILED) == 1
+
+
+async def test_one_that_succeeds_on_its_retry_keeps_no_error(store: Pool, fence: Fence) -> None:
+    run = (await start_run(store, fence, [{"key": "build"}], final_tasks=FINALS)).run
+    await finish(store, fence, run, "build")
+
+    retried = await record(store, fence, run, "notify", failure("busy"), role=TaskRole.FINALLY)
+
+    assert [(d.task_key, d.attempt) for d in _finals(retried)] == [("notify", 2)]
+    assert (await final_steps(store, run.id))[0] == ("notify", TaskState.RUNNING, 2, "busy")
+    await record(store, fence, run, "notify", attempt=2, role=TaskRole.FINALLY)
+    # its success clears the error of the attempt before it (a compensator's keeps it)
+    assert (await final_steps(store, run.id))[0] == ("notify", TaskState.SUCCEEDED, 2, "")
 
 
 @pytest.mark.parametrize(

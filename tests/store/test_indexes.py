@@ -51,6 +51,7 @@ from flowforge.store import (
     runs,
     schedule_reads,
     settle,
+    steps,
     stopping,
     sweep,
 )
@@ -332,6 +333,18 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: (p.compensator_id,),
         needs(TASK_PKEY),
     ),
+    "steps.END_STEP_QUERY": (
+        steps.END_STEP_QUERY,
+        lambda p: {
+            "state": "pending",
+            "retry": False,
+            "delay": None,
+            "error": None,
+            "keep": True,
+            "id": p.compensator_id,
+        },
+        needs(TASK_PKEY),
+    ),
     "browse.FIND_RUN_QUERY": (
         browse.FIND_RUN_QUERY,
         lambda p: {"namespace": "team-a", "name": "r"},
@@ -524,6 +537,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         lambda p: {"run": p.run_id},
         needs(PROGRESS),
     ),
+    "moves.WORK_PROBE_QUERY": (
+        moves.WORK_PROBE_QUERY,
+        lambda p: {"run": p.run_id},
+        needs(PROGRESS),
+    ),
     "action_reads.ACTIONS_QUERY": (
         action_reads.ACTIONS_QUERY,
         lambda p: (p.run_id, 100),
@@ -546,7 +564,7 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
     ),
     "final_tasks.FINAL_STEP_QUERY": (
         final_tasks.FINAL_STEP_QUERY,
-        lambda p: (p.run_id,),
+        lambda p: {"run": p.run_id},
         needs(PROGRESS),
     ),
     "final_tasks.SKIP_FINALS_QUERY": (

@@ -209,6 +209,12 @@ async def test_a_failed_compensator_with_attempts_left_runs_again_before_the_nex
     )
     undeployed = await record(store, fence, run, "undeploy", attempt=2, role=TaskRole.COMPENSATION)
     assert [d.task_key for d in undeployed.create_jobs] == ["unprovision"]
+    undone = {step.task_key: step for step in await rollback_steps(store, run.id)}["undeploy"]
+    # its success keeps the error of the attempt before it (a finally task's clears it)
+    assert (undone.state, undone.last_error) == (
+        CompensationState.SUCCEEDED,
+        "NonZeroExitCode: busy",
+    )
 
 
 async def test_a_compensator_retry_waits_for_its_backoff_and_the_rollback_waits_with_it(

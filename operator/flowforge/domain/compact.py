@@ -51,6 +51,8 @@ class CompactSpec:
     has_items: bool = False
     # the ``finally`` tasks (among ``_tasks`` too), in the order they run
     finally_keys: tuple[str, ...] = ()
+    # whether a task is an approval gate: only then may a settle find one overdue
+    has_gates: bool = False
 
     @classmethod
     def of(cls, spec: DefinitionSpec) -> CompactSpec:
@@ -74,6 +76,7 @@ class CompactSpec:
             admission_timeout_seconds=spec.admission_timeout_seconds,
             has_items=any(task.for_each is not None for task in spec.tasks),
             finally_keys=tuple(task.key for task in spec.finally_tasks),
+            has_gates=any(task.is_gate for task in spec.tasks),
         )
 
     @property

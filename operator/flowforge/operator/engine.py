@@ -310,7 +310,14 @@ class Engine:
     async def settle(self, context: RunContext) -> None:
         """Finish the run, or start its rollback or its next compensator, if it may."""
         await self._move(
-            context, "settle_run", settle_run(self.pool, fence=self.fence(), run_id=context.run_id)
+            context,
+            "settle_run",
+            settle_run(
+                self.pool,
+                fence=self.fence(),
+                run_id=context.run_id,
+                gates=context.definition.spec.has_gates,
+            ),
         )
 
     async def wake(self, context: RunContext) -> None:
@@ -469,6 +476,7 @@ class Engine:
                 ),
                 outcome=outcome,
                 backoff=self.settings.backoff,
+                gates=context.definition.spec.has_gates,
             )
         decided_at = time.perf_counter()
         if identity.uid is not None:  # recorded now or before: later news of the Job is moot

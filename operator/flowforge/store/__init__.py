@@ -56,7 +56,9 @@ downstream, a compensator's outcome), ``cancel.cancel_run``, ``moves.settle_run`
 start the rollback or its next compensator). Every one returns a ``Decision``; the
 operator's applier acts on it after the commit. Every move but the success hot path runs in
 the one lock order through ``moves.locked_move`` (fence, namespace lock, the move's run and
-task rows, then settle and fill). Reads are in ``queries.py``.
+task rows, then settle and fill). Reads are in ``queries.py``. Every move that starts
+attempts returns them in one row shape (``attempts.py``), from which ``Dispatch.of`` builds
+the instruction to create each Job.
 
 Queries and the index that serves each
 --------------------------------------

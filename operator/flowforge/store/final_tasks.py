@@ -21,17 +21,20 @@ from flowforge.domain.execution import AttemptOutcome
 from flowforge.domain.final_tasks import RollbackOutcome
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
+from flowforge.store.attempts import Step, attempt_columns, read_rows
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
+from flowforge.store.steps import end_step_locked
 
 _OPEN = f"('{TaskState.WAITING}', '{TaskState.READY}', '{TaskState.RUNNING}')"
 
 # the finally row whose turn it is (the first in list order not finished)
 FINAL_STEP_QUERY = f"""
-SELECT id, task_key, attempt, timeout_seconds, not_before, not_before <= now(), state
-FROM flowforge_task
-WHERE run_id = %s AND role = '{TaskRole.FINALLY}' AND state IN {_OPEN}
+SELECT task.id AS task_id, {attempt_columns("task")}, task.not_before <= now() AS due,
+       task.state = '{TaskState.RUNNING}' AS busy
+FROM flowforge_task AS task
+WHERE run_id = %(run)s AND role = '{TaskRole.FINALLY}' AND state IN {_OPEN}
 ORDER BY topological_index
 LIMIT 1
 """
@@ -107,37 +110,28 @@ async def next_final_step_locked(
     connection: Connection, *, fence: Fence, run_id: int, paused: bool
 ) -> Decision | None:
     """Start the ``finally`` task whose turn it is; None when every one has run."""
-    cursor = await connection.execute(FINAL_STEP_QUERY, (run_id,))
-    row = await cursor.fetchone()
-    if row is None:
+    steps = await read_rows(connection, Step, FINAL_STEP_QUERY, {"run": run_id})
+    if not steps:
         return None
-    task_id, key, attempt, timeout, not_before, due, state = row
-    if state == TaskState.RUNNING or paused:
+    step = steps[0]
+    if step.busy or paused:
         return Decision.lost()
-    if not due:
-        return Decision(recorded=True, wake_at=not_before)
+    if not step.due:
+        return Decision(recorded=True, wake_at=step.not_before)
     await connection.execute(
         f"UPDATE flowforge_task SET state = '{TaskState.RUNNING}', "
         "started_at = coalesce(started_at, now()), updated_at = now() WHERE id = %s",
-        (task_id,),
+        (step.task_id,),
     )
     await append_event(
         connection,
         run_id=run_id,
         kind=EventKind.FINALLY_STARTED,
         epoch=fence.epoch,
-        task_key=str(key),
-        attempt=int(attempt),
+        task_key=step.task_key,
+        attempt=step.attempt,
     )
-    step = Dispatch(
-        run_id=run_id,
-        task_key=str(key),
-        role=TaskRole.FINALLY,
-        attempt=int(attempt),
-        timeout_seconds=timeout,
-        released_at=not_before,
-    )
-    return Decision(recorded=True, create_jobs=(step,))
+    return Decision(recorded=True, create_jobs=(Dispatch.of(step),))
 
 
 async def record_final_locked(
@@ -153,35 +147,16 @@ async def record_final_locked(
 ) -> Decision:
     """A ``finally`` attempt ended: succeeded, retried after ``delay``, or failed for good
     (the run's phase stands either way; the settle that follows starts the next one)."""
-    if outcome.succeeded:
-        state, kind = TaskState.SUCCEEDED, EventKind.FINALLY_SUCCEEDED
-    elif delay is not None:
-        state, kind = TaskState.READY, EventKind.FINALLY_ATTEMPT_FAILED
-    else:
-        state, kind = TaskState.FAILED, EventKind.FINALLY_FAILED
-    retry = delay is not None and not outcome.succeeded
-    cursor = await connection.execute(
-        "UPDATE flowforge_task SET state = %(state)s, updated_at = now(), "
-        "attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END, "
-        "not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END, "
-        "finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END, "
-        "last_error = %(error)s WHERE id = %(id)s RETURNING not_before",
-        {
-            "state": state,
-            "retry": retry,
-            "delay": delay,
-            "error": None if outcome.succeeded else outcome.message[:1000],
-            "id": task_id,
-        },
-    )
-    row = await cursor.fetchone()
-    await append_event(
+    ended = await end_step_locked(
         connection,
+        fence=fence,
         run_id=run_id,
-        kind=kind,
-        epoch=fence.epoch,
-        task_key=job.task_key,
-        attempt=job.attempt,
+        task_id=task_id,
+        job=job,
+        succeeded=outcome.succeeded,
+        delay=delay,
+        error=outcome.message,
+        keep_error=False,
         detail=detail,
     )
     notice = notices.final_task_finished(
@@ -190,11 +165,7 @@ async def record_final_locked(
         succeeded=outcome.succeeded,
         message=f"{outcome.reason.value}: {outcome.message}",
     )
-    return Decision(
-        recorded=True,
-        notices=(notice,),
-        wake_at=row[0] if row is not None and retry else None,
-    )
+    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)
 
 
 async def skip_finals_locked(

@@ -7,8 +7,9 @@ dispatch ever picks it and no Job is ever made for it. Its timeout counts from i
 (``not_before``): :data:`GATE_DEADLINE`. The moves that end a wait:
 
 - people pass it: the success statement from ``awaiting`` (``approvals.py``);
-- a rejection, or the deadline passed (``expire_gates_locked``, run by every settle of the
-  run, so the wake-up at the deadline and the reconciler's pass both apply it): it fails
+- a rejection, or the deadline passed (``expire_gates_locked``, run by every settle of a
+  run whose definition has gates, so the wake-up at the deadline and the reconciler's pass
+  both apply it; the engine's settles of other runs skip it, ``gates=False``): it fails
   for good (:func:`fail_gate_locked`), what waits downstream is skipped and the settle
   that follows starts the rollback;
 - a cancel: it is cancelled with the run's other unresolved tasks (``stopping.py``).

@@ -36,10 +36,12 @@ async def locked_move(
     move: Move,
     settle: bool = False,
     fill: bool = False,
+    gates: bool = True,
 ) -> Decision:
     """Run ``move`` in one transaction in the lock order above; then settle the run when the
-    move recorded something (``settle``), and fill the namespace's free slots with its other
-    runs (``fill``). ``Decision.lost()`` when the run does not exist."""
+    move recorded something (``settle``; ``gates``: the run may have approval gates, as for
+    ``settle_locked``), and fill the namespace's free slots with its other runs (``fill``).
+    ``Decision.lost()`` when the run does not exist."""
 
     async def decide(connection: Connection) -> Decision:
         await check_fence(connection, fence)
@@ -48,7 +50,9 @@ async def locked_move(
             return Decision.lost()
         decision = await move(connection, namespace)
         if settle and decision.recorded:
-            decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+            decision = decision.then(
+                await settle_locked(connection, fence=fence, run_id=run_id, gates=gates)
+            )
         if fill:  # a freed slot, or nothing: filling finds out
             decision = decision.also(
                 await fill_locked(connection, fence=fence, namespace=namespace, skip=run_id)
@@ -58,23 +62,28 @@ async def locked_move(
     return await in_transaction(pool, decide)
 
 
-# whether the run still has forward work (and no approval gate whose timeout passed: the
-# settle fails that, ``gates.py``)
-SETTLE_PROBE_QUERY = f"""
+# whether the run still has forward work
+WORK_PROBE_QUERY = f"""
 SELECT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s
                AND role = 'forward' AND state IN {sql_list(UNRESOLVED_TASK_STATES)})
+"""
+# ... and no approval gate whose timeout passed (the settle fails that, ``gates.py``)
+SETTLE_PROBE_QUERY = f"""{WORK_PROBE_QUERY}
    AND NOT EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'forward'
                    AND state = '{TaskState.AWAITING}' AND {GATE_DEADLINE} <= now())
 """
 
 
-async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
-    """Finish the run, start its rollback or its next compensator if its tasks allow.
+async def settle_run(pool: Pool, *, fence: Fence, run_id: int, gates: bool = True) -> Decision:
+    """Finish the run, start its rollback or its next compensator if its tasks allow
+    (``gates``: its definition may have approval gates; False: none can be overdue).
 
     Cheap when the run still has forward work: one read-only probe of the progress index.
     """
     async with pool.connection() as connection:
-        probe = await connection.execute(SETTLE_PROBE_QUERY, {"run": run_id})
+        probe = await connection.execute(
+            SETTLE_PROBE_QUERY if gates else WORK_PROBE_QUERY, {"run": run_id}
+        )
         probe_row = await probe.fetchone()
     if probe_row is not None and probe_row[0]:
         return Decision.lost()
@@ -83,5 +92,7 @@ async def settle_run(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
         pool,
         fence=fence,
         run_id=run_id,
-        move=lambda connection, _: settle_locked(connection, fence=fence, run_id=run_id),
+        move=lambda connection, _: settle_locked(
+            connection, fence=fence, run_id=run_id, gates=gates
+        ),
     )

@@ -30,6 +30,7 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from flowforge.domain import notices
@@ -53,6 +54,7 @@ from flowforge.domain.states import (
 )
 from flowforge.domain.undo import container_started
 from flowforge.store import queries
+from flowforge.store.attempts import Attempt, attempt_columns
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.final_tasks import record_final_locked
@@ -62,6 +64,7 @@ from flowforge.store.lease import FENCE_CTE, Fence, refuse_stale
 from flowforge.store.moves import locked_move, settle_run
 from flowforge.store.queue import dispatch_locked
 from flowforge.store.settle import settle_locked
+from flowforge.store.steps import end_step_locked
 from flowforge.store.transaction import in_transaction
 
 RECORD_SUCCESS_QUERY = f"""
@@ -112,8 +115,7 @@ WITH {FENCE_CTE}, run AS (
         updated_at = now()
     FROM dependents
     WHERE task.id = dependents.id
-    RETURNING task.task_key, task.state, task.attempt, task.timeout_seconds, task.not_before,
-              dependents.grouped
+    RETURNING {attempt_columns("task")}, task.state, dependents.grouped
 ), recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch, detail)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
@@ -132,26 +134,25 @@ WITH {FENCE_CTE}, run AS (
         FROM released WHERE state = '{TaskState.RUNNING}'
     ) AS events
     ORDER BY position, task_key
+), summary AS (
+    SELECT (SELECT epoch FROM fence) AS epoch,
+           (SELECT count(*) FROM moved) AS moved,
+           -- a forEach with maxParallel: what it frees or releases is handed on locked too
+           coalesce((SELECT limited FROM run), false)
+               OR coalesce((SELECT grouped FROM moved), false)
+               OR EXISTS (SELECT 1 FROM released WHERE grouped) AS limited,
+           (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
+                                                OR state = '{TaskState.AWAITING}') AS released,
+           ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
+                 ORDER BY task_key) AS awaiting,
+           (SELECT min({GATE_DEADLINE}) FROM released
+            WHERE state = '{TaskState.AWAITING}') AS gate_deadline
 )
-SELECT (SELECT epoch FROM fence),
-       (SELECT count(*) FROM moved),
-       -- a forEach with maxParallel: what it frees or releases is handed on locked too
-       coalesce((SELECT limited FROM run), false)
-           OR coalesce((SELECT grouped FROM moved), false)
-           OR EXISTS (SELECT 1 FROM released WHERE grouped),
-       (SELECT count(*) FROM released WHERE state IN {sql_list(RELEASED_TASK_STATES)}
-                                            OR state = '{TaskState.AWAITING}'),
-       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT attempt FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT timeout_seconds FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT not_before FROM released WHERE state = '{TaskState.RUNNING}'
-             ORDER BY task_key),
-       ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
-             ORDER BY task_key),
-       (SELECT min({GATE_DEADLINE}) FROM released WHERE state = '{TaskState.AWAITING}')
+-- one row per dependent dispatched (its attempt's columns), at least one
+SELECT summary.*, {attempt_columns("dispatched")}
+FROM summary
+LEFT JOIN released AS dispatched ON dispatched.state = '{TaskState.RUNNING}'
+ORDER BY dispatched.task_key
 """
 
 
@@ -181,8 +182,10 @@ async def record_outcome(
     job: JobRef,
     outcome: AttemptOutcome,
     backoff: BackoffPolicy,
+    gates: bool = True,
 ) -> Decision:
-    """Record how the attempt ``job`` ended, and what follows from it (see the module)."""
+    """Record how the attempt ``job`` ended, and what follows from it (see the module);
+    ``gates``: the run's definition may have approval gates (``settle_locked``)."""
     recorded = Outcome(
         job=job, reason=outcome.reason.value, job_gone=outcome.reason is OutcomeReason.LOST
     )
@@ -194,10 +197,10 @@ async def record_outcome(
             return Decision.lost()
         success = succeeded.decision(recorded)
         if succeeded.limited:  # the slot it freed, and the tasks it released, are handed on
-            return success.then(await _hand_on(pool, fence=fence, run_id=run_id))
+            return success.then(await _hand_on(pool, fence=fence, run_id=run_id, gates=gates))
         if succeeded.released:  # a released task is unresolved: whoever resolves it settles
             return success
-        return success.then(await settle_run(pool, fence=fence, run_id=run_id))
+        return success.then(await settle_run(pool, fence=fence, run_id=run_id, gates=gates))
 
     async def move(connection: Connection, namespace: str) -> Decision:
         run = await connection.execute(
@@ -258,10 +261,12 @@ async def record_outcome(
             )
         return dataclasses.replace(moved, recorded=True, outcome=recorded)
 
-    return await locked_move(pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True)
+    return await locked_move(
+        pool, fence=fence, run_id=run_id, move=move, settle=True, fill=True, gates=gates
+    )
 
 
-async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
+async def _hand_on(pool: Pool, *, fence: Fence, run_id: int, gates: bool) -> Decision:
     """After a success of a run under a task limit: its ready tasks take the slots the
     limits leave (the one it freed among them), other runs of the namespace those left
     over, and the run settles when nothing is left to run."""
@@ -269,7 +274,9 @@ async def _hand_on(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     async def move(connection: Connection, namespace: str) -> Decision:
         decision = await dispatch_locked(connection, fence=fence, run_id=run_id)
         if not decision.create_jobs:
-            decision = decision.then(await settle_locked(connection, fence=fence, run_id=run_id))
+            decision = decision.then(
+                await settle_locked(connection, fence=fence, run_id=run_id, gates=gates)
+            )
         return decision
 
     return await locked_move(pool, fence=fence, run_id=run_id, move=move, fill=True)
@@ -308,7 +315,8 @@ async def succeed_task(
     """Move the forward task from ``from_state`` (``running``: its Job's attempt;
     ``awaiting``: an approval gate people passed) to succeeded and release its dependents,
     in one statement; None when it was not in that state (another path got there first)."""
-    cursor = await connection.execute(
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(
         RECORD_SUCCESS_QUERY,
         {
             "lease": fence.lease,
@@ -320,31 +328,19 @@ async def succeed_task(
             "detail": Jsonb(detail),
         },
     )
-    row = await cursor.fetchone()
-    assert row is not None
-    current_epoch, moved, limited, released, keys, attempts, timeouts, not_befores = row[:8]
-    refuse_stale(fence, current_epoch)
-    if moved != 1:
+    rows = await cursor.fetchall()
+    head = rows[0]
+    refuse_stale(fence, head["epoch"])
+    if head["moved"] != 1:
         return None
-    dispatched = tuple(
-        Dispatch(
-            run_id=run_id,
-            task_key=key,
-            role=TaskRole.FORWARD,
-            attempt=number,
-            timeout_seconds=timeout,
-            released_at=not_before,
-        )
-        for key, number, timeout, not_before in zip(
-            keys, attempts, timeouts, not_befores, strict=True
-        )
-    )
     return Success(
-        dispatched=dispatched,
-        released=released > 0,
-        limited=bool(limited),
-        awaiting=tuple(row[8]),
-        gate_deadline=row[9],
+        dispatched=tuple(
+            Dispatch.of(Attempt.of(row)) for row in rows if row["task_key"] is not None
+        ),
+        released=head["released"] > 0,
+        limited=bool(head["limited"]),
+        awaiting=tuple(head["awaiting"]),
+        gate_deadline=head["gate_deadline"],
     )
 
 
@@ -462,31 +458,19 @@ async def _record_compensation(
     outcome: AttemptOutcome,
     delay: timedelta | None,
 ) -> Decision:
-    error = None if outcome.succeeded else f"{outcome.reason.value}: {outcome.message}"[:1000]
-    if outcome.succeeded:
-        state, kind = CompensationState.SUCCEEDED, EventKind.COMPENSATION_SUCCEEDED
-    elif delay is not None:
-        state, kind = CompensationState.PENDING, EventKind.COMPENSATION_ATTEMPT_FAILED
-    else:
-        state, kind = CompensationState.FAILED, EventKind.COMPENSATION_FAILED
-    cursor = await connection.execute(
-        "UPDATE flowforge_task SET state = %(state)s, updated_at = now(), "
-        "attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END, "
-        "not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END, "
-        "finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END, "
-        "last_error = coalesce(%(error)s, last_error) WHERE id = %(id)s RETURNING not_before",
-        {"state": state, "retry": delay is not None, "delay": delay, "error": error, "id": task_id},
-    )
-    row = await cursor.fetchone()
-    await append_event(
+    ended = await end_step_locked(
         connection,
+        fence=fence,
         run_id=run_id,
-        kind=kind,
-        epoch=fence.epoch,
-        task_key=job.task_key,
-        attempt=job.attempt,
+        task_id=task_id,
+        job=job,
+        succeeded=outcome.succeeded,
+        delay=delay,
+        error=f"{outcome.reason.value}: {outcome.message}",
+        keep_error=True,
         detail=_detail(outcome),
     )
+    state = CompensationState(ended.state)
     halted: tuple[str, ...] = ()
     if state is CompensationState.FAILED:
         halted_cursor = await connection.execute(
@@ -513,8 +497,4 @@ async def _record_compensation(
         message=outcome.message,
         halted=halted,
     )
-    return Decision(
-        recorded=True,
-        notices=(notice,),
-        wake_at=row[0] if row is not None and delay is not None else None,
-    )
+    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)

@@ -34,7 +34,8 @@ from flowforge.domain import notices
 from flowforge.domain.decision import Decision, Dispatch, RunDecision
 from flowforge.domain.history import EventKind
 from flowforge.domain.queue import ConcurrencyPolicy, NamespaceLimits, QueueReason
-from flowforge.domain.states import RunPhase, TaskRole, TaskState
+from flowforge.domain.states import RunPhase, TaskState
+from flowforge.store.attempts import Attempt, attempt_columns, read_rows
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.duplicates import finish_waiting_duplicates_locked
 from flowforge.store.events import append_event
@@ -101,14 +102,14 @@ WITH run AS (
     SET state = '{TaskState.RUNNING}', started_at = coalesce(task.started_at, now()),
         updated_at = now()
     FROM due WHERE task.id = due.id AND task.state = '{TaskState.READY}'
-    RETURNING task.task_key, task.attempt, task.timeout_seconds, task.not_before
+    RETURNING {attempt_columns("task")}
 ), recorded AS (
     INSERT INTO flowforge_event (run_id, namespace, task_key, attempt, kind, epoch)
     SELECT %(run)s, (SELECT namespace FROM flowforge_run WHERE id = %(run)s),
            task_key, attempt, '{EventKind.TASK_DISPATCHED}', %(epoch)s FROM moved
     ORDER BY task_key
 )
-SELECT task_key, attempt, timeout_seconds, not_before FROM moved ORDER BY task_key
+SELECT {attempt_columns("moved")} FROM moved ORDER BY task_key
 """
 
 # the next retry of the run whose backoff is not over yet, or the next timeout of an
@@ -218,18 +219,10 @@ async def namespace_limits_locked(connection: Connection, namespace: str) -> Nam
 async def dispatch_locked(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
     """Inside a transaction that holds the namespace's lock: move the run's due ready tasks
     to running, as many as its limits leave room for (locks the run row)."""
-    cursor = await connection.execute(DISPATCH_QUERY, {"run": run_id, "epoch": fence.epoch})
-    dispatched = tuple(
-        Dispatch(
-            run_id=run_id,
-            task_key=key,
-            role=TaskRole.FORWARD,
-            attempt=attempt,
-            timeout_seconds=timeout,
-            released_at=not_before,
-        )
-        for key, attempt, timeout, not_before in await cursor.fetchall()
+    started = await read_rows(
+        connection, Attempt, DISPATCH_QUERY, {"run": run_id, "epoch": fence.epoch}
     )
+    dispatched = tuple(Dispatch.of(attempt) for attempt in started)
     later = await connection.execute(NEXT_DUE_QUERY, (run_id,))
     next_row = await later.fetchone()
     wake_at = None if next_row is None else next_row[0]

@@ -45,11 +45,11 @@ from flowforge.domain.states import (
     UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
-    TaskRole,
     TaskState,
     sql_list,
 )
 from flowforge.domain.undo import UndoOf
+from flowforge.store.attempts import Step, attempt_columns, read_rows
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.final_tasks import begin_finally_locked, next_final_step_locked
@@ -121,10 +121,10 @@ LIMIT 1 FOR SHARE
 
 # the compensator whose turn it is: the smallest rollback position among the pending
 NEXT_STEP_QUERY = f"""
-SELECT compensator.id, compensator.task_key, compensator.attempt,
-       compensator.timeout_seconds, compensator.not_before, compensator.not_before <= now(),
+SELECT compensator.id AS task_id, {attempt_columns("compensator")},
+       compensator.not_before <= now() AS due,
        EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'compensation'
-               AND state = '{CompensationState.RUNNING}')
+               AND state = '{CompensationState.RUNNING}') AS busy
 FROM flowforge_task AS compensator
 JOIN flowforge_task AS forward
   ON forward.run_id = compensator.run_id AND forward.task_key = compensator.compensates_key
@@ -141,9 +141,13 @@ WHERE id = %s AND state = '{CompensationState.PENDING}'
 """
 
 
-async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) -> Decision:
+async def settle_locked(
+    connection: Connection, *, fence: Fence, run_id: int, gates: bool = True
+) -> Decision:
     """Inside a transaction that passed the fence check: lock the run and settle it.
-    ``Decision.lost()`` when there is nothing to do yet (or the run is over)."""
+    ``Decision.lost()`` when there is nothing to do yet (or the run is over). ``gates``:
+    the run's definition may have approval gates (False: none can be overdue, no need to
+    look)."""
     cursor = await connection.execute(
         "SELECT phase, compensating, cancel_requested, namespace, recovering, paused, "
         "final_phase FROM flowforge_run WHERE id = %s FOR NO KEY UPDATE",
@@ -172,7 +176,11 @@ async def settle_locked(connection: Connection, *, fence: Fence, run_id: int) ->
         return await _next_step(
             connection, fence=fence, run_id=run_id, cancel=cancel_requested, paused=paused
         )
-    expired = await expire_gates_locked(connection, fence=fence, run_id=run_id)
+    expired = (
+        await expire_gates_locked(connection, fence=fence, run_id=run_id)
+        if gates
+        else Decision.lost()
+    )
     return expired.then(
         await _settle_forward(
             connection, fence=fence, run_id=run_id, cancel_requested=cancel_requested, paused=paused
@@ -296,9 +304,8 @@ async def _next_step(
     """Start the compensator whose turn it is (not while a person has paused the run);
     finish the run when none is left (or, for a run that had ``ended`` and whose rollback a
     person recovered, record that it settled)."""
-    cursor = await connection.execute(NEXT_STEP_QUERY, {"run": run_id})
-    row = await cursor.fetchone()
-    if row is None:
+    steps = await read_rows(connection, Step, NEXT_STEP_QUERY, {"run": run_id})
+    if not steps:
         unresolved = await connection.execute(UNRESOLVED_QUERY, {"run": run_id})
         still = await unresolved.fetchone()
         if still is not None and still[0]:
@@ -307,29 +314,21 @@ async def _next_step(
             return await _recovered(connection, fence=fence, run_id=run_id)
         phase = RunPhase.CANCELLED if cancel else RunPhase.FAILED
         return await _finish(connection, fence=fence, run_id=run_id, phase=phase)
-    task_id, key, attempt, timeout, not_before, due, one_running = row
-    if one_running or paused:
+    step = steps[0]
+    if step.busy or paused:
         return Decision.lost()
-    if not due:
-        return Decision(recorded=True, wake_at=not_before)
-    await connection.execute(START_STEP_QUERY, (task_id,))
+    if not step.due:
+        return Decision(recorded=True, wake_at=step.not_before)
+    await connection.execute(START_STEP_QUERY, (step.task_id,))
     await append_event(
         connection,
         run_id=run_id,
         kind=EventKind.COMPENSATION_STARTED,
         epoch=fence.epoch,
-        task_key=key,
-        attempt=attempt,
+        task_key=step.task_key,
+        attempt=step.attempt,
     )
-    step = Dispatch(
-        run_id=run_id,
-        task_key=str(key),
-        role=TaskRole.COMPENSATION,
-        attempt=int(attempt),
-        timeout_seconds=timeout,
-        released_at=not_before,
-    )
-    return Decision(recorded=True, create_jobs=(step,))
+    return Decision(recorded=True, create_jobs=(Dispatch.of(step),))
 
 
 async def _recovered(connection: Connection, *, fence: Fence, run_id: int) -> Decision:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ from flowforge.store import queries as store_queries
 from flowforge.store.events import run_history
 from flowforge.store.runs import RunRecord, find_run
 from tests.plugins.operator import OperatorProcess, RunDriver, wait_for_leader
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -39,12 +39,6 @@ def diamond(workflow: str = "diamond") -> dict[str, Any]:
             {"key": "load", "type": "step", "dependsOn": ["left", "right"]},
         ],
     }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _finished(job: Any) -> float:

@@ -13,6 +13,7 @@ import pytest
 from flowforge.domain.execution import job_outcome
 from flowforge.kube.client import KubeClient
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY
+from flowforge.kube.pages import PAGE_BYTES
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.operator.reconciler import SUCCEEDED, UNSUCCEEDED
 from tests.support.waiting import wait_until
@@ -50,6 +51,7 @@ async def names(kube: KubeClient, namespace: str, field_selector: str | None) ->
             label_selector=MANAGED,
             limit=1,
             continue_token=token,
+            max_bytes=PAGE_BYTES,
             field_selector=field_selector,
         )
         found += [item["metadata"]["name"] for item in page.items]

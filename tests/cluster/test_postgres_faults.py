@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import urllib.error
@@ -34,6 +33,7 @@ from tests.plugins.operator import JobCreationLog, OperatorProcess, RunDriver, w
 from tests.plugins.webhooks import WebhookHttps, spawn_webhook_server, stop_webhook_server
 from tests.support.admission import ADMIN, admission_review, definition
 from tests.support.exactly_once import assert_exactly_once, diamond
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -41,12 +41,6 @@ pytestmark = pytest.mark.cluster
 OUTAGE_SECONDS = 30.0
 STATEMENT_TIMEOUT = 5.0
 RUNS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def probe(port: int, path: str) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ from flowforge.domain.execution import TerminatedContainer
 from flowforge.kube.config_map import ConfigMapFound
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import CreatedJob, JobIdentity
-from flowforge.kube.pages import ListPage
+from flowforge.kube.pages import ListPage, PageTooLarge
 
 Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
 
@@ -34,7 +35,7 @@ class ListCall:
     limit: int
     continue_token: str | None
     field_selector: str | None = None
-    returned: int = 0  # the objects on the page
+    returned: int = 0  # the objects on the page (none when it was over its budget)
 
 
 class FakeKube:
@@ -58,6 +59,7 @@ class FakeKube:
         self.status_patches: list[str] = []  # the runs whose status was patched, in order
         self.before_create: Hook | None = None  # runs before a Job is stored
         self.before_list_jobs: Callable[[], Awaitable[None]] | None = None  # before a LIST
+        self.definition_status_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.fail_creates = 0  # that many creations raise, as a crash or outage would
         # what a creation raises, if anything, given the manifest (a quota, an invalid Job)
         self.create_error: Callable[[Mapping[str, Any]], Exception | None] | None = None
@@ -125,6 +127,7 @@ class FakeKube:
         label_selector: str,
         limit: int,
         continue_token: str | None,
+        max_bytes: int,
         field_selector: str | None = None,
     ) -> ListPage:
         if self.before_list_jobs is not None:
@@ -142,6 +145,7 @@ class FakeKube:
             matching,
             limit=limit,
             continue_token=continue_token,
+            max_bytes=max_bytes,
             field_selector=field_selector,
         )
 
@@ -185,10 +189,12 @@ class FakeKube:
         return None if run is None else copy.deepcopy(run)
 
     async def list_runs(
-        self, *, namespace: str | None, limit: int, continue_token: str | None
+        self, *, namespace: str | None, limit: int, continue_token: str | None, max_bytes: int
     ) -> ListPage:
         matching = [run for (ns, _), run in sorted(self.runs.items()) if namespace in (None, ns)]
-        return self._page("runs", matching, limit=limit, continue_token=continue_token)
+        return self._page(
+            "runs", matching, limit=limit, continue_token=continue_token, max_bytes=max_bytes
+        )
 
     def _page(
         self,
@@ -197,14 +203,21 @@ class FakeKube:
         *,
         limit: int,
         continue_token: str | None,
+        max_bytes: int,
         field_selector: str | None = None,
     ) -> ListPage:
-        """As the apiserver pages a LIST: at most ``limit`` items, and a token for the rest."""
+        """As the apiserver pages a LIST: at most ``limit`` items, and a token for the rest;
+        as the client reads it: not past ``max_bytes`` of its JSON."""
         start = int(continue_token or 0)
         end = start + limit
         page = [copy.deepcopy(item) for item in items[start:end]]
-        self.lists.append(ListCall(kind, limit, continue_token, field_selector, len(page)))
-        return ListPage(items=page, continue_token=str(end) if end < len(items) else None)
+        size = len(json.dumps(page, default=str))
+        read = size <= max_bytes
+        self.lists.append(ListCall(kind, limit, continue_token, field_selector, len(page) * read))
+        if not read:
+            raise PageTooLarge(max_bytes=max_bytes, length=None)
+        token = str(end) if end < len(items) else None
+        return ListPage(items=page, continue_token=token, size=size)
 
     async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(policy) for policy in self.policies.get(namespace, [])]
@@ -264,7 +277,8 @@ class FakeKube:
     async def patch_definition_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> bool:
-        return False
+        self.definition_status_patches.append((namespace, name, copy.deepcopy(dict(status))))
+        return True
 
     async def post_run_event(self, event: RunEvent) -> None:
         self.events.append(event)

@@ -32,8 +32,13 @@ class InMemoryRegistry:
     async def published_versions(self, *, namespace: str, workflow: str) -> Sequence[int]:
         return [v for (ns, wf, v) in self.published if (ns, wf) == (namespace, workflow)]
 
-    async def persisted(self, *, namespace: str, workflow: str) -> Sequence[PersistedDefinition]:
-        return self.objects.get((namespace, workflow), [])
+    async def persisted(
+        self, *, namespace: str, workflow: str, version: int | None = None
+    ) -> Sequence[PersistedDefinition]:
+        return [
+            dataclasses.replace(other, spec=other.spec if other.version == version else None)
+            for other in self.objects.get((namespace, workflow), [])
+        ]
 
     def publish(self, spec: Mapping[str, Any], *, namespace: str = NAMESPACE) -> None:
         """What the operator does with a stored object (admission never does it)."""

@@ -67,9 +67,11 @@ class GatedRegistry(InMemoryRegistry):
         super().__init__()
         self.apiserver = apiserver
 
-    async def persisted(self, *, namespace: str, workflow: str) -> Sequence[PersistedDefinition]:
+    async def persisted(
+        self, *, namespace: str, workflow: str, version: int | None = None
+    ) -> Sequence[PersistedDefinition]:
         await self.apiserver._wait()
-        return await super().persisted(namespace=namespace, workflow=workflow)
+        return await super().persisted(namespace=namespace, workflow=workflow, version=version)
 
 
 def access(apiserver: Apiserver) -> AccessChecks:

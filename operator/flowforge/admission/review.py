@@ -55,7 +55,7 @@ class PersistedDefinition:
 
     name: str
     version: int
-    spec: Mapping[str, Any]
+    spec: Mapping[str, Any] | None  # None: not the version asked about (not kept)
 
 
 class DefinitionRegistry(Protocol):
@@ -72,9 +72,12 @@ class DefinitionRegistry(Protocol):
         """Every published version of the workflow in the namespace (any order)."""
         ...
 
-    async def persisted(self, *, namespace: str, workflow: str) -> Sequence[PersistedDefinition]:
+    async def persisted(
+        self, *, namespace: str, workflow: str, version: int | None = None
+    ) -> Sequence[PersistedDefinition]:
         """The workflow's WorkflowDefinition objects in the namespace, read from the apiserver
-        (not a cache: an object created a moment ago must be there)."""
+        (not a cache: an object created a moment ago must be there), with the spec of those
+        of ``version`` only."""
         ...
 
 
@@ -194,7 +197,7 @@ async def _decide_definition_create(
         registry.published_fingerprint(
             namespace=namespace, workflow=workflow, version=definition.version
         ),
-        registry.persisted(namespace=namespace, workflow=workflow),
+        registry.persisted(namespace=namespace, workflow=workflow, version=definition.version),
         registry.published_versions(namespace=namespace, workflow=workflow),
     )
     if published is not None:
@@ -202,7 +205,7 @@ async def _decide_definition_create(
             return Verdict.allow()  # re-created with the published content: a no-op
         return _conflict(definition, held_by="is already published", fingerprint=published)
     for other in persisted:
-        if other.version != definition.version:
+        if other.spec is None:
             continue
         fingerprint = _fingerprint_or_none(other.spec)
         if fingerprint != definition.fingerprint:

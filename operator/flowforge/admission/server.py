@@ -102,9 +102,7 @@ async def serve_webhooks(
     dry_runner = DryRunner(kube.api_client)
     dry_runs = CachedDryRuns(dry_runner)
     try:
-        definitions = StoreDefinitionRegistry(
-            pool, list_definitions=lambda namespace: kube.list_definitions(namespace=namespace)
-        )
+        definitions = StoreDefinitionRegistry(pool, list_definitions=kube.list_definitions)
         registry = kopf.OperatorRegistry()
         register_login(registry)
         runs = StoreRetrySources(pool)

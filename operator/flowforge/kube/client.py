@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
@@ -32,7 +32,9 @@ from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.events import RunEvent, event_body, series_change
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
-from flowforge.kube.pages import ListPage
+from flowforge.kube.pages import ListPage, read_page
+
+_T = TypeVar("_T")
 
 
 class TokenBucket:
@@ -71,7 +73,24 @@ def _paging(limit: int, continue_token: str | None) -> dict[str, Any]:
 
 
 def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """Call the API and read the raw response body, and hand the connection back.
+    """Call the API and read the raw response body, and hand the connection back."""
+    return _read(function, args, kwargs, read=lambda response: bytes(response.data))
+
+
+def _page(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ListPage:
+    """Call a LIST and read its page within ``kwargs["max_bytes"]`` (``pages.read_page``)."""
+    max_bytes = kwargs.pop("max_bytes")
+    return _read(function, args, kwargs, read=lambda r: read_page(r, max_bytes=max_bytes))
+
+
+def _read(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    read: Callable[[Any], _T],
+) -> _T:
+    """Call the API, ``read`` the raw response, and hand the connection back.
 
     A response left unread keeps its connection out of the pool, and the next call pays a
     new TLS handshake (on both ends: that was most of the operator's and much of the
@@ -80,8 +99,7 @@ def _body(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     with kubernetes_errors():
         response = function(*args, _preload_content=False, **kwargs)
         try:
-            body: bytes = response.data
-            return body
+            return read(response)
         finally:
             response.release_conn()
 
@@ -143,24 +161,34 @@ class KubeClient(ConfigMapCalls):
 
     async def _call(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bytes:
         """One API call on the shared threads; returns the raw response body."""
-        return await self._run(function, pool=self._pool, args=args, kwargs=kwargs)
+        return await self._run(function, _body, pool=self._pool, args=args, kwargs=kwargs)
 
     async def _call_critical(
         self, function: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> bytes:
         """One API call on the Job-creation threads."""
-        return await self._run(function, pool=self._jobs_pool, args=args, kwargs=kwargs)
+        return await self._run(function, _body, pool=self._jobs_pool, args=args, kwargs=kwargs)
+
+    async def _list_page(
+        self, function: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> ListPage:
+        """One LIST call on the shared threads, its page read (and parsed there) within
+        ``max_bytes``, else :class:`~flowforge.kube.pages.PageTooLarge`."""
+        return await self._run(function, _page, pool=self._pool, args=args, kwargs=kwargs)
 
     async def _run(
         self,
         function: Callable[..., Any],
+        reader: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], _T],
         *,
         pool: ThreadPoolExecutor,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> bytes:
+    ) -> _T:
         await self._api_bucket.acquire()
-        return await asyncio.get_running_loop().run_in_executor(pool, _body, function, args, kwargs)
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, reader, function, args, kwargs
+        )
 
     @property
     def api_client(self) -> k8s.ApiClient:
@@ -235,18 +263,21 @@ class KubeClient(ConfigMapCalls):
         label_selector: str,
         limit: int,
         continue_token: str | None,
+        max_bytes: int,
         field_selector: str | None = None,
     ) -> ListPage:
-        """One page of the Jobs with the label (and the fields, when given); the next page
-        from ``continue_token``."""
+        """One page of the Jobs with the label (and the fields, when given), read within
+        ``max_bytes``; the next page from ``continue_token``."""
         paging = _paging(limit, continue_token) | {"label_selector": label_selector}
         if field_selector is not None:
             paging["field_selector"] = field_selector
         if namespace is None:
-            response = await self._call(self._batch.list_job_for_all_namespaces, **paging)
-        else:
-            response = await self._call(self._batch.list_namespaced_job, namespace, **paging)
-        return ListPage.of(_json(response))
+            return await self._list_page(
+                self._batch.list_job_for_all_namespaces, max_bytes=max_bytes, **paging
+            )
+        return await self._list_page(
+            self._batch.list_namespaced_job, namespace, max_bytes=max_bytes, **paging
+        )
 
     async def job_pods(
         self, *, namespace: str, job_name: str, job_uid: str
@@ -276,13 +307,18 @@ class KubeClient(ConfigMapCalls):
     # WorkflowRuns
 
     async def read_run(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._read_custom(RUN_PLURAL, namespace=namespace, name=name)
+
+    async def _read_custom(
+        self, plural: str, *, namespace: str, name: str
+    ) -> dict[str, Any] | None:
         try:
             response = await self._call(
                 self._custom.get_namespaced_custom_object,
                 GROUP,
                 VERSION,
                 namespace,
-                RUN_PLURAL,
+                plural,
                 name,
             )
         except KubernetesError as error:
@@ -292,37 +328,35 @@ class KubeClient(ConfigMapCalls):
         return _json(response)
 
     async def list_runs(
-        self, *, namespace: str | None, limit: int, continue_token: str | None
+        self, *, namespace: str | None, limit: int, continue_token: str | None, max_bytes: int
     ) -> ListPage:
-        """One page of the WorkflowRuns; the next page from ``continue_token``."""
-        paging = _paging(limit, continue_token)
-        return ListPage.of(await self._list_body(RUN_PLURAL, namespace=namespace, **paging))
+        """One page of the WorkflowRuns, read within ``max_bytes``; the next page from
+        ``continue_token``."""
+        paging = _paging(limit, continue_token) | {"max_bytes": max_bytes}
+        return await self._custom_page(RUN_PLURAL, namespace=namespace, paging=paging)
 
-    async def list_definitions(self, *, namespace: str) -> list[dict[str, Any]]:
-        """The namespace's WorkflowDefinition objects, read from the apiserver (a quorum read,
-        so an object created a moment ago is listed)."""
-        return await self._list(DEFINITION_PLURAL, namespace=namespace)
+    async def read_definition(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._read_custom(DEFINITION_PLURAL, namespace=namespace, name=name)
 
-    async def _list(self, plural: str, *, namespace: str | None) -> list[dict[str, Any]]:
-        return ListPage.of(await self._list_body(plural, namespace=namespace)).items
+    async def list_definitions(
+        self, *, namespace: str, limit: int, continue_token: str | None, max_bytes: int
+    ) -> ListPage:
+        """One page of the namespace's WorkflowDefinition objects, read within ``max_bytes``
+        from the apiserver (the first page a quorum read, so an object created a moment ago
+        is listed; the next ones of the same snapshot)."""
+        paging = _paging(limit, continue_token) | {"max_bytes": max_bytes}
+        return await self._custom_page(DEFINITION_PLURAL, namespace=namespace, paging=paging)
 
-    async def _list_body(
-        self, plural: str, *, namespace: str | None, **paging: Any
-    ) -> dict[str, Any]:
+    async def _custom_page(
+        self, plural: str, *, namespace: str | None, paging: dict[str, Any]
+    ) -> ListPage:
         if namespace is None:
-            response = await self._call(
+            return await self._list_page(
                 self._custom.list_cluster_custom_object, GROUP, VERSION, plural, **paging
             )
-        else:
-            response = await self._call(
-                self._custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                **paging,
-            )
-        return _json(response)
+        return await self._list_page(
+            self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural, **paging
+        )
 
     async def patch_run_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
@@ -418,7 +452,10 @@ class KubeClient(ConfigMapCalls):
 
     async def list_policies(self, *, namespace: str) -> list[dict[str, Any]]:
         """The namespace's FlowForgePolicy objects (read from the apiserver, not a cache)."""
-        return await self._list(POLICY_PLURAL, namespace=namespace)
+        response = await self._call(
+            self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL
+        )
+        return ListPage.of(_json(response)).items
 
     async def review_access(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a SubjectAccessReview; its ``status`` says whether the user may."""

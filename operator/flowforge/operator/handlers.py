@@ -37,7 +37,7 @@ from flowforge.operator.actions import process_action
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.leadership import Leadership
-from flowforge.operator.publishing import PendingPublisher, publish_object
+from flowforge.operator.publishing import PendingPublisher, publish_event
 from flowforge.operator.reconciler import Reconciler
 from flowforge.operator.schedules import ScheduleController
 from flowforge.operator.settings import OperatorSettings
@@ -48,6 +48,7 @@ from flowforge.store.single import SingleConnection
 
 logger = logging.getLogger("flowforge.operator")
 OWN_OBJECTS = f"{LABEL_MANAGED_BY}={MANAGED_BY}"  # Jobs and their Pods' template
+WATCH_LIST_CHUNK = 10
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -72,6 +73,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
+    # kopf's first listing of each kind (and its re-listing after a 410) in pages of a few
+    # objects: one unpaged LIST of every Job labelled as FlowForge's is whatever size its
+    # creators chose (kopf bounds pages by count only). The price: a start lists 10,000
+    # Jobs in 1,000 requests
+    settings.watching.chunk_size = WATCH_LIST_CHUNK
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
@@ -239,25 +245,17 @@ async def action_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, DEFINITION_PLURAL)
 async def definition_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """Publish the stored definition (idempotent, by content: admission never publishes), and
-    show its task count and fingerprint (or why it is unusable) in its status."""
+    show its task count and fingerprint (or why it is unusable) in its status; an event of a
+    generation already judged costs no parse (``publishing.py::already_judged``)."""
     engine = _engine(memo)
     if event.get("type") == "DELETED" or engine is None:
         return
     body = event["object"]
     metadata = body["metadata"]
-    await _guarded(engine, f"WorkflowDefinition {metadata.get('name')}", _publish(engine, body))
-
-
-async def _publish(engine: Engine, body: Mapping[str, Any]) -> None:
-    metadata = body["metadata"]
-    current = body.get("status") or {}
-    namespace_uid = await engine.namespaces.uid(metadata["namespace"])
-    outcome = await publish_object(engine.pool, body, namespace_uid=namespace_uid)
-    status = outcome.status(metadata.get("generation"), shown=current)
-    if any(current.get(field) != value for field, value in status.items()):
-        await engine.kube.patch_definition_status(
-            namespace=metadata["namespace"], name=metadata["name"], status=status
-        )
+    published = publish_event(
+        body, pool=engine.pool, kube=engine.kube, namespace_uid=engine.namespaces.uid
+    )
+    await _guarded(engine, f"WorkflowDefinition {metadata.get('name')}", published)
 
 
 @kopf.on.event(GROUP, VERSION, POLICY_PLURAL)

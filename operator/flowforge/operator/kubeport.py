@@ -45,11 +45,13 @@ class KubePort(Protocol):
         label_selector: str,
         limit: int,
         continue_token: str | None,
+        max_bytes: int,
         field_selector: str | None = None,
     ) -> ListPage:
         """One page (at most ``limit``) of the Jobs with the label (and, with
         ``field_selector``, the fields: the apiserver selects Jobs on ``status.successful``,
-        their ``status.succeeded`` count); the next one from the page's ``continue_token``."""
+        their ``status.succeeded`` count); the next one from the page's ``continue_token``.
+        A page longer than ``max_bytes`` is not read: ``kube.pages.PageTooLarge``."""
         ...
 
     async def job_termination(
@@ -71,7 +73,7 @@ class KubePort(Protocol):
         ...
 
     async def list_runs(
-        self, *, namespace: str | None, limit: int, continue_token: str | None
+        self, *, namespace: str | None, limit: int, continue_token: str | None, max_bytes: int
     ) -> ListPage:
         """One page (at most ``limit``) of the WorkflowRuns, as ``list_jobs``."""
         ...

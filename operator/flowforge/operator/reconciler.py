@@ -18,7 +18,10 @@ run whose object is gone is cancelled. Finished Jobs whose outcome is committed 
 after the TTL. A run with nothing to repair costs nothing but its row in the sweep, and a
 pass that changes nothing patches nothing.
 
-A pass lists only the Jobs that have not succeeded (``status.successful=0``: running,
+Every LIST is read in pages within a byte budget, each page dropped once read
+(``kube/pages.py``), and of each listed Job only a small record is kept for the pass
+(``kube/job_record.py``): one tenant's fat Jobs cost one page at a time, never the whole
+listing. A pass lists only the Jobs that have not succeeded (``status.successful=0``: running,
 pending, suspended by Kueue, failed; ours run one Pod to one completion), so its cost does
 not grow with the succeeded Jobs kept (``--job-ttl -1`` keeps them all). A running attempt
 whose Job is not among them is read by name (one GET; it has succeeded and its event was
@@ -40,7 +43,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,8 +53,9 @@ from flowforge.domain.execution import job_outcome
 from flowforge.domain.observed_job import JobMeaning, job_meaning
 from flowforge.domain.run import run_gone, shown_phase
 from flowforge.domain.states import TERMINAL_RUN_PHASES, TaskState
+from flowforge.kube.job_record import job_record
 from flowforge.kube.jobs import LABEL_MANAGED_BY, MANAGED_BY, JobIdentity
-from flowforge.kube.pages import ListPage
+from flowforge.kube.pages import pages
 from flowforge.operator import metrics
 from flowforge.operator.engine import Engine
 from flowforge.operator.finalizer import observe_run
@@ -120,8 +124,9 @@ class Reconciler:
         engine = self._engine
         seen_uids: set[str] = set()
         for namespace in self._namespaces():
-            async for page in _pages(
-                functools.partial(engine.kube.list_runs, namespace=namespace, limit=self._page_size)
+            async for page in pages(
+                functools.partial(engine.kube.list_runs, namespace=namespace),
+                limit=self._page_size,
             ):
                 seen_uids.update(str(body["metadata"]["uid"]) for body in page)
                 if await self._observe_page(page):
@@ -227,20 +232,22 @@ class Reconciler:
         return await self._list_jobs(field_selector=SUCCEEDED)
 
     async def _list_jobs(self, *, field_selector: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The listed Jobs by namespace and name, each as its small record (``job_record``):
+        a page is dropped as soon as it is read."""
         jobs: dict[tuple[str, str], dict[str, Any]] = {}
         for namespace in self._namespaces():
-            async for page in _pages(
+            async for page in pages(
                 functools.partial(
                     self._engine.kube.list_jobs,
                     namespace=namespace,
                     label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
                     field_selector=field_selector,
-                    limit=self._page_size,
-                )
+                ),
+                limit=self._page_size,
             ):
                 for job in page:
                     metadata = job["metadata"]
-                    jobs[(metadata["namespace"], metadata["name"])] = job
+                    jobs[(metadata["namespace"], metadata["name"])] = job_record(job)
         return jobs
 
     async def _repair(
@@ -425,14 +432,3 @@ def _needs_observing(body: Mapping[str, Any], stored: ListedRun) -> bool:
     return (cancel and not stored.cancel_requested) or (
         stored.compensators and FINALIZER not in (metadata.get("finalizers") or [])
     )
-
-
-async def _pages(fetch: Callable[..., Awaitable[ListPage]]) -> AsyncIterator[list[dict[str, Any]]]:
-    """Every page of a LIST (``fetch(continue_token=...)``), following its continue tokens."""
-    token: str | None = None
-    while True:
-        page = await fetch(continue_token=token)
-        yield page.items
-        if page.continue_token is None:
-            return
-        token = page.continue_token

@@ -11,6 +11,7 @@ has the fingerprint it was published with.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from datetime import datetime
@@ -52,10 +53,10 @@ async def publish_definition(
 ) -> PublishedDefinition:
     """Publish ``definition`` in ``namespace`` (whose uid, when known, is recorded with it:
     readers show it only while the namespace of that name has this uid, migration 15)."""
+    # a 10,000-task definition takes most of a second to fingerprint and lay out: a thread's
+    # work, not the event loop's
+    document = await asyncio.to_thread(_document, definition)
     fingerprint = definition.fingerprint
-    # building the graph validates it: nothing cyclic or dangling gets a row
-    definition.graph.topological_order()
-    document = Jsonb(definition.to_document())
 
     async def decide(connection: Connection) -> PublishedDefinition:
         inserted = await connection.execute(
@@ -114,6 +115,14 @@ async def publish_definition(
         )
 
     return await in_transaction(pool, decide)
+
+
+def _document(definition: DefinitionSpec) -> Jsonb:
+    """The definition's stored document, once its fingerprint is known and its graph is
+    built (which validates it: nothing cyclic or dangling gets a row)."""
+    _ = definition.fingerprint
+    definition.graph.topological_order()
+    return Jsonb(definition.to_document())
 
 
 def _revalidate(
@@ -258,6 +267,21 @@ async def definition_fingerprint(pool: Pool, definition_id: int) -> str:
             namespace="?", workflow=f"definition #{definition_id}", version=None
         )
     return str(row[0])
+
+
+async def published_fingerprint(
+    pool: Pool, *, namespace: str, workflow: str, version: int
+) -> str | None:
+    """The fingerprint ``version`` was published with; None when it is not published (the
+    document is neither read nor parsed)."""
+    async with pool.connection() as connection:
+        cursor = await connection.execute(
+            "SELECT fingerprint FROM flowforge_definition "
+            "WHERE namespace = %s AND workflow = %s AND version = %s",
+            (namespace, workflow, version),
+        )
+        row = await cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 async def list_versions(pool: Pool, *, namespace: str, workflow: str) -> list[int]:

@@ -66,7 +66,8 @@ def test_the_list_shows_spec_next_times_last_fire_and_missed(
     listed = api_server.request(schedules, token=tenancy.reader_token)
     assert listed.status == 200, listed.body
     items = {item["name"]: item for item in listed.json()["items"]}
-    assert set(items) == {"nightly", "off"}
+    # the namespace is the session's (tests/ui adds its own schedules there, before or after)
+    assert {"nightly", "off"} <= set(items), sorted(items)
     nightly, off = items["nightly"], items["off"]
     assert (nightly["workflow"], nightly["version"], nightly["schedule"]) == (
         "diamond",

@@ -5,7 +5,7 @@ Each example draws a small DAG (2-8 forward tasks, ``retries`` 0-2, some with a 
 some of those with ``compensateOn: Attempted``, some forward tasks approval gates: listed
 users or anyone, ``required`` 1-2, maybe ``forbidSelf``, maybe a timeout; the run created by
 one of the people or nobody known; some tasks with a ``when`` on a boolean parameter, true
-or false; a third of the runs with 1-2 ``forEach`` tasks: 0-4 items from an array parameter
+or false; half of the runs with 1-2 ``forEach`` tasks: 0-4 items from an array parameter
 or a literal list, maybe ``maxParallel`` 1-3, ``tolerateFailures`` 0-2 or 50%, most of
 them with a compensator; a third of the runs with 1-2 ``finally`` tasks, ``retries`` 0-1)
 and then, one step at a time, which running attempt

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import event, note
 
 from flowforge.domain.decision import Decision, JobRef
 from flowforge.domain.execution import AttemptOutcome, BackoffPolicy, OutcomeReason
+from flowforge.domain.for_each import PARTIAL_FAILURE
 from flowforge.domain.history import EventKind
 from flowforge.domain.projection import settled_phase
 from flowforge.domain.run_actions import (
@@ -35,7 +37,6 @@ from flowforge.domain.states import (
     TaskRole,
     TaskState,
 )
-from flowforge.domain.undo import rollback_order
 from flowforge.store.actions import ActionOutcome, apply_action
 from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
@@ -44,10 +45,11 @@ from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.moves import settle_run
 from flowforge.store.outcomes import record_outcome
-from flowforge.store.queries import list_tasks, rollback_steps
+from flowforge.store.queries import forward_counts, list_tasks, rollback_steps
 from flowforge.store.runs import get_run
 from tests.store.conftest import start_run
-from tests.store.model_runs import Act, Dag, Job, Row, RowKey, RunModel
+from tests.store.model_dags import Dag, Group
+from tests.store.model_runs import Act, Job, Row, RowKey, RunModel
 
 BACKOFF = BackoffPolicy(first_delay_seconds=0.0, jitter=0.0)
 SUCCESS = AttemptOutcome(succeeded=True, reason=OutcomeReason.COMPLETED, exit_code=0)
@@ -165,8 +167,9 @@ class Checker:
         self.log.append(f"create_run {workflow} (run #{self.run_id})")
         observed = await _snapshot(self.pool, self.run_id)
         for (role, key), (state, attempt) in observed.items():
+            skipped = self.model.condition_false | self.model.shape.no_items
             initial = (
-                ({TaskState.SKIPPED} if key in self.model.condition_false else set())
+                ({TaskState.SKIPPED} if key in skipped else set())
                 | ({TaskState.AWAITING} if key in self.model.gates else {TaskState.READY})
                 | {TaskState.WAITING}
                 if role is TaskRole.FORWARD
@@ -189,7 +192,11 @@ class Checker:
         await self.outcomes([(job, "success" if succeeded else "failure")], replay=replay)
 
     async def outcomes(self, ended: Sequence[tuple[Job, str]], *, replay: bool = False) -> None:
-        """Record how attempts ended; two of them at once (concurrently) race each other."""
+        """Record how attempts ended; two of them at once (concurrently) race each other. An
+        item failing past its task's tolerance stops the Jobs of the task's running items."""
+        model = self.model
+        jobs = [job for job, _ in ended]
+        running = [] if replay else [j for j in model.running_jobs() if j[2] is TaskRole.FORWARD]
         decisions = await asyncio.gather(
             *(
                 record_outcome(
@@ -214,13 +221,41 @@ class Checker:
         labels = []
         for job, how in ended:
             if not replay:
-                self.model.outcome(job, succeeded=how == "success", started=how != "not started")
+                model.outcome(job, succeeded=how == "success", started=how != "not started")
                 self.stale.append(job)
             key, attempt, role = job
             labels.append(f"{'replayed ' if replay else ''}{how} of {role} {key}#{attempt}")
-        if len(ended) > 1 and self.model.limit is not None:
+        if len(ended) > 1 and model.limit is not None:
             await self.adopt_slots()
-        await self.step(" together with ".join(labels), decision, recorded=not replay)
+        groups = {model.shape.group_of.get(key) for key, _, _ in jobs}
+        if len(ended) > 1 and len(groups) == 1 and None not in groups:
+            await self.adopt_completion([key for key, _, _ in jobs])
+        label = " together with ".join(labels)
+        await self.step(label, decision, recorded=not replay)
+        ended_rows = [] if replay else [key for key, _, role in jobs if role == "forward"]
+        self.check_item_notices(label, decision, ended_rows)
+        cancelled = [
+            job
+            for job in running
+            if job not in jobs and model.task_state(job[0]) is TaskState.CANCELLED
+        ]
+        await self.stopped(decision, cancelled)
+
+    def check_item_notices(self, label: str, decision: Decision, ended: Sequence[str]) -> None:
+        """An item failing within its task's tolerance is told (PartialFailure), one past it
+        too (ItemsStopped); no other outcome tells either."""
+        model = self.model
+        reasons = {notice.reason for notice in decision.notices}
+        tolerated = any(key in model.tolerated for key in ended)
+        past = any(key in model.failed and key in model.shape.group_of for key in ended)
+        self.expect(
+            (PARTIAL_FAILURE in reasons, "ItemsStopped" in reasons) == (tolerated, past),
+            f"{label}: notices {sorted(reasons)}, an item tolerated {tolerated}, past {past}",
+        )
+        if tolerated:
+            event("a forEach item failed within its tolerance")
+        if past:
+            event("a forEach item failed past its tolerance")
 
     async def adopt_slots(self) -> None:
         """Two outcomes at once hand their slots on in either order: which released tasks
@@ -237,10 +272,35 @@ class Checker:
         self.expect(running <= released, f"running {sorted(running)} not all released")
         if not (model.cancel_requested or model.paused or model.phase in TERMINAL_RUN_PHASES):
             assert model.limit is not None
-            full = min(model.limit, len(released))
+            startable = model.startable(released, Counter())
+            full = min(model.limit, len(startable))
             self.expect(len(running) == full, f"{len(running)} running, {full} slots taken")
         model.active = running
         event("two outcomes handed slots on together")
+
+    async def adopt_completion(self, keys: Sequence[str]) -> None:
+        """Two items of one forEach ended at once: which completed first (the undo order of
+        its compensator) is the store's to say; the model goes on from it."""
+        model = self.model
+        done = [key for key in keys if key in model.completed]
+        if len(done) < 2:
+            return
+        async with self.pool.connection() as connection:
+            cursor = await connection.execute(
+                "SELECT task_key, finished_at FROM flowforge_task WHERE run_id = %s "
+                "AND role = 'forward' AND task_key = ANY(%s)",
+                (self.run_id, done),
+            )
+            finished = {str(key): at for key, at in await cursor.fetchall()}
+        first, second = sorted(done, key=lambda key: model.completed[key])
+        if finished[first] > finished[second]:
+            model.completed[first], model.completed[second] = (
+                model.completed[second],
+                model.completed[first],
+            )
+        elif finished[first] == finished[second]:
+            model.completed[second] = model.completed[first]
+        event("two items of a forEach ended together")
 
     async def cancel(self, *, rollback: bool) -> None:
         model = self.model
@@ -419,7 +479,12 @@ class Checker:
             elif not self.compensators_started or self.compensators_started[-1] != key:
                 self.compensators_started.append(key)
         self.rows = observed
-        await self.check_spec(observed)
+        tolerated = await self.tolerated()
+        self.expect(
+            tolerated == model.tolerated,
+            f"tolerated items {sorted(tolerated)}, the model's {sorted(model.tolerated)}",
+        )
+        self.check_spec(observed, tolerated)
         # the run
         run = await get_run(self.pool, self.run_id)
         if run.phase != self.phase:
@@ -454,17 +519,30 @@ class Checker:
             f"rollback outcome {flags}, the model {expected_flags}",
         )
 
-    async def check_spec(self, observed: Mapping[RowKey, Row]) -> None:
-        """The spec's statements on the store's rows alone."""
-        graph, run_graph = self.model.graph, self.model.run_graph
+    async def tolerated(self) -> set[str]:
+        """The forEach items the store marked tolerated (none without a forEach)."""
+        if not self.model.shape.groups:
+            return set()
+        async with self.pool.connection() as connection:
+            cursor = await connection.execute(
+                "SELECT task_key FROM flowforge_task WHERE run_id = %s AND tolerated",
+                (self.run_id,),
+            )
+            return {str(key) for (key,) in await cursor.fetchall()}
+
+    def check_spec(self, observed: Mapping[RowKey, Row], tolerated: set[str]) -> None:
+        """The spec's statements on the store's rows alone (and its tolerated items)."""
+        model = self.model
+        run_graph, shape = model.run_graph, model.shape
         forward = {key: state for (role, key), (state, _) in observed.items() if role == "forward"}
 
         def having(*states: str) -> set[str]:
             return {key for key, state in forward.items() if state in states}
 
-        succeeded, failed = having(TaskState.SUCCEEDED), having(TaskState.FAILED)
+        succeeded, failed = having(TaskState.SUCCEEDED), having(TaskState.FAILED) - tolerated
         finished = having(TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED)
-        released = set(run_graph.ready_tasks(succeeded)) - finished
+        # a tolerated item releases its dependents as a success does
+        released = set(run_graph.ready_tasks(succeeded | tolerated)) - finished
         waiting = having(TaskState.READY, TaskState.RUNNING, TaskState.AWAITING)
         self.expect(
             waiting == released,
@@ -478,12 +556,15 @@ class Checker:
             f"awaiting {sorted(awaiting)}, ready/running {sorted(runs)}, gates {sorted(gates)}",
         )
         skipped = having(TaskState.SKIPPED)
-        expected_skips = set(run_graph.downstream_of(failed)) | self.model.condition_false
+        created = model.condition_false | shape.no_items
+        expected_skips = set(run_graph.downstream_of(failed)) | created
         self.expect(
             skipped == expected_skips and not skipped & self.ever_started,
-            f"skipped {sorted(skipped)}, downstream of failed or condition false "
+            f"skipped {sorted(skipped)}, downstream of failed, condition false or no items "
             f"{sorted(expected_skips)}, ever started {sorted(self.ever_started)}",
         )
+        for group in shape.groups.values():
+            self.check_group(group, forward, tolerated)
         running = [
             key
             for (role, key), (state, _) in observed.items()
@@ -496,18 +577,37 @@ class Checker:
             self.expect(len(busy) <= limit, f"{sorted(busy)} running, maxParallelTasks {limit}")
         self.check_finals(observed)
         if self.compensators_started:
-            attempted = self.model.attempted()
-            self.expect(attempted <= failed, f"undone as attempted {attempted}, failed {failed}")
-            order = rollback_order(
-                graph,
-                succeeded=succeeded,
-                attempted=attempted,
-                compensators=self.model.compensators,
+            attempted = model.attempted()
+            self.expect(
+                attempted <= failed | tolerated,
+                f"undone as attempted {attempted}, failed {failed | tolerated}",
             )
+            order = model.rollback_order(succeeded=succeeded, attempted=attempted)
             self.expect(
                 tuple(self.compensators_started) == order[: len(self.compensators_started)],
                 f"compensators started {self.compensators_started}, rollback order {order}",
             )
+
+    def check_group(self, group: Group, forward: Mapping[str, str], tolerated: set[str]) -> None:
+        """A forEach's items: never more than its maxParallel running; within its tolerance
+        the failed ones are tolerated; past it none is unresolved (none starts any more)."""
+        states = [forward[member] for member in group.members]
+        running = states.count(TaskState.RUNNING)
+        cap = group.max_parallel
+        self.expect(
+            cap is None or running <= cap, f"{group.task}: {running} items run, maxParallel {cap}"
+        )
+        failed = [m for m in group.members if forward[m] == TaskState.FAILED]
+        within = len(failed) <= group.tolerance
+        self.expect(
+            (set(failed) <= tolerated) if within else len(set(failed) - tolerated) == 1,
+            f"{group.task}: failed {failed}, tolerated {sorted(tolerated)}, "
+            f"tolerance {group.tolerance}",
+        )
+        unresolved = [state for state in states if state in UNRESOLVED_TASK_STATES]
+        self.expect(
+            within or not unresolved, f"{group.task} past its tolerance, items still {states}"
+        )
 
     def check_finals(self, observed: Mapping[RowKey, Row]) -> None:
         """The finally tasks on the store's rows alone: none starts before the outcome is
@@ -535,6 +635,10 @@ class Checker:
         """The run is over: its phase, its rollback and its history."""
         model = self.model
         counts = model.counts()
+        # what the run's status shows: the tolerated items (PartialFailure), the tasks skipped
+        # by their when (ConditionFalse), apart from the failed and the other skipped ones
+        stored = await forward_counts(self.pool, self.run_id, kueue=False)
+        self.expect(stored == counts, f"the store counts {stored}, the model {counts}")
         # a cancel while the finally tasks ran changed nothing: the phase was decided before
         cancel = model.cancel_requested if model.final_phase is None else model.cancel_when_decided
         expected = settled_phase(counts=counts, cancel_requested=cancel)
@@ -562,6 +666,15 @@ class Checker:
         self.expect(steps == expected_steps, f"rollback_steps {steps}, model {expected_steps}")
         history = await run_history(self.pool, self.run_id)
         kinds = [e.kind for e in history if e.kind != EventKind.TASK_JOB_CREATED]  # moves only
+        tolerated = {
+            str(e.task_key)
+            for e in history
+            if e.kind == EventKind.TASK_FAILED and e.detail.get("tolerated") is True
+        }
+        self.expect(
+            tolerated == model.tolerated,
+            f"failures told tolerated {sorted(tolerated)}, the model {sorted(model.tolerated)}",
+        )
         announced = [e.detail.get("order") for e in history if e.kind == EventKind.RUN_COMPENSATING]
         self.expect(
             announced == ([list(model.rollback)] if model.rollback else []),

@@ -1,15 +1,14 @@
-"""The pure model of a run that ``test_run_model.py`` holds the store to: the drawn
-definitions (``Dag``, ``dags``), the steps people take (``Act``) and what the domain says
-every row and flag of the run is after a sequence of inputs (``RunModel``). Nothing here
-touches the store; ``model_checker.py`` drives the store and compares."""
+"""The pure model of a run that ``test_run_model.py`` holds the store to: the steps people
+take (``Act``) and what the domain says every row and flag of a drawn run
+(``model_dags.py``) is after a sequence of inputs (``RunModel``). Nothing here touches the
+store; ``model_checker.py`` drives the store and compares."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from hypothesis import strategies as st
+import itertools
+from collections import Counter
+from collections.abc import Collection
 
 from flowforge.domain.approval import GateReason, approval_refusal, rejection_refusal
 from flowforge.domain.final_tasks import RollbackOutcome
@@ -25,137 +24,24 @@ from flowforge.domain.run_actions import (
 from flowforge.domain.states import (
     TERMINAL_COMPENSATION_STATES,
     TERMINAL_RUN_PHASES,
+    UNRESOLVED_TASK_STATES,
     CompensationState,
     RunPhase,
     TaskRole,
     TaskState,
 )
-from flowforge.domain.undo import CompensateOn, UndoOf, rollback_order, undo_of
+from flowforge.domain.undo import UndoOf, undo_of
+from tests.store.model_dags import Dag, shape_of
 
 Row = tuple[str, int]  # (state, attempt)
 RowKey = tuple[TaskRole, str]  # (role, task key)
 Job = tuple[str, int, TaskRole]  # (task key, attempt, role)
 
-# the people who create runs and act on them; a gate lists some of them as approvers
-PEOPLE = ("alice", "bob", "carol", "dave")
-# a gate's timeout is never reached by the clock: a step moves its deadline back instead
-GATE_TIMEOUT_SECONDS = 3600
 # a finally task not yet run (ready: a retry in its backoff)
 FINAL_OPEN_STATES = (TaskState.WAITING, TaskState.READY, TaskState.RUNNING)
 
 
-# -- the runs ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Dag:
-    """A drawn definition: its tasks as the document lists them."""
-
-    tasks: tuple[Mapping[str, Any], ...]
-    # the run's maxParallelTasks (None: unlimited)
-    limit: int | None = None
-    # boolean parameter declarations: a task with ``when: params.pN`` runs when pN's default is
-    # true and is skipped (ConditionFalse) at creation when it is false
-    parameters: tuple[Mapping[str, Any], ...] = ()
-    # who created the run (an approval gate's forbidSelf)
-    creator: str | None = None
-    # spec.finally, in list order
-    finals: tuple[Mapping[str, Any], ...] = ()
-
-    def __repr__(self) -> str:
-        parts = []
-        for task in self.tasks:
-            text = f"{task['key']}(retries={task.get('retries', 0)}"
-            if "approval" in task:
-                text = f"{task['key']}(gate {dict(task['approval'])}"
-            if task.get("dependsOn"):
-                text += f", after {'+'.join(task['dependsOn'])}"
-            if task.get("compensateFor"):
-                text += f", undoes {task['compensateFor']}"
-            if task.get("when"):
-                text += f", when {task['when']}"
-            if task.get("compensateOn"):
-                text += f" on {task['compensateOn']}"
-            parts.append(text + ")")
-        limit = f", maxParallelTasks={self.limit}" if self.limit else ""
-        values = ", ".join(f"{p['name']}={p['default']}" for p in self.parameters)
-        creator = f"; created by {self.creator}" if self.creator else ""
-        finals = ", ".join(f"{t['key']}(retries={t['retries']})" for t in self.finals)
-        return (
-            "Dag["
-            + "; ".join(parts)
-            + limit
-            + (f"; {values}" if values else "")
-            + creator
-            + (f"; finally {finals}" if finals else "")
-            + "]"
-        )
-
-
-@st.composite
-def approvals(draw: st.DrawFn) -> dict[str, Any]:
-    """A gate's ``approval``: listed users (or anyone), 1-2 of them required, maybe forbidding
-    the creator, maybe a timeout."""
-    approval: dict[str, Any] = {}
-    most = len(PEOPLE)
-    if draw(st.integers(0, 3), label="lists approvers") > 0:
-        users = draw(st.lists(st.sampled_from(PEOPLE), min_size=1, max_size=3, unique=True))
-        approval["approvers"] = {"users": users}
-        most = len(users)
-    approval["required"] = draw(st.integers(1, min(2, most)), label="required")
-    if draw(st.booleans(), label="forbidSelf"):
-        approval["forbidSelf"] = True
-    if draw(st.booleans(), label="has a timeout"):
-        approval["timeoutSeconds"] = GATE_TIMEOUT_SECONDS
-    return approval
-
-
-@st.composite
-def dags(draw: st.DrawFn) -> Dag:
-    """2-8 forward tasks, each depending on some earlier ones, some of them approval gates
-    (no type, no retries, no compensator); keys and declaration order are shuffled so that
-    neither follows the topological order (ties are broken by key); a third of the runs have
-    1-2 ``finally`` tasks (retries 0-1)."""
-    size = draw(st.integers(min_value=2, max_value=8), label="forward tasks")
-    names = draw(st.permutations([f"t{n}" for n in range(size)]), label="keys")
-    retries = st.integers(min_value=0, max_value=2)
-    tasks: list[dict[str, Any]] = []
-    parameters: list[dict[str, Any]] = []
-    guarded = st.integers(0, 3).map(lambda n: n == 3)
-    gated = st.integers(0, 3).map(lambda n: n == 3)
-    for index, key in enumerate(names):
-        upstream = draw(st.sets(st.sampled_from(names[:index])) if index else st.just(set()))
-        gate = draw(gated, label=f"{key} is a gate")
-        task: dict[str, Any] = (
-            {"key": key, "approval": draw(approvals())}
-            if gate
-            else {"key": key, "retries": draw(retries)}
-        )
-        if upstream:
-            task["dependsOn"] = sorted(upstream)
-        if draw(guarded, label=f"{key} has a when"):
-            value = draw(st.booleans(), label=f"{key}'s condition")
-            parameters.append({"name": f"p{index}", "type": "boolean", "default": value})
-            task["when"] = f"params.p{index}"
-        tasks.append(task)
-        if not gate and draw(st.booleans()):
-            compensator = {"key": f"undo-{key}", "compensateFor": key, "retries": draw(retries)}
-            if draw(st.booleans(), label="compensateOn: Attempted"):
-                compensator["compensateOn"] = CompensateOn.ATTEMPTED.value
-            tasks.append(compensator)
-    order = draw(st.permutations(range(len(tasks))), label="declaration order")
-    limit = draw(st.none() | st.integers(min_value=1, max_value=3), label="maxParallelTasks")
-    finals = draw(st.integers(0, 5).map(lambda n: max(0, n - 3)), label="finally tasks")
-    return Dag(
-        tasks=tuple(tasks[position] for position in order),
-        limit=limit,
-        parameters=tuple(parameters),
-        creator=draw(st.sampled_from((None, *PEOPLE)), label="created by"),
-        finals=tuple(
-            {"key": f"f{n}", "retries": draw(st.integers(0, 1), label=f"f{n}'s retries")}
-            for n in range(finals)
-        ),
-    )
+# -- the steps --------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,37 +75,20 @@ class Judgement:
 # -- the model --------------------------------------------------------------------------------
 
 
-def _contracted(
-    dependencies: Mapping[str, Sequence[str]], skipped: frozenset[str]
-) -> dict[str, set[str]]:
-    """The dependencies of the tasks that run, each skipped task replaced by its own
-    upstreams, transitively (written here from the rule, not from expand())."""
-
-    def through(key: str) -> set[str]:
-        found: set[str] = set()
-        for upstream in dependencies[key]:
-            found |= through(upstream) if upstream in skipped else {upstream}
-        return found
-
-    return {key: through(key) for key in dependencies if key not in skipped}
-
-
 class RunModel:
     """What the domain says a run is after a sequence of inputs (outcomes, cancels, people's
     actions, gates' timeouts)."""
 
     def __init__(self, dag: Dag) -> None:
         forward = [task for task in dag.tasks if "compensateFor" not in task]
-        self.graph = DependencyGraph({t["key"]: t.get("dependsOn", ()) for t in forward})
-        # a task whose condition is false is skipped at creation; the others wait for the
-        # tasks that run, a skipped task's upstreams standing in for it (domain/expansion.py)
-        values = {p["name"]: p["default"] for p in dag.parameters}
-        self.condition_false = frozenset(
-            str(t["key"]) for t in forward if "when" in t and not values[t["when"][7:]]
-        )
-        self.run_graph = DependencyGraph(
-            _contracted({t["key"]: t.get("dependsOn", ()) for t in forward}, self.condition_false)
-        )
+        # the rows create_run writes: a task whose condition is false, or whose forEach has no
+        # items, is skipped at creation and its dependents wait for its own upstreams; a
+        # forEach task is its items, each waiting for the task's upstreams, its dependents
+        # for every item
+        self.shape = shape_of(dag)
+        self.graph = self.shape.graph
+        self.condition_false = self.shape.condition_false
+        self.run_graph = DependencyGraph(self.shape.dependencies)
         self.gates = {
             str(t["key"]): ApprovalSpec.model_validate(t["approval"])
             for t in forward
@@ -228,23 +97,19 @@ class RunModel:
         self.creator = dag.creator
         self.approved_by: dict[str, list[str]] = {gate: [] for gate in self.gates}
         self.gate_failures: dict[str, GateReason] = {}
-        self.compensators: dict[str, str] = {
-            t["compensateFor"]: t["key"] for t in dag.tasks if "compensateFor" in t
-        }
-        self.compensate_on = {
-            str(t["compensateFor"]): CompensateOn(t.get("compensateOn", "Succeeded"))
-            for t in dag.tasks
-            if "compensateFor" in t
-        }
-        self.max_attempts = {
-            str(t["key"]): int(t.get("retries", 0)) + 1 for t in (*dag.tasks, *dag.finals)
-        }
+        self.compensators = self.shape.compensators  # per forward row (an item's per item)
+        self.max_attempts = self.shape.max_attempts
         # the last attempt number each task may reach (a person's RetryCompensator adds)
         self.attempt_limit = dict(self.max_attempts)
         self.started: dict[str, bool] = {}  # whether a task's last attempt started
         self.attempts = dict.fromkeys(self.max_attempts, 1)
         self.succeeded: set[str] = set()
-        self.failed: set[str] = set()
+        self.failed: set[str] = set()  # failed for good, and not tolerated
+        self.tolerated: set[str] = set()  # forEach items failed within their tolerance
+        # when each forward row succeeded or failed for good, in the order of the steps (a
+        # forEach compensator undoes the last completed item first)
+        self.completed: dict[str, int] = {}
+        self._clock = itertools.count()
         self.cancelled: set[str] = set()
         self.cancel_requested = False
         self.phase = RunPhase.RUNNING
@@ -254,11 +119,12 @@ class RunModel:
         self.running_compensator: str | None = None
         self.compensators_ever_started: set[str] = set()
         self.dispatched = False  # the roots were dispatched (after create_run)
-        # the released tasks whose attempt runs; under maxParallelTasks the rest stay ready,
-        # filled in topological order (ties by key) as slots free; while paused none starts
+        # the released tasks whose attempt runs; under maxParallelTasks (and a forEach's
+        # maxParallel) the rest stay ready, filled in the rows' order as slots free; while
+        # paused none starts
         self.limit = dag.limit
         self.active: set[str] = set()
-        self.topological = self.graph.topological_order()
+        self.topological = self.shape.rows
         self.paused = False
         self.deferred_cancel = False  # a cancel asked while paused, applied by the resume
         self.recovering = False  # a person recovered the halted rollback: it runs again
@@ -274,16 +140,18 @@ class RunModel:
     # what every row is
 
     def released(self) -> frozenset[str]:
+        """A tolerated item releases its dependents as a success does."""
         finished = self.failed | self.cancelled
-        return frozenset(self.run_graph.ready_tasks(self.succeeded)) - finished
+        return frozenset(self.run_graph.ready_tasks(self.succeeded | self.tolerated)) - finished
 
     def skipped(self) -> frozenset[str]:
-        return self.run_graph.downstream_of(self.failed) | self.condition_false
+        created = self.condition_false | self.shape.no_items
+        return self.run_graph.downstream_of(self.failed) | created
 
     def task_state(self, key: str) -> TaskState:
         if key in self.succeeded:
             return TaskState.SUCCEEDED
-        if key in self.failed:
+        if key in self.failed or key in self.tolerated:
             return TaskState.FAILED
         if key in self.cancelled:
             return TaskState.CANCELLED
@@ -308,7 +176,7 @@ class RunModel:
     def rows(self) -> dict[RowKey, Row]:
         rows: dict[RowKey, Row] = {
             (TaskRole.FORWARD, key): (self.task_state(key), self.attempts[key])
-            for key in self.graph.keys
+            for key in self.shape.rows
         }
         for key in self.compensators.values():
             rows[(TaskRole.COMPENSATION, key)] = (
@@ -322,7 +190,7 @@ class RunModel:
     def running_jobs(self) -> list[Job]:
         jobs: list[Job] = [
             (key, self.attempts[key], TaskRole.FORWARD)
-            for key in sorted(self.graph.keys)
+            for key in sorted(self.shape.rows)
             if self.task_state(key) is TaskState.RUNNING
         ]
         if self.running_compensator is not None:
@@ -348,8 +216,16 @@ class RunModel:
         return failed[0] if failed and self.phase in TERMINAL_RUN_PHASES else None
 
     def counts(self) -> TaskCounts:
-        states = [self.task_state(key) for key in self.graph.keys]
-        return TaskCounts(total=len(states), **{s.value: states.count(s) for s in TaskState})
+        """As the store counts them: tolerated items apart from the failed tasks, the tasks
+        skipped by their ``when`` among the skipped ones."""
+        states = Counter(self.task_state(key) for key in self.shape.rows)
+        return TaskCounts(
+            total=len(self.shape.rows),
+            **{state.value: states[state] for state in TaskState if state is not TaskState.FAILED},
+            failed=states[TaskState.FAILED] - len(self.tolerated),
+            tolerated=len(self.tolerated),
+            condition_false=len(self.condition_false),
+        )
 
     @property
     def compensating(self) -> bool:
@@ -374,7 +250,8 @@ class RunModel:
 
     def fill(self) -> None:
         """The released tasks start (never a gate), as many as maxParallelTasks leaves room
-        for, first in topological order; none while the run is paused or cancelling."""
+        for, first in the rows' order, of a forEach's items no more than its maxParallel at
+        once; none while the run is paused or cancelling."""
         if (
             not self.dispatched
             or self.paused
@@ -383,31 +260,69 @@ class RunModel:
         ):
             return
         released = self.released() - set(self.gates)
-        waiting = [key for key in self.topological if key in released and key not in self.active]
-        room = len(waiting) if self.limit is None else max(0, self.limit - len(self.active))
-        self.active |= set(waiting[:room])
+        running = Counter(self.shape.group_of.get(key) for key in self.active)
+        for key in self.startable(released - self.active, running):
+            if self.limit is not None and len(self.active) >= self.limit:
+                break
+            self.active.add(key)
+            running[self.shape.group_of.get(key)] += 1
+
+    def startable(self, ready: Collection[str], running: Counter[str | None]) -> list[str]:
+        """Of the ``ready`` rows, in order, those their forEach's maxParallel lets start
+        (``running``: how many of each group's items run)."""
+        started: Counter[str | None] = Counter()
+        found = []
+        for key in self.topological:
+            group = self.shape.groups.get(self.shape.group_of.get(key, ""))
+            if key not in ready:
+                continue
+            if group is not None and group.max_parallel is not None:
+                if running[group.task] + started[group.task] >= group.max_parallel:
+                    continue
+                started[group.task] += 1
+            found.append(key)
+        return found
 
     def attempted(self) -> frozenset[str]:
-        """The failed tasks the rollback undoes as attempted (``undo.undo_of``)."""
+        """The failed tasks (tolerated items too) the rollback undoes as attempted
+        (``undo.undo_of``)."""
         return frozenset(
             key
-            for key in self.failed
+            for key in self.failed | self.tolerated
             if key in self.compensators
             and undo_of(
                 forward_state=TaskState.FAILED,
                 started=self.started.get(key, False),
-                compensate_on=self.compensate_on[key],
+                compensate_on=self.shape.compensate_on[key],
             )
             is UndoOf.ATTEMPTED
         )
 
-    def rollback_order(self) -> tuple[str, ...]:
-        return rollback_order(
-            self.graph,
-            succeeded=self.succeeded,
-            attempted=self.attempted(),
-            compensators=self.compensators,
-        )
+    def rollback_order(
+        self, *, succeeded: Collection[str] | None = None, attempted: Collection[str] | None = None
+    ) -> tuple[str, ...]:
+        """The compensators the rollback runs (of the model's rows, or of ``succeeded`` and
+        ``attempted``): those undoing attempted rows first, then those of the succeeded ones,
+        each part a dependent's before its dependency's (``graph.compensation_order`` of their
+        tasks), and a forEach compensator's items the one completed last first."""
+
+        def part(rows: Collection[str]) -> list[str]:
+            rows = [row for row in rows if row in self.compensators]
+            tasks = {self.shape.task_of(row) for row in rows}
+            order: list[str] = []
+            for compensator in self.graph.compensation_order(tasks, self.shape.task_compensators):
+                undone = [
+                    row
+                    for row in rows
+                    if self.shape.task_compensators[self.shape.task_of(row)] == compensator
+                ]
+                undone.sort(key=lambda row: (-self.completed[row], self.compensators[row]))
+                order.extend(self.compensators[row] for row in undone)
+            return order
+
+        succeeded = self.succeeded if succeeded is None else succeeded
+        attempted = self.attempted() if attempted is None else attempted
+        return (*part(attempted), *part(succeeded))
 
     def outcome(self, job: Job, *, succeeded: bool, started: bool = True) -> None:
         key, attempt, role = job
@@ -419,7 +334,11 @@ class RunModel:
         if role is TaskRole.FORWARD:
             self.active.discard(key)
             if not retry:
-                (self.succeeded if succeeded else self.failed).add(key)
+                self.completed[key] = next(self._clock)
+                if succeeded:
+                    self.succeeded.add(key)
+                else:
+                    self.forward_failed(key)
         elif role is TaskRole.FINALLY:  # a failed one does not stop the next
             self.final_states[key] = (
                 TaskState.SUCCEEDED if succeeded else TaskState.READY if retry else TaskState.FAILED
@@ -434,6 +353,23 @@ class RunModel:
                     self.resolved_compensators.setdefault(rest, CompensationState.SKIPPED)
         self.settle()
         self.fill()
+
+    def forward_failed(self, key: str) -> None:
+        """A forward row failed for good. A forEach item within its task's tolerance is
+        tolerated; past it, the task's other unresolved items are cancelled."""
+        group = self.shape.groups.get(self.shape.group_of.get(key, ""))
+        if group is None:
+            self.failed.add(key)
+            return
+        failed = sum(member in self.failed | self.tolerated for member in group.members) + 1
+        if failed <= group.tolerance:
+            self.tolerated.add(key)
+            return
+        self.failed.add(key)
+        for member in group.members:
+            if self.task_state(member) in UNRESOLVED_TASK_STATES:
+                self.cancelled.add(member)
+                self.active.discard(member)
 
     def cancel(self, *, rollback: bool) -> bool:
         """Whether the cancel is recorded (kept for the resume, while paused)."""
@@ -463,10 +399,7 @@ class RunModel:
 
     def request_cancel(self) -> None:
         unresolved = {
-            key
-            for key in self.graph.keys
-            if self.task_state(key)
-            in (TaskState.WAITING, TaskState.READY, TaskState.AWAITING, TaskState.RUNNING)
+            key for key in self.shape.rows if self.task_state(key) in UNRESOLVED_TASK_STATES
         }
         self.cancel_requested = True
         self.cancelled |= unresolved

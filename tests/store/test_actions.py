@@ -109,6 +109,35 @@ async def test_retry_runs_the_halted_compensator_again_then_the_rollback_goes_on
     assert [k for k, _, _ in history].count(EventKind.RUN_FAILED) == 1
 
 
+async def test_a_retried_item_compensator_gets_its_tasks_retries_again(
+    store: Pool, fence: Fence
+) -> None:
+    """The compensator of a forEach item (``undeploy[eu]``) halted after its 2 attempts
+    (retries: 1): a person's RetryCompensator gives it 2 fresh attempts, as its task has, not
+    one (the model test found it: the lookup took the item's key for its task's)."""
+    tasks = [
+        {"key": "deploy", "forEach": {"items": ["eu"]}},
+        {"key": "verify", "dependsOn": ["deploy"]},
+        {"key": "undeploy", "compensateFor": "deploy", "retries": 1},
+    ]
+    run = (await start_run(store, fence, tasks, workflow="fanned-undo")).run
+    await finish(store, fence, run, "deploy[eu]")
+    failed = await finish(store, fence, run, "verify", failure())
+    halted = await roll_back(store, fence, run, failed, failing="undeploy[eu]")
+    assert halted == ["undeploy[eu]"] * 2
+
+    result, _, decision, _ = await _act(
+        store, fence, run, RunActionKind.RETRY_COMPENSATOR, compensator="undeploy[eu]"
+    )
+
+    assert result is ActionResult.ACCEPTED
+    assert [(d.task_key, d.attempt) for d in decision.create_jobs] == [("undeploy[eu]", 3)]
+    again = await record(
+        store, fence, run, "undeploy[eu]", failure(), attempt=3, role=TaskRole.COMPENSATION
+    )
+    assert [(d.task_key, d.attempt) for d in again.create_jobs] == [("undeploy[eu]", 4)]
+
+
 async def test_skip_marks_it_skipped_by_a_person_and_the_rollback_goes_on(
     store: Pool, fence: Fence
 ) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from flowforge.domain import notices
 from flowforge.domain.decision import Decision
+from flowforge.domain.for_each import split_instance
 from flowforge.domain.history import EventKind
 from flowforge.domain.run_actions import (
     GATE_ACTIONS,
@@ -60,7 +61,8 @@ RETURNING task_key
 """
 
 
-# a compensator's attempts per round: its retries + 1, from the run's stored definition
+# a compensator's attempts per round: its retries + 1, from the run's stored definition (for
+# the compensator of a forEach item, ``undo[eu]``, its task's: ``undo``)
 FRESH_ATTEMPTS_QUERY = """
 SELECT coalesce((task->>'retries')::int, 0) + 1
 FROM flowforge_run AS run
@@ -199,7 +201,8 @@ async def _judge(
         return refusal, Decision.lost()
     who = {"reason": action.reason, "byPerson": True}
     if action.action is RunActionKind.RETRY_COMPENSATOR:
-        fresh = await connection.execute(FRESH_ATTEMPTS_QUERY, (run_id, action.compensator))
+        task, _ = split_instance(action.compensator)
+        fresh = await connection.execute(FRESH_ATTEMPTS_QUERY, (run_id, task))
         fresh_row = await fresh.fetchone()
         await connection.execute(
             f"UPDATE flowforge_task SET state = '{CompensationState.PENDING}', "

@@ -1,19 +1,25 @@
-"""The engine sends a run's trace when it becomes final, built from the real store's rows,
-and each Job it creates carries its attempt's TRACEPARENT (fake Kubernetes, real PostgreSQL,
-an in-memory span exporter)."""
+"""The engine sends a run's trace when it becomes final, built from the real store's rows by
+the trace exporter process, and each Job it creates carries its attempt's TRACEPARENT (fake
+Kubernetes, real PostgreSQL, the real exporter process sending OTLP/HTTP to a receiver on
+127.0.0.1)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from flowforge.domain.states import RunPhase, TaskRole
 from flowforge.domain.tracing import TRACEPARENT_ANNOTATION, attempt_traceparent
 from flowforge.operator import tracing
+from flowforge.operator.trace_export import MODULE, NICENESS
 from flowforge.store.events import run_history
 from tests.engine.conftest import Harness
+from tests.support.otlp import OtlpReceiver, otlp_receiver
+from tests.support.waiting import wait_until
 from tests.support.workflows import SAGA
 
 pytestmark = pytest.mark.store
@@ -22,16 +28,44 @@ CREATOR = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture
-def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    sender = tracing.SpanSender(memory, service_name="flowforge-engine-test")
-    monkeypatch.setattr(tracing, "_tracer", tracing.RunTracer(sender))
-    yield memory
-    sender.shutdown()
+async def receiver(store_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OtlpReceiver]:
+    with otlp_receiver() as received:
+        environ = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": received.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        }
+        tracer = tracing.RunTracer(dsn=store_dsn, environ=environ)
+        tracer.start()
+        monkeypatch.setattr(tracing, "_tracer", tracer)
+        try:
+            yield received
+        finally:
+            await tracer.close()
+
+
+def _exporter() -> tuple[int, int] | None:
+    """(pid, nice) of this process's trace exporter child."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):  # it ended
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == os.getpid() and MODULE.encode() in command and fields[0] != "Z":
+            return int(entry.name), int(fields[16])
+    return None
+
+
+def _times(spans: list[Span]) -> set[tuple[str, bytes, int, int]]:
+    return {(s.name, s.span_id, s.start_time_unix_nano, s.end_time_unix_nano) for s in spans}
 
 
 async def test_a_finished_saga_sends_its_trace_from_the_stores_rows(
-    harness: Harness, exporter: InMemorySpanExporter
+    harness: Harness, receiver: OtlpReceiver
 ) -> None:
     body = await harness.unstarted("saga", SAGA)
     body["metadata"]["annotations"] = {TRACEPARENT_ANNOTATION: CREATOR}
@@ -44,7 +78,7 @@ async def test_a_finished_saga_sends_its_trace_from_the_stores_rows(
     await harness.finish("release")
     tracer = tracing._tracer
     assert tracer is not None
-    await tracer.drain()
+    assert await tracer.drain()
 
     for job in harness.kube.jobs.values():
         labels = job["metadata"]["labels"]
@@ -59,7 +93,7 @@ async def test_a_finished_saga_sends_its_trace_from_the_stores_rows(
             task_key=labels["flowforge.io/task"],
             attempt=int(labels["flowforge.io/attempt"]),
         )
-    spans = {span.name: span for span in exporter.get_finished_spans()}
+    spans = {span.name: span for span in receiver.spans()}
     assert sorted(spans) == sorted(
         [
             "RUN saga",
@@ -76,34 +110,35 @@ async def test_a_finished_saga_sends_its_trace_from_the_stores_rows(
         ]
     )
     run = spans["RUN saga"]
-    assert run.context is not None and run.parent is not None
-    assert f"{run.context.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736"
-    assert f"{run.parent.span_id:016x}" == "00f067aa0ba902b7"
-    assert run.attributes is not None and run.attributes["cicd.pipeline.result"] == "failure"
+    assert run.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert run.parent_span_id.hex() == "00f067aa0ba902b7"
+    attributes = {a.key: a.value.string_value for a in run.attributes}
+    assert attributes["cicd.pipeline.result"] == "failure"
     context = await harness.engine.runs.by_id(await _run_id(harness, uid))
     history = await run_history(harness.pool, context.run_id)
     created = next(e.recorded_at for e in history if e.kind == "run.created")
-    assert run.start_time == int(created.timestamp() * 1_000_000) * 1000
+    assert run.start_time_unix_nano == int(created.timestamp() * 1_000_000) * 1000
     refund, release = spans["compensate refund"], spans["compensate release"]
-    assert refund.end_time is not None and release.start_time is not None
-    assert refund.end_time <= release.start_time
+    assert refund.end_time_unix_nano <= release.start_time_unix_nano
 
-    # another operator (a failover) sends the same run again: the same ids, the same times
-    first = {
-        (s.name, s.context.span_id, s.start_time, s.end_time)
-        for s in exporter.get_finished_spans()
-        if s.context
-    }
-    exporter.clear()
+    # the exporter runs below the engine's priority; killed, it is started again
+    first = _times(receiver.spans())
+    found = _exporter()
+    assert found is not None
+    pid, nice = found
+    assert nice == min(os.nice(0) + NICENESS, 19)
+    os.kill(pid, 9)
+    await wait_until(
+        lambda: (again := _exporter()) is not None and again[0] != pid,
+        timeout=20,
+        what="the trace exporter started again",
+    )
+    # and another operator (a failover) sends the same run again: the same ids and times
+    receiver.clear()
     tracer.saw(body)  # a new leader reads the annotation from its first list
-    await tracer.send(harness.pool, context, RunPhase.FAILED)
-    await tracer.drain()
-    again = {
-        (s.name, s.context.span_id, s.start_time, s.end_time)
-        for s in exporter.get_finished_spans()
-        if s.context
-    }
-    assert again == first
+    tracer.finished(context, RunPhase.FAILED)
+    assert await tracer.drain()
+    assert _times(receiver.spans()) == first
 
 
 async def _run_id(harness: Harness, uid: str) -> int:

@@ -40,7 +40,6 @@ from flowforge.operator.launcher import JobLauncher
 from flowforge.operator.notifier import Notifier
 from flowforge.operator.runs import RunCache, RunContext
 from flowforge.operator.status import StatusWriter
-from flowforge.store.connection import Pool
 
 
 class Applier:
@@ -48,7 +47,6 @@ class Applier:
         self,
         *,
         kube: KubePort,
-        pool: Pool,
         launcher: JobLauncher,
         notifier: Notifier,
         status: StatusWriter,
@@ -57,7 +55,6 @@ class Applier:
         runs: RunCache,
     ) -> None:
         self._kube = kube
-        self._pool = pool
         self._launcher = launcher
         self._notifier = notifier
         self._status = status
@@ -94,7 +91,7 @@ class Applier:
                 delay + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
             )
         if decision.phase is not None and decision.finished:
-            tracing.run_finished(self._pool, context, decision.phase)
+            tracing.run_finished(context, decision.phase)
             self.forget(context)
             self._runs.finished(run_id=context.run_id, uid=context.uid, phase=decision.phase)
         # a queued run a freed slot started is a hand-off too

@@ -113,7 +113,6 @@ class Engine:
         )
         self.applier = Applier(
             kube=kube,
-            pool=pool,
             launcher=self.launcher,
             notifier=self.notifier,
             status=self.status,

@@ -133,7 +133,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     leadership.on_gained = gained
     if config.metrics_port:
         metrics.serve(host=config.metrics_host, port=config.metrics_port)
-    tracing.configure()  # on when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    tracing.configure(dsn=config.dsn)  # on when OTEL_EXPORTER_OTLP_ENDPOINT is set
     probes = health.Health(stall_seconds=config.loop_stall_seconds)
     if config.health_port:
         memo.health_server = health.serve(probes, host=config.metrics_host, port=config.health_port)
@@ -168,6 +168,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     if engine is not None:
         await engine.shutdown()
         await engine.leadership.release()
+    await tracing.shutdown()
     if memo.get("kube") is not None:
         memo.kube.close()
     if memo.get("lease_connection") is not None:

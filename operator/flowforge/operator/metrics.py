@@ -16,6 +16,12 @@ RUNS_BY_PHASE = Gauge(
 RUNS_FINISHED = Counter(
     "flowforge_runs_finished_total", "Runs that reached a final phase", ["phase"], registry=REGISTRY
 )
+TRACES_DROPPED = Counter(
+    "flowforge_traces_dropped_total",
+    "Finished runs' traces not sent: the trace exporter's queue was full, or the operator "
+    "stopped before they went out",
+    registry=REGISTRY,
+)
 TASK_OUTCOMES = Counter(
     "flowforge_task_outcomes_total",
     "Recorded attempt outcomes",

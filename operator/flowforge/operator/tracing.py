@@ -4,48 +4,43 @@ Configured the standard way: tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` 
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set, unless ``OTEL_SDK_DISABLED=true`` or
 ``OTEL_TRACES_EXPORTER=none``; the OTLP/HTTP exporter and the batch processor read their own
 ``OTEL_*`` variables (headers, timeout, compression, batch sizes), ``OTEL_SERVICE_NAME`` and
-``OTEL_RESOURCE_ATTRIBUTES`` name the resource. Off, nothing of the SDK is imported and every
-call here returns at once.
+``OTEL_RESOURCE_ATTRIBUTES`` name the resource. Off, nothing is started and every call here
+returns at once.
 
-Nothing is held open: ``run_finished`` reads the run's history (``store/events.py``) and
-``domain/tracing.py`` turns it into spans with their recorded times and ids derived from the
-run's uid; they go to the SDK's batch processor as finished spans. The only memory is the
-creator's ``flowforge.io/traceparent`` of the active runs that carry one, read again from the
-object at every sighting (so a new leader learns it from its first list).
+On, a finished run's trace costs this process one line on a bounded queue: the run's id and
+facts. A child process (``operator/trace_export.py``, at a lower priority) reads the run's
+history over its own connection, builds the spans and sends them; this process never imports
+the SDK. A full queue drops the trace and counts it (``flowforge_traces_dropped_total``): the
+engine never waits for telemetry. A child that dies is logged and started again. The only
+memory here is the creator's ``flowforge.io/traceparent`` of the active runs that carry one,
+read again from the object at every sighting (so a new leader learns it from its first list).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
+import itertools
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+import sys
+from collections.abc import Mapping
+from typing import Any
 
 from cachetools import LRUCache
 
 from flowforge.domain.states import RunPhase, TaskRole
-from flowforge.domain.tracing import (
-    TRACEPARENT_ANNOTATION,
-    RunFacts,
-    SpanRecord,
-    TraceContext,
-    attempt_traceparent,
-    run_spans,
-)
+from flowforge.domain.tracing import TRACEPARENT_ANNOTATION, RunFacts, attempt_traceparent
+from flowforge.operator import metrics
 from flowforge.operator.runs import RunContext
-from flowforge.store.connection import Pool
-from flowforge.store.events import run_history
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace.export import SpanExporter
+from flowforge.operator.trace_export import MODULE, flush_message, run_message
 
 logger = logging.getLogger(__name__)
 
-# active runs whose object carries a traceparent (forgotten when the run's trace is sent)
+# active runs whose object carries a traceparent (forgotten when the run's trace is queued)
 REMEMBERED_PARENTS = 10_000
+QUEUE_SIZE = 10_000  # traces waiting for the exporter (a line of a few hundred bytes each)
+RESTART_SECONDS = 1.0  # a dead exporter is started again after this
+SHUTDOWN_SECONDS = 5.0  # the longest a stopping operator waits for the queued traces
 
 
 def enabled_by(environ: Mapping[str, str]) -> bool:
@@ -60,70 +55,21 @@ def enabled_by(environ: Mapping[str, str]) -> bool:
     )
 
 
-class SpanSender:
-    """The SDK's side: an exporter behind a batch processor (the SDK is imported only here)."""
-
-    def __init__(self, exporter: SpanExporter, *, service_name: str) -> None:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        self._resource = Resource.create({"service.name": service_name})
-        self._processor = BatchSpanProcessor(exporter)
-
-    def send(self, context: TraceContext, spans: Sequence[SpanRecord]) -> None:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-        trace_id = int(context.trace_id, 16)
-        sampled = TraceFlags(TraceFlags.SAMPLED)
-        scope = InstrumentationScope("flowforge.operator.tracing")
-
-        def span_context(span_id: str, *, remote: bool = False) -> SpanContext:
-            return SpanContext(trace_id, int(span_id, 16), is_remote=remote, trace_flags=sampled)
-
-        for span in spans:
-            if span.parent_id is not None:
-                parent: SpanContext | None = span_context(span.parent_id)
-            elif context.parent_span_id is not None:
-                parent = span_context(context.parent_span_id, remote=True)
-            else:
-                parent = None
-            self._processor.on_end(
-                ReadableSpan(
-                    name=span.name,
-                    context=span_context(span.span_id),
-                    parent=parent,
-                    resource=self._resource,
-                    attributes=dict(span.attributes),
-                    kind=SpanKind.SERVER if span.server else SpanKind.INTERNAL,
-                    status=Status(StatusCode.ERROR, span.error)
-                    if span.error
-                    else Status(StatusCode.OK),
-                    start_time=_nanoseconds(span.start),
-                    end_time=_nanoseconds(span.end),
-                    instrumentation_scope=scope,
-                )
-            )
-
-    def flush(self, timeout_seconds: float = 10.0) -> bool:
-        return bool(self._processor.force_flush(int(timeout_seconds * 1000)))
-
-    def shutdown(self) -> None:
-        self._processor.shutdown()  # type: ignore[no-untyped-call]
-
-
-def _nanoseconds(at: datetime) -> int:
-    return int(at.timestamp() * 1_000_000) * 1000
-
-
 class RunTracer:
-    """Sends each finished run's trace; names each Job's attempt span in ``TRACEPARENT``."""
+    """Queues each finished run's trace for the exporter process it keeps running; names each
+    Job's attempt span in ``TRACEPARENT``."""
 
-    def __init__(self, sender: SpanSender) -> None:
-        self._sender = sender
+    def __init__(
+        self, *, dsn: str, environ: Mapping[str, str], queue_size: int = QUEUE_SIZE
+    ) -> None:
+        self._environ = {**environ, "FLOWFORGE_DSN": dsn}
         self._parents: LRUCache[str, str] = LRUCache(maxsize=REMEMBERED_PARENTS)
-        self._sending: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=queue_size)
+        self._flushes: dict[int, asyncio.Future[bool]] = {}
+        self._numbers = itertools.count()
+        self._process: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._closing = False
 
     def saw(self, body: Mapping[str, Any]) -> None:
         metadata = body.get("metadata") or {}
@@ -142,54 +88,131 @@ class RunTracer:
             attempt=attempt,
         )
 
-    def finished(self, pool: Pool, context: RunContext, phase: RunPhase) -> None:
-        task = asyncio.get_running_loop().create_task(self.send(pool, context, phase))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def send(self, pool: Pool, context: RunContext, phase: RunPhase) -> None:
+    def finished(self, context: RunContext, phase: RunPhase) -> None:
+        spec = context.definition.spec
+        facts = RunFacts(
+            namespace=context.namespace,
+            name=context.name,
+            uid=context.uid,
+            workflow=spec.workflow,
+            version=spec.version,
+            phase=phase,
+            traceparent=self._parents.pop(context.uid, None),
+        )
         try:
-            events = await run_history(pool, context.run_id)
-            spec = context.definition.spec
-            facts = RunFacts(
-                namespace=context.namespace,
-                name=context.name,
-                uid=context.uid,
-                workflow=spec.workflow,
-                version=spec.version,
-                phase=phase,
-                traceparent=self._parents.pop(context.uid, None),
-            )
-            trace, spans = run_spans(facts, events)
-            self._sender.send(trace, spans)
-        except Exception:  # a trace is never worth a run's work
-            logger.exception("the trace of run %s/%s was not sent", context.namespace, context.name)
+            self._queue.put_nowait(run_message(context.run_id, facts))
+        except asyncio.QueueFull:
+            metrics.TRACES_DROPPED.inc()
 
-    async def drain(self) -> None:
-        """Wait for the traces being built and flush the processor (tests, shutdown)."""
-        while self._sending:
-            await asyncio.gather(*list(self._sending), return_exceptions=True)
-        await asyncio.to_thread(self._sender.flush)
+    def start(self) -> None:
+        self._supervisor = asyncio.get_running_loop().create_task(
+            self._supervise(), name="flowforge-traces"
+        )
+
+    async def drain(self) -> bool:
+        """Wait until every trace queued before is exported (tests, shutdown); False when the
+        exporter died first."""
+        number = next(self._numbers)
+        answered: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._flushes[number] = answered
+        await self._queue.put(flush_message(number))
+        return await answered
+
+    async def close(self, *, deadline_seconds: float = SHUTDOWN_SECONDS) -> None:
+        """Drain, within the deadline, and stop the exporter."""
+        try:
+            async with asyncio.timeout(deadline_seconds):
+                await self.drain()
+        except TimeoutError:
+            left = self._queue.qsize()
+            metrics.TRACES_DROPPED.inc(left)
+            logger.warning("tracing: stopped with %d traces not sent", left)
+        self._closing = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            assert process.stdin is not None
+            process.stdin.close()
+            try:
+                await asyncio.wait_for(process.wait(), timeout=deadline_seconds)
+            except TimeoutError:
+                process.kill()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+
+    async def _supervise(self) -> None:
+        while not self._closing:
+            try:
+                process = self._process = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    MODULE,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    env=self._environ,
+                )
+            except OSError:
+                logger.exception("tracing: the trace exporter did not start")
+                await asyncio.sleep(RESTART_SECONDS)
+                continue
+            assert process.stdin is not None and process.stdout is not None
+            pumps = [
+                asyncio.create_task(self._write(process.stdin)),
+                asyncio.create_task(self._read_flushes(process.stdout)),
+            ]
+            try:
+                code = await process.wait()
+            finally:
+                for pump in pumps:
+                    pump.cancel()
+                await asyncio.gather(*pumps, return_exceptions=True)
+                for answered in self._flushes.values():
+                    if not answered.done():
+                        answered.set_result(False)
+                self._flushes.clear()
+            if self._closing:
+                return
+            logger.error(
+                "tracing: the trace exporter (pid %d) exited with %s; the traces it held are "
+                "lost; starting it again in %.0f s",
+                process.pid,
+                code,
+                RESTART_SECONDS,
+            )
+            await asyncio.sleep(RESTART_SECONDS)
+
+    async def _write(self, stdin: asyncio.StreamWriter) -> None:
+        while True:
+            line = await self._queue.get()
+            stdin.write(line)
+            await stdin.drain()  # a slow exporter fills the pipe, then the queue
+
+    async def _read_flushes(self, stdout: asyncio.StreamReader) -> None:
+        while line := await stdout.readline():
+            answered = self._flushes.pop(int(line), None)
+            if answered is not None and not answered.done():
+                answered.set_result(True)
 
 
 _tracer: RunTracer | None = None
 
 
-def configure(environ: Mapping[str, str] | None = None) -> RunTracer | None:
-    """Turn tracing on when the environment asks for it (the operator's start-up)."""
+def configure(*, dsn: str, environ: Mapping[str, str] | None = None) -> RunTracer | None:
+    """Turn tracing on when the environment asks for it (the operator's start-up, in its
+    event loop): the exporter process starts."""
     global _tracer
     environ = os.environ if environ is None else environ
     if _tracer is None and enabled_by(environ):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        sender = SpanSender(
-            OTLPSpanExporter(),  # reads OTEL_EXPORTER_OTLP_* itself
-            service_name=environ.get("OTEL_SERVICE_NAME") or "flowforge-operator",
-        )
-        atexit.register(sender.shutdown)
-        _tracer = RunTracer(sender)
-        logger.info("tracing: runs' traces go to the OTLP endpoint")
+        _tracer = RunTracer(dsn=dsn, environ=environ)
+        _tracer.start()
+        logger.info("tracing: runs' traces go to the OTLP endpoint through a child process")
     return _tracer
+
+
+async def shutdown() -> None:
+    """The operator stops: the queued traces are sent, within ``SHUTDOWN_SECONDS``."""
+    if _tracer is not None:
+        await _tracer.close()
 
 
 def saw_run(body: Mapping[str, Any]) -> None:
@@ -206,6 +229,6 @@ def job_traceparent(
     return _tracer.job_traceparent(context, role=role, task_key=task_key, attempt=attempt)
 
 
-def run_finished(pool: Pool, context: RunContext, phase: RunPhase) -> None:
+def run_finished(context: RunContext, phase: RunPhase) -> None:
     if _tracer is not None:
-        _tracer.finished(pool, context, phase)
+        _tracer.finished(context, phase)

@@ -1,12 +1,13 @@
 """A run's trace from its recorded history (domain/tracing.py), the Job's TRACEPARENT, and the
-spans as the OpenTelemetry SDK exports them (operator/tracing.py)."""
+spans as the OpenTelemetry SDK exports them (operator/trace_export.py), the bounded queue to the
+exporter process (operator/tracing.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from flowforge.domain.tracing import (
     trace_context,
 )
 from flowforge.kube.jobs import JobRequest, build_job
-from flowforge.operator import tracing
+from flowforge.operator import metrics, trace_export, tracing
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 UID = "8c1f6a55-3f0e-4b8e-9d55-0d7d7a1f2b10"
@@ -242,7 +243,7 @@ def test_tracing_is_configured_by_the_standard_variables() -> None:
 def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
         "import sys; from flowforge.operator import handlers, tracing; "
-        "assert tracing.configure({}) is None; "
+        "assert tracing.configure(dsn='', environ={}) is None; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -254,7 +255,7 @@ def test_the_sdk_exports_the_tree_with_its_ids_times_and_parent() -> None:
     from opentelemetry.trace import SpanKind, StatusCode
 
     exporter = InMemorySpanExporter()
-    sender = tracing.SpanSender(exporter, service_name="flowforge-test")
+    sender = trace_export.SpanSender(exporter, service_name="flowforge-test")
     context, spans = run_spans(facts(traceparent=PARENT), saga_history())
     sender.send(context, spans)
     assert sender.flush()
@@ -275,30 +276,40 @@ def test_the_sdk_exports_the_tree_with_its_ids_times_and_parent() -> None:
     sender.shutdown()
 
 
-def test_the_tracer_remembers_a_creators_parent_until_the_trace_is_sent() -> None:
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    tracer = tracing.RunTracer(tracing.SpanSender(exporter, service_name="flowforge-test"))
+async def test_the_tracer_remembers_a_creators_parent_until_the_trace_is_queued() -> None:
+    tracer = tracing.RunTracer(dsn="", environ={})  # never started: the queue only fills
     tracer.saw({"metadata": {"uid": UID, "annotations": {"flowforge.io/traceparent": PARENT}}})
     context = _Context(uid=UID, run_id=7)
     parent = tracer.job_traceparent(context, role=TaskRole.FORWARD, task_key="a", attempt=1)  # type: ignore[arg-type]
     assert parent.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
-
-    class Pool:  # run_history's one query, answered with the saga's rows
-        def connection(self) -> Any:
-            return _Connection(saga_history())
-
-    asyncio.run(_send(tracer, Pool(), context))
-    names = {span.name for span in exporter.get_finished_spans()}
-    assert {"RUN order", "rollback", "compensate undo-a"} <= names
+    tracer.finished(context, RunPhase.FAILED)  # type: ignore[arg-type]
     again = tracer.job_traceparent(context, role=TaskRole.FORWARD, task_key="a", attempt=1)  # type: ignore[arg-type]
-    assert not again.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")  # forgotten once sent
+    assert not again.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")  # forgotten once queued
 
 
-async def _send(tracer: tracing.RunTracer, pool: Any, context: Any) -> None:
-    tracer.finished(pool, context, RunPhase.FAILED)
-    await tracer.drain()
+def _dropped() -> float:
+    return metrics.REGISTRY.get_sample_value("flowforge_traces_dropped_total") or 0.0
+
+
+async def test_a_full_queue_drops_the_trace_and_counts_it_and_a_stop_waits_only_its_deadline() -> (
+    None
+):
+    tracer = tracing.RunTracer(dsn="", environ={}, queue_size=2)  # no exporter reads it
+    before = _dropped()
+    for run_id in (1, 2, 3, 4):
+        tracer.finished(_Context(uid=f"uid-{run_id}", run_id=run_id), RunPhase.SUCCEEDED)  # type: ignore[arg-type]
+    assert _dropped() == before + 2  # the engine went on: 3 and 4 were dropped at once
+
+    started = time.monotonic()
+    await tracer.close(deadline_seconds=0.2)
+    assert time.monotonic() - started < 2
+    assert _dropped() == before + 4  # the two still queued when the deadline passed
+
+
+def test_a_runs_message_to_the_exporter_carries_its_facts() -> None:
+    sent = facts(traceparent=PARENT)
+    assert trace_export.read_message(trace_export.run_message(7, sent)) == (7, sent)
+    assert trace_export.read_message(trace_export.flush_message(3)) == 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,27 +330,6 @@ class _Context:
     namespace: str = "shop"
     name: str = "order-1001"
     definition: _Definition = dataclasses.field(default_factory=_Definition)
-
-
-class _Connection:
-    def __init__(self, rows: list[Row]) -> None:
-        self._rows = rows
-
-    async def __aenter__(self) -> _Connection:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-    async def execute(self, query: str, params: tuple[Any, ...]) -> _Connection:
-        assert "FROM flowforge_event WHERE run_id = %s" in query and params[0] == 7
-        return self
-
-    async def fetchall(self) -> list[tuple[Any, ...]]:
-        return [
-            (n, 7, row.kind, row.task_key, row.attempt, 1, row.detail, row.recorded_at)
-            for n, row in enumerate(self._rows, 1)
-        ]
 
 
 def test_finally_tasks_are_spans_of_their_own_under_the_run() -> None:

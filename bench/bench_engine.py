@@ -20,7 +20,8 @@ With ``--tracing-rounds N`` it compares tracing off and on instead (issue 25: wi
 2N rounds interleaved off, on, on, off, ... each with a fresh operator (on: sending every
 finished run's trace over OTLP/HTTP to a sink on 127.0.0.1 that accepts and drops them), each
 round's single-task throughput and chain hand-off p99 measured as above; it prints the medians
-per mode and the ratios on/off.
+per mode and the ratios on/off, and how many traces each "on" round dropped
+(``flowforge_traces_dropped_total``: the exporter fell behind).
 """
 
 from __future__ import annotations
@@ -194,6 +195,16 @@ class _OtlpSink(http.server.BaseHTTPRequestHandler):
         return
 
 
+def _traces_dropped() -> float:
+    """Traces the operator dropped (its exporter's queue full): 0 unless it fell behind."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("flowforge_traces_dropped_total ")
+    )
+
+
 async def tracing_comparison(args: argparse.Namespace) -> int:
     sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtlpSink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
@@ -216,10 +227,12 @@ async def tracing_comparison(args: argparse.Namespace) -> int:
             )
             p99 = percentile([latency for latency, _ in handoffs["flowforge"]], 0.99)
             results[traced].append((throughput, p99))
+            dropped = _traces_dropped()
             env.stop_operator()
             print(
                 f"round {index + 1} tracing {'on ' if traced else 'off'}: "
-                f"{throughput:.0f} runs/min, FlowForge's hand-off p99 {p99 * 1000:.0f} ms",
+                f"{throughput:.0f} runs/min, FlowForge's hand-off p99 {p99 * 1000:.0f} ms"
+                + (f", {dropped:.0f} traces dropped" if traced else ""),
                 flush=True,
             )
     sink.shutdown()

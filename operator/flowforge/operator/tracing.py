@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +40,9 @@ logger = logging.getLogger(__name__)
 # active runs whose object carries a traceparent (forgotten when the run's trace is queued)
 REMEMBERED_PARENTS = 10_000
 QUEUE_SIZE = 10_000  # traces waiting for the exporter (a line of a few hundred bytes each)
-RESTART_SECONDS = 1.0  # a dead exporter is started again after this
+# a dead exporter is started again after this, doubled while it keeps dying young
+RESTART_SECONDS = 1.0
+RESTART_CAP_SECONDS = 60.0
 SHUTDOWN_SECONDS = 5.0  # the longest a stopping operator waits for the queued traces
 
 
@@ -141,7 +144,9 @@ class RunTracer:
             await asyncio.gather(self._supervisor, return_exceptions=True)
 
     async def _supervise(self) -> None:
+        delay = RESTART_SECONDS
         while not self._closing:
+            started = time.monotonic()
             try:
                 process = self._process = await asyncio.create_subprocess_exec(
                     sys.executable,
@@ -153,7 +158,8 @@ class RunTracer:
                 )
             except OSError:
                 logger.exception("tracing: the trace exporter did not start")
-                await asyncio.sleep(RESTART_SECONDS)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_CAP_SECONDS)
                 continue
             assert process.stdin is not None and process.stdout is not None
             pumps = [
@@ -172,14 +178,17 @@ class RunTracer:
                 self._flushes.clear()
             if self._closing:
                 return
+            if time.monotonic() - started > RESTART_CAP_SECONDS:
+                delay = RESTART_SECONDS  # it had lived: not a crash loop
             logger.error(
                 "tracing: the trace exporter (pid %d) exited with %s; the traces it held are "
                 "lost; starting it again in %.0f s",
                 process.pid,
                 code,
-                RESTART_SECONDS,
+                delay,
             )
-            await asyncio.sleep(RESTART_SECONDS)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESTART_CAP_SECONDS)
 
     async def _write(self, stdin: asyncio.StreamWriter) -> None:
         while True:
@@ -189,6 +198,8 @@ class RunTracer:
 
     async def _read_flushes(self, stdout: asyncio.StreamReader) -> None:
         while line := await stdout.readline():
+            if not line.strip().isdigit():  # a library's print: not the exporter's answer
+                continue
             answered = self._flushes.pop(int(line), None)
             if answered is not None and not answered.done():
                 answered.set_result(True)

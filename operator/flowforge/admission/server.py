@@ -33,6 +33,7 @@ import kopf
 
 from flowforge.admission.access import AccessChecks
 from flowforge.admission.certs import WebhookCertificates, generate_webhook_certificates
+from flowforge.admission.dryrun import DryRunBudget
 from flowforge.admission.handlers import register_admission_handlers
 from flowforge.admission.registry import StoreDefinitionRegistry
 from flowforge.admission.run_sources import StoreRetrySources
@@ -124,6 +125,7 @@ async def serve_webhooks(
             runs=lambda: runs,
             access=lambda: access,
             dry_run=lambda: dry_runs,
+            dry_run_budget=DryRunBudget(),
         )
         settings = kopf.OperatorSettings()
         server = configure_admission_settings(

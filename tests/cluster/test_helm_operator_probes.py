@@ -1,4 +1,5 @@
-"""The chart wires the operator's probes to /healthz and /readyz and passes the DB limits."""
+"""The chart wires each component's probes to /healthz and /readyz (the read API's and the
+webhook's on a port of their own) and passes the DB limits."""
 
 from __future__ import annotations
 
@@ -12,14 +13,27 @@ from tests.plugins.helm import Helm
 pytestmark = pytest.mark.cluster
 
 
-def _operator_container(helm: Helm, values: dict[str, Any]) -> dict[str, Any]:
+def _container(helm: Helm, values: dict[str, Any], component: str) -> dict[str, Any]:
     deployment = next(
         m
         for m in helm.template(values)
-        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-operator")
+        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith(f"-{component}")
     )
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
+
+
+def _operator_container(helm: Helm, values: dict[str, Any]) -> dict[str, Any]:
+    return _container(helm, values, "operator")
+
+
+def _probed_on_the_probes_port(container: dict[str, Any], *, startup: str) -> None:
+    for probe, path in (
+        ("startupProbe", startup),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "probes"}, probe
 
 
 def test_probes_are_the_loop_heartbeat_and_the_database_check(helm: Helm) -> None:
@@ -54,19 +68,21 @@ def test_database_limits_reach_the_operator_settings(helm: Helm) -> None:
 
 
 def test_the_read_api_is_probed_on_a_port_of_its_own(helm: Helm) -> None:
-    deployment = next(
-        m
-        for m in helm.template({})
-        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-server")
-    )
-    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    container = _container(helm, {}, "server")
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"http": 8080, "probes": 8081}
     assert "--probe-port=8081" in container["command"]
     # probes answered while idle clients hold every connection of the API's port
-    for probe, path in (
-        ("startupProbe", "/healthz"),
-        ("livenessProbe", "/healthz"),
-        ("readinessProbe", "/readyz"),
-    ):
-        assert container[probe]["httpGet"] == {"path": path, "port": "probes"}, probe
+    _probed_on_the_probes_port(container, startup="/healthz")
+
+
+def test_the_webhook_is_probed_in_plain_http_on_a_port_of_its_own(helm: Helm) -> None:
+    container = _container(helm, {}, "webhook")
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"https": 9443, "probes": 8081}
+    assert {"--probe-port=8081", "--probe-addr=$(POD_IP)"} <= set(container["command"])
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # a TCP check passes while the TLS port refuses every review; these answer over HTTP,
+    # and the webhook has started once its TLS listener serves
+    _probed_on_the_probes_port(container, startup="/readyz")

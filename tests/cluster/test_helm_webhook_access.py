@@ -107,7 +107,11 @@ def test_by_default_the_webhook_checks_client_certificates_of_a_ca_the_chart_mad
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
     (rule,) = policy["spec"]["ingress"]
-    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    # the webhook's port, and the plain-HTTP probes' port the kubelet asks
+    assert rule["ports"] == [
+        {"port": "https", "protocol": "TCP"},
+        {"port": "probes", "protocol": "TCP"},
+    ]
 
 
 def test_a_webhook_answering_anyone_must_be_asked_for_explicitly(helm: Helm) -> None:

@@ -27,6 +27,7 @@ from flowforge.admission.certs import (
     generate_webhook_certificates,
 )
 from flowforge.admission.transport import GuardedWebhookServer, ServerLimits
+from flowforge.kube.probes import start_probe_server
 from tests.support.waiting import wait_until
 
 LIMITS = ServerLimits(
@@ -47,6 +48,7 @@ class Served:
     certs: WebhookCertificates
     client: ClientCertificates
     reviews: list[dict[str, Any]]
+    server: GuardedWebhookServer
 
     def context(self, *, with_certificate: bool = True) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.certs.ca_cert_path))
@@ -85,7 +87,14 @@ async def _serving(
     await anext(configs)
     serving = asyncio.ensure_future(anext(configs))
     try:
-        yield Served(directory=tmp_path, port=port, certs=certs, client=client, reviews=reviews)
+        yield Served(
+            directory=tmp_path,
+            port=port,
+            certs=certs,
+            client=client,
+            reviews=reviews,
+            server=server,
+        )
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
@@ -195,8 +204,11 @@ async def test_a_silent_connection_is_dropped_after_the_handshake_timeout(
     writer.close()
 
 
-async def test_connections_over_the_limit_are_closed_at_once(served: Served) -> None:
-    held = [await _connect(served) for _ in range(LIMITS.max_connections)]
+async def _hold_every_connection(
+    served: Served, count: int
+) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """``count`` answered connections kept open, then one more refused at once."""
+    held = [await _connect(served) for _ in range(count)]
     for _, writer in held:  # a request makes each connection count as established
         writer.write(_request(REVIEW))
     for reader, _ in held:
@@ -206,6 +218,11 @@ async def test_connections_over_the_limit_are_closed_at_once(served: Served) -> 
         reader, writer = await _connect(served)
         writer.write(_request(REVIEW))
         await _status(reader)
+    return held
+
+
+async def test_connections_over_the_limit_are_closed_at_once(served: Served) -> None:
+    held = await _hold_every_connection(served, LIMITS.max_connections)
     for _, writer in held:
         writer.close()
         await writer.wait_closed()
@@ -285,3 +302,31 @@ async def test_one_source_cannot_take_every_connection(tmp_path: Path) -> None:
         writer.close()
         for _, attacker in held:
             attacker.close()
+
+
+async def _probe(port: int, path: str) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    status = await _status(reader)
+    writer.close()
+    return status
+
+
+async def test_the_probes_answer_while_every_tls_connection_is_held(tmp_path: Path) -> None:
+    limits = ServerLimits(max_connections=2, max_connections_per_source=2)
+    probe_port = _free_port()
+    async with _serving(tmp_path, limits) as served:
+        probes = await start_probe_server(
+            host="127.0.0.1", port=probe_port, ready=lambda: served.server.serving
+        )
+        # the TLS port is full: a TCP check would still pass, a review is refused
+        held = await _hold_every_connection(served, limits.max_connections)
+        assert await _probe(probe_port, "/healthz") == 200
+        assert await _probe(probe_port, "/readyz") == 200
+        assert await _probe(probe_port, "/validate-workflowdefinition") == 404
+        for _, writer in held:
+            writer.close()
+    # the TLS listener is closed: not ready, though the probe port still answers
+    assert await _probe(probe_port, "/readyz") == 503
+    assert await _probe(probe_port, "/healthz") == 200
+    probes.close()

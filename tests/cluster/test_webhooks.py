@@ -135,13 +135,13 @@ async def test_versions_are_immutable_and_new_versions_follow_the_newest(
             cluster, namespace, definition(name="etl-copy", image="evil"), dry_run=dry_run
         )
         assert other_name.returncode != 0
-        assert "version 1 is already held by WorkflowDefinition 'etl-v1'" in other_name.stderr
+        assert "version 1 is already held by another WorkflowDefinition object" in other_name.stderr
         assert "publish a new version" in other_name.stderr
 
     skip = apply(cluster, namespace, definition(name="etl-max", version=2**31 - 1))
     assert skip.returncode != 0
-    assert "spec.version: version 2147483647 skips versions: the newest is 1" in skip.stderr
-    assert "publish version 2" in skip.stderr
+    assert "spec.version: version 2147483647 skips versions;" in skip.stderr
+    assert "the newest is" not in skip.stderr  # the stored versions are not repeated
 
     second = apply(cluster, namespace, definition(name="etl-v2", version=2, image="busybox:1.37"))
     assert second.returncode == 0, second.stderr
@@ -163,7 +163,7 @@ async def test_runs_must_name_a_published_version_and_get_the_newest_pinned(
     unpublished = apply(cluster, namespace, run(name="pinned-7", version=7))
     assert unpublished.returncode != 0
     assert "version 7 is not published" in unpublished.stderr
-    assert "published versions: 1, 2" in unpublished.stderr
+    assert "1, 2" not in unpublished.stderr  # the stored versions are not repeated
 
     dry = apply(cluster, namespace, run(name="newest"), dry_run=True)
     assert dry.returncode == 0, dry.stderr

@@ -7,12 +7,13 @@ tests/cluster/test_task_templates.py); what is decided from them is pure.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from flowforge.admission.dryrun import decide_definition_dry_run
+from flowforge.admission.dryrun import MAX_TEMPLATES, DryRunBudget, decide_definition_dry_run
 from flowforge.admission.review import AdmissionRequest
 from flowforge.kube.dryrun import Cause, DryRunAnswer
 
@@ -151,3 +152,55 @@ def test_only_a_create_is_dry_run() -> None:
     creator = Scripted(lambda manifest: DryRunAnswer(422, "no"))
     assert decide(review({"a": {"image": "x"}}, operation="UPDATE"), creator).allowed
     assert creator.kinds == []
+
+
+def distinct(count: int) -> dict[str, Any]:
+    return {f"t{index}": {"image": f"busybox:1.{index}"} for index in range(count)}
+
+
+def test_a_definition_with_more_distinct_templates_than_the_bound_gets_no_dry_run() -> None:
+    creator = Scripted(lambda manifest: OK)
+    # the forged definition that once caused 512 dry-run creations
+    verdict = decide(review(distinct(256)), creator)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message.startswith("spec.taskTypes: 256 distinct task templates; at most 16")
+    assert creator.kinds == []
+    # identical task types share one template: they never count against the bound
+    many_names = {f"t{index}": {"image": "busybox:1.36"} for index in range(256)}
+    assert decide(review({**many_names, **distinct(MAX_TEMPLATES - 1)}), creator).allowed
+    assert len(creator.kinds) == 2 * MAX_TEMPLATES
+
+
+def test_each_requester_has_a_budget_of_dry_runs_refilled_over_a_minute() -> None:
+    now = [1000.0]
+    budget = DryRunBudget(per_minute=64, clock=lambda: now[0])
+    creator = Scripted(lambda manifest: OK)
+
+    def by(user: str) -> Any:
+        request = dataclasses.replace(review(distinct(8)), user=user)
+        return decide(request, creator, budget=budget)
+
+    for _ in range(4):  # 8 templates: 16 dry-runs each
+        assert by("mallory").allowed
+    assert len(creator.kinds) == 64
+    refused = by("mallory")
+    assert not refused.allowed and refused.code == 429
+    assert "mallory may cause 64 dry-run creations a minute" in refused.message
+    assert "needs 16; try again in 15 s" in refused.message
+    assert len(creator.kinds) == 64  # refused before anything was asked
+    assert by("alice").allowed  # another requester's budget is their own
+    now[0] += 14.0
+    assert not by("mallory").allowed
+    now[0] += 1.0
+    assert by("mallory").allowed
+
+
+def test_the_budget_remembers_a_bounded_number_of_requesters() -> None:
+    now = [0.0]
+    budget = DryRunBudget(per_minute=10, clock=lambda: now[0], max_requesters=3)
+    assert budget.take("mallory", 10) is None
+    for user in ("a", "b", "c", "d", "e"):  # each still holds its whole budget
+        assert budget.take(user, 0) is None
+    assert len(budget._buckets) <= 3
+    # full buckets are forgotten first: the spent one is still remembered
+    assert budget.take("mallory", 1) == 6.0

@@ -54,24 +54,34 @@ def test_a_retry_of_a_failed_or_cancelled_run_with_the_same_parameters_is_admitt
 def test_a_retry_is_refused_with_the_field_named() -> None:
     for name, words in [
         ("missing", "no run named 'missing' in namespace"),
-        ("busy", "is still Running"),
-        ("done", "succeeded"),
-        ("other", "runs workflow 'billing'"),
+        ("busy", "is not Failed or Cancelled"),
+        ("done", "is not Failed or Cancelled"),
+        ("other", "runs another workflow than spec.workflow"),
         ("new", "cannot retry itself"),
     ]:
         allowed, message = decide(request(name))
         assert not allowed and message.startswith("spec.retryOf: ") and words in message, name
+        # the named run's stored phase and workflow are never repeated
+        assert "Running" not in message and "Succeeded" not in message, name
+        assert "billing" not in message, name
 
 
 def test_other_parameters_are_refused() -> None:
     req = request("old")
     assert req.new_object is not None
-    spec = {**req.new_object["spec"], "parameters": {"date": "d"}}
-    changed = dataclasses.replace(req, new_object={**req.new_object, "spec": spec})
-    allowed, message = decide(changed)
+
+    def with_parameters(parameters: dict[str, str]) -> tuple[bool, str]:
+        assert req.new_object is not None
+        spec = {**req.new_object["spec"], "parameters": parameters}
+        return decide(dataclasses.replace(req, new_object={**req.new_object, "spec": spec}))
+
+    allowed, message = with_parameters({"date": "d", "n": "2"})
     assert not allowed and "spec.retryOf" in message and "(these differ: n)" in message
     # the old run's stored values are never repeated to whoever asks
     assert '"1"' not in message and "n=1" not in message
+    # nor the names of parameters only the old run was given
+    allowed, message = with_parameters({"date": "d"})
+    assert not allowed and "ran with other parameters;" in message and "differ" not in message
 
 
 def test_a_retry_no_webhook_can_check_is_refused() -> None:

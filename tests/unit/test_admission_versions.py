@@ -15,6 +15,7 @@ from flowforge.admission.review import (
     decide_run_mutation,
 )
 from flowforge.domain.caps import MAX_PARAMETER_VALUE_LENGTH, MAX_PARAMETERS
+from flowforge.domain.validation import parse_definition
 from tests.unit.admission_fakes import InMemoryRegistry, create, definition_spec, wrap
 
 
@@ -23,7 +24,7 @@ def registry() -> InMemoryRegistry:
     return InMemoryRegistry()
 
 
-async def test_a_version_skip_is_refused_naming_the_expected_version(
+async def test_a_version_skip_is_refused_naming_the_field_not_the_stored_versions(
     registry: InMemoryRegistry,
 ) -> None:
     for version in (1, 2, 3):
@@ -36,8 +37,11 @@ async def test_a_version_skip_is_refused_naming_the_expected_version(
         assert not verdict.allowed
         assert verdict.code == CODE_INVALID
         assert verdict.message.startswith("spec.version: version 2147483647 skips versions")
-        assert "the newest is 3" in verdict.message
-        assert "publish version 4" in verdict.message
+        # what is wrong, not which versions are stored (nor the next one, which says it)
+        assert verdict.message == (
+            "spec.version: version 2147483647 skips versions; a new version must be the next "
+            "integer after the newest (`kubectl get workflowdefinitions` lists them)"
+        )
     assert (
         await decide_definition(
             create(wrap("WorkflowDefinition", definition_spec(version=4))), registry
@@ -62,7 +66,8 @@ async def test_an_old_version_never_published_is_refused(registry: InMemoryRegis
         create(wrap("WorkflowDefinition", definition_spec(version=2))), registry
     )
     assert not verdict.allowed
-    assert "version 2 was never published and the newest is 3" in verdict.message
+    assert "version 2 was never published and is not the next one" in verdict.message
+    assert "3" not in verdict.message
 
 
 async def test_persisted_but_unpublished_versions_count(registry: InMemoryRegistry) -> None:
@@ -85,7 +90,10 @@ async def test_other_content_for_a_persisted_version_is_refused(
     verdict = await decide_definition(create(other), registry)
     assert not verdict.allowed
     assert verdict.code == CODE_CONFLICT
-    assert "already held by WorkflowDefinition 'etl-v1'" in verdict.message
+    assert "already held by another WorkflowDefinition object" in verdict.message
+    # neither the other object's name nor its content's fingerprint is repeated
+    held = parse_definition(definition_spec(version=1)).fingerprint
+    assert "etl-v1" not in verdict.message and held[:12] not in verdict.message
     assert "publish a new version" in verdict.message
 
 

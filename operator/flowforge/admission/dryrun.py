@@ -12,7 +12,12 @@ validation and admission do not look up either (only the kubelet does). A refusa
 onto the definition's field (``spec.taskTypes[py].env[2].name``, `flowforge.kube.job_paths`).
 
 Cost is bounded: one Job and one Pod dry-run per distinct template (identical task types share
-one), at most ``concurrency`` at a time, all within ``timeout`` seconds. What is transient is
+one), at most ``concurrency`` at a time, all within ``timeout`` seconds. A definition with more
+than ``MAX_TEMPLATES`` distinct templates is refused at ``spec.taskTypes`` before any dry-run
+(judging the rest by the schema only would admit templates the apiserver never saw), and each
+requester (the review's ``userInfo.username``) has a budget of dry-runs (`DryRunBudget`, a
+token bucket: 64 a minute); a definition that would go over it is refused, naming the budget,
+without a dry-run. What is transient is
 not the template's fault and is not held against it: a quota exceeded right now, a name that
 exists. An apiserver that does not answer in time is a refusal that says so (fail closed, as
 the access reviews are): the definition is not admitted unchecked.
@@ -22,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -36,6 +43,13 @@ from flowforge.kube.job_paths import template_path
 from flowforge.kube.jobs import JobRequest, build_job, template_env_positions
 
 CODE_UNAVAILABLE: Final = 503
+CODE_TOO_MANY: Final = 429
+# distinct templates dry-run for one review: each costs a Job's and a Pod's dry-run
+MAX_TEMPLATES: Final = 16
+# what one requester may have dry-run: a burst of this many, refilled over a minute
+DRY_RUNS_PER_MINUTE: Final = 64
+# requesters whose buckets are remembered; a full bucket is forgotten first
+MAX_REQUESTERS: Final = 4096
 DEFAULT_TIMEOUT_SECONDS: Final = 5.0
 DEFAULT_CONCURRENCY: Final = 8
 # A run that cannot exist: the Job's owner and name are those of no real run.
@@ -98,6 +112,44 @@ def template_checks(
         del job["metadata"]["ownerReferences"]
         checks.append(TemplateCheck(type_names=tuple(names), request=request, job=job))
     return checks
+
+
+@dataclass
+class DryRunBudget:
+    """Dry-runs each requester may still cause: a token bucket per username holding at most
+    ``per_minute`` tokens, refilled at ``per_minute`` a minute. Taking is all or nothing."""
+
+    per_minute: int = DRY_RUNS_PER_MINUTE
+    clock: Callable[[], float] = time.monotonic
+    max_requesters: int = MAX_REQUESTERS
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def _tokens(self, user: str, now: float) -> float:
+        tokens, since = self._buckets.get(user, (self.per_minute, now))
+        return min(self.per_minute, tokens + (now - since) * self.per_minute / 60.0)
+
+    def take(self, user: str, count: int) -> float | None:
+        """None when ``count`` dry-runs were taken from ``user``'s budget; else the seconds
+        until the budget holds them (nothing taken)."""
+        now = self.clock()
+        tokens = self._tokens(user, now)
+        if tokens < count:
+            return (count - tokens) * 60.0 / self.per_minute
+        self._forget_full(now)
+        self._buckets.pop(user, None)  # re-inserted last: the oldest are forgotten first
+        self._buckets[user] = (tokens - count, now)
+        return None
+
+    def _forget_full(self, now: float) -> None:
+        if len(self._buckets) < self.max_requesters:
+            return
+        self._buckets = {
+            user: bucket
+            for user, bucket in self._buckets.items()
+            if self._tokens(user, now) < self.per_minute
+        }
+        while len(self._buckets) >= self.max_requesters:
+            del self._buckets[next(iter(self._buckets))]
 
 
 @dataclass(frozen=True)
@@ -166,6 +218,32 @@ async def _dry_run_all(
     return findings
 
 
+def _over_bounds(
+    request: AdmissionRequest, *, checks: list[TemplateCheck], budget: DryRunBudget | None
+) -> Verdict | None:
+    """The refusal when the review would cost more dry-runs than it or its requester may."""
+    if len(checks) > MAX_TEMPLATES:
+        return Verdict.deny(
+            f"spec.taskTypes: {len(checks)} distinct task templates; at most {MAX_TEMPLATES} "
+            "are checked by the apiserver's dry-run for one definition (identical task types "
+            "share one): make task types that differ only by name identical, or split the "
+            "workflow",
+            code=CODE_INVALID,
+        )
+    if budget is None:
+        return None
+    cost = 2 * len(checks)  # a Job and a Pod each
+    wait = budget.take(request.user, cost)
+    if wait is None:
+        return None
+    return Verdict.deny(
+        f"too many dry-runs: {request.user or 'an anonymous requester'} may cause "
+        f"{budget.per_minute} dry-run creations a minute and this definition needs {cost}; "
+        f"try again in {math.ceil(wait)} s",
+        code=CODE_TOO_MANY,
+    )
+
+
 async def decide_definition_dry_run(
     request: AdmissionRequest,
     *,
@@ -173,9 +251,11 @@ async def decide_definition_dry_run(
     warnings: list[str] | None = None,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     concurrency: int = DEFAULT_CONCURRENCY,
+    budget: DryRunBudget | None = None,
 ) -> Verdict:
     """On CREATE: every distinct template's Job and Pod pass the apiserver's dry-run.
-    ``warnings`` (the AdmissionReview's) gets what the apiserver warned about."""
+    ``warnings`` (the AdmissionReview's) gets what the apiserver warned about; ``budget``
+    (none: unbounded) is charged for the requester before anything is asked."""
     if request.operation != "CREATE":
         return Verdict.allow()
     spec = request.new_object.get("spec") if request.new_object else None
@@ -190,6 +270,9 @@ async def decide_definition_dry_run(
     except (ValidationError, AttributeError):
         return Verdict.allow()  # admission.decide_definition has denied it, naming why
     checks = template_checks(request.namespace, task_types)
+    refused = _over_bounds(request, checks=checks, budget=budget)
+    if refused is not None:
+        return refused
     try:
         findings = await asyncio.wait_for(
             _dry_run_all(checks, creator=creator, concurrency=concurrency), timeout

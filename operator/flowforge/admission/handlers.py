@@ -19,7 +19,7 @@ from flowforge.admission.access import (
     decide_run_access,
 )
 from flowforge.admission.actions import decide_action, decide_action_mutation
-from flowforge.admission.dryrun import decide_definition_dry_run
+from flowforge.admission.dryrun import DryRunBudget, decide_definition_dry_run
 from flowforge.admission.review import (
     AdmissionRequest,
     DefinitionRegistry,
@@ -133,6 +133,7 @@ async def decide_definition_checks(
     checks: AccessChecks,
     creator: DryRunCreator | None,
     warnings: list[str] | None,
+    budget: DryRunBudget | None = None,
 ) -> Verdict:
     """Every check of a WorkflowDefinition, judged in one order: its shape and versions, then
     who asks and the policy, then the apiserver's dry-run; the first refusal is the answer.
@@ -154,7 +155,9 @@ async def decide_definition_checks(
         decide_definition_access(request, user=user, checks=checks),
         _allowed()
         if creator is None
-        else decide_definition_dry_run(request, creator=creator, warnings=dry_run_warnings),
+        else decide_definition_dry_run(
+            request, creator=creator, warnings=dry_run_warnings, budget=budget
+        ),
         return_exceptions=True,
     )
     for verdict in (shape, access, templates):
@@ -178,6 +181,7 @@ def register_admission_handlers(
     access: AccessProvider,
     runs: RetrySourcesProvider | None = None,
     dry_run: DryRunProvider | None = None,
+    dry_run_budget: DryRunBudget | None = None,
 ) -> None:
     """Register the admission handlers on `registry`, one per webhook entry of
     `kube/webhook_config.py` (its id, resource and operations).
@@ -185,7 +189,8 @@ def register_admission_handlers(
     `definitions`, `access` (who asks, the namespace's policies), `runs` (where
     `spec.retryOf` is looked up) and `dry_run` (the apiserver's dry-run of each task type's
     Job and Pod; none: not asked) are called per request, so the operator can open its store
-    in a startup handler after registration.
+    in a startup handler after registration. ``dry_run_budget`` bounds the dry-runs each
+    requester causes (none: unbounded).
     """
     validating = {spec.handler_id: spec for spec in VALIDATING_HANDLERS}
     mutating = {spec.handler_id: spec for spec in MUTATING_HANDLERS}
@@ -215,6 +220,7 @@ def register_admission_handlers(
             checks=access(),
             creator=None if dry_run is None else dry_run(),
             warnings=kwargs.get("warnings"),
+            budget=dry_run_budget,
         )
         _enforce(verdict)
 

@@ -169,10 +169,6 @@ def describe_errors(errors: Sequence[DefinitionError]) -> str:
     return f"invalid WorkflowDefinition ({len(errors)} {noun}):\n" + "\n".join(lines)
 
 
-def _format_versions(versions: Sequence[int]) -> str:
-    return ", ".join(str(version) for version in sorted(versions))
-
-
 # --- WorkflowDefinition -------------------------------------------------------------------------
 
 
@@ -203,16 +199,13 @@ async def _decide_definition_create(
     if published is not None:
         if published == definition.fingerprint:
             return Verdict.allow()  # re-created with the published content: a no-op
-        return _conflict(definition, held_by="is already published", fingerprint=published)
+        return _conflict(definition, held_by="is already published")
     for other in persisted:
         if other.spec is None:
             continue
-        fingerprint = _fingerprint_or_none(other.spec)
-        if fingerprint != definition.fingerprint:
+        if _fingerprint_or_none(other.spec) != definition.fingerprint:
             return _conflict(
-                definition,
-                held_by=f"is already held by WorkflowDefinition {other.name!r}",
-                fingerprint=fingerprint or "(invalid)",
+                definition, held_by="is already held by another WorkflowDefinition object"
             )
         return Verdict.allow()
     newest = max([*versions, *(other.version for other in persisted)], default=0)
@@ -222,16 +215,18 @@ async def _decide_definition_create(
 
 
 def _version_gap(definition: DefinitionSpec, *, newest: int) -> str:
-    version, expected = definition.version, newest + 1
+    """What is wrong with the version asked for, never which versions are stored (a refusal
+    goes to whoever asked, who may not be allowed to list them)."""
+    version = definition.version
     if newest == 0:
-        situation = f"workflow {definition.workflow!r} has no version yet"
+        situation = f"workflow {definition.workflow!r} has no version yet: publish version 1"
     elif version > newest:
-        situation = f"version {version} skips versions: the newest is {newest}"
+        situation = f"version {version} skips versions"
     else:
-        situation = f"version {version} was never published and the newest is {newest}"
+        situation = f"version {version} was never published and is not the next one"
     return (
         f"spec.version: {situation}; a new version must be the next integer after the "
-        f"newest: publish version {expected} (spec.version: {expected})"
+        "newest (`kubectl get workflowdefinitions` lists them)"
     )
 
 
@@ -240,11 +235,12 @@ def _fingerprint_or_none(spec: Any) -> str | None:
     return None if parsed is None else parsed.fingerprint
 
 
-def _conflict(definition: DefinitionSpec, *, held_by: str, fingerprint: str) -> Verdict:
+def _conflict(definition: DefinitionSpec, *, held_by: str) -> Verdict:
+    """Names the version taken, not what holds it (the stored content's fingerprint)."""
     version = definition.version
     return Verdict.deny(
-        f"workflow {definition.workflow!r} version {version} {held_by} with different "
-        f"content (fingerprint {fingerprint[:19]}, this one {definition.fingerprint[:19]}); a "
+        f"spec.version: workflow {definition.workflow!r} version {version} {held_by} with "
+        f"different content (this one's fingerprint {definition.fingerprint[:19]}); a "
         "published version is immutable: publish a new version (the next after the newest)",
         code=CODE_CONFLICT,
     )
@@ -403,14 +399,14 @@ async def _decide_run_create(
         )
     if version is None:
         return Verdict.deny(
-            "spec.version: missing (the mutating webhook pins the newest published version, "
-            f"{max(versions)}; is it configured?)",
+            "spec.version: missing (the mutating webhook pins the newest published version; "
+            "is it configured?)",
             code=CODE_INVALID,
         )
     if version not in versions:
         return Verdict.deny(
             f"spec.version: workflow {workflow!r} version {version} is not published in "
-            f"namespace {request.namespace!r}; published versions: {_format_versions(versions)}",
+            f"namespace {request.namespace!r} (`kubectl get workflowdefinitions` lists them)",
             code=CODE_NOT_FOUND,
         )
     retry_of: str | None = spec.get("retryOf")
@@ -451,31 +447,32 @@ async def _decide_retry(
             "names a run of its own namespace)",
             code=CODE_NOT_FOUND,
         )
+    # the refusals below say what is wrong with this run, never the named run's stored
+    # phase, workflow or values (the review may name a run its requester cannot read)
     if source.phase not in RETRYABLE_PHASES:
-        still = (
-            "succeeded: there is nothing to retry"
-            if source.phase == RunPhase.SUCCEEDED
-            else (f"is still {source.phase}: wait for it to finish, or cancel it")
+        return Verdict.deny(
+            f"spec.retryOf: run {retry_of!r} is not Failed or Cancelled; only a finished, "
+            "unsuccessful run can be retried (wait for it to finish, or cancel it)",
+            code=CODE_CONFLICT,
         )
-        return Verdict.deny(f"spec.retryOf: run {retry_of!r} {still}", code=CODE_CONFLICT)
     if source.workflow != spec["workflow"]:
         return Verdict.deny(
-            f"spec.retryOf: run {retry_of!r} runs workflow {source.workflow!r}, not "
-            f"{spec['workflow']!r}",
+            f"spec.retryOf: run {retry_of!r} runs another workflow than spec.workflow "
+            f"({spec['workflow']!r})",
             code=CODE_INVALID,
         )
     asked = dict(spec.get("parameters") or {})
     if canonical_json(dict(source.parameters)) != canonical_json(asked):
-        # names only: the stored values are the old run's, which the refusal never repeats
+        # names this run gave only: the stored values, and names, are the old run's
         differ = sorted(
             name
-            for name in set(source.parameters) | set(asked)
-            if canonical_json(source.parameters.get(name)) != canonical_json(asked.get(name))
+            for name in asked
+            if canonical_json(source.parameters.get(name)) != canonical_json(asked[name])
         )
+        which = f" (these differ: {', '.join(differ)})" if differ else ""
         return Verdict.deny(
-            f"spec.retryOf: run {retry_of!r} ran with other parameters (these differ: "
-            f"{', '.join(differ)}); a retry runs with identical spec.parameters "
-            "(`flowforge retry` copies them)",
+            f"spec.retryOf: run {retry_of!r} ran with other parameters{which}; a retry runs "
+            "with identical spec.parameters (`flowforge retry` copies them)",
             code=CODE_INVALID,
         )
     return Verdict.allow()

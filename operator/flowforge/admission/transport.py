@@ -73,6 +73,8 @@ class GuardedWebhookServer:
         self.certs = certs
         self.client_ca = client_ca
         self.limits = limits or ServerLimits()
+        # true while the TLS listener accepts connections: the readiness probe's answer
+        self.serving = False
 
     def _files(self) -> list[Path]:
         files = [self.certs.cert_path, self.certs.key_path]
@@ -132,6 +134,7 @@ class GuardedWebhookServer:
             ssl_handshake_timeout=self.limits.handshake_timeout_seconds,
             reuse_address=True,
         )
+        self.serving = True
         try:
             url = f"https://{self.addr}:{self.port}"
             logger.info(
@@ -143,6 +146,7 @@ class GuardedWebhookServer:
             yield kopf.WebhookClientConfig(url=url, caBundle=ca_bundle)
             await self._reload_forever(context)
         finally:
+            self.serving = False
             listener.close()
             with contextlib.suppress(Exception):
                 await listener.wait_closed()

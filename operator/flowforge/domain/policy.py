@@ -118,8 +118,8 @@ def template_violations(
             found.append(
                 Violation(
                     f"{path}.serviceAccountName",
-                    f"serviceaccount {account!r}{named} is not allowed by {by} (allowed: "
-                    f"{', '.join(spec.service_accounts) or 'none'})",
+                    f"serviceaccount {account!r}{named} is not allowed by {by} "
+                    "(its spec.serviceAccounts)",
                 )
             )
         for index, toleration in enumerate(template.tolerations or ()):
@@ -138,7 +138,7 @@ def template_violations(
             elif ANY not in allowed and value not in allowed:
                 message = (
                     f"value {value!r} of node label {key!r} is not allowed by {by} "
-                    f"(allowed: {', '.join(allowed) or 'none'})"
+                    "(its spec.nodeSelector)"
                 )
             else:
                 continue
@@ -223,7 +223,7 @@ def _image_violations(image: object, *, at: str, registries: list[str], by: str)
         Violation(
             at,
             f"registry {reference.registry} is not allowed by {by} (image "
-            f"{reference.repository}; allowed: {', '.join(registries) or 'none'})",
+            f"{reference.repository}; its spec.registries)",
         )
     ]
 
@@ -242,8 +242,7 @@ def _affinity_violations(
             found.append(
                 Violation(
                     at,
-                    f"{shown} of node label {key!r} is not allowed by {by} (allowed: "
-                    f"{', '.join(allowed) or 'none'})",
+                    f"{shown} of node label {key!r} is not allowed by {by} (its spec.nodeSelector)",
                 )
             )
     return found

@@ -14,9 +14,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse
 
 from flowforge import __version__
+from flowforge.kube.probes import start_probe_server
 from flowforge.server import definitions, models, routes, schedules, stream
 from flowforge.server.errors import error_response, install_error_handlers
-from flowforge.server.probes import start_probe_server
 from flowforge.server.state import ServerState
 from flowforge.server.static import SECURITY_HEADERS, STATIC_DIR, HashedAssets, ui_router
 

@@ -1,7 +1,8 @@
-"""``/healthz`` and ``/readyz`` on a port of their own: a probe is answered even while every
-connection of the API's port is held (uvicorn then answers 503 to everything there), so a
-kubelet does not restart a server that is merely busy, and a busy one is not marked ready by
-accident. Each probe connection gets one short request and is closed."""
+"""``/healthz`` and ``/readyz`` in plain HTTP on a port of their own, for the kubelet: a probe
+is answered even while every connection of the served port is held (the read API's uvicorn
+then answers 503 to everything there; the webhook's TLS port refuses connections over its
+cap), so a kubelet does not restart a server that is merely busy, and a busy one is not
+marked ready by accident. Each probe connection gets one short request and is closed."""
 
 from __future__ import annotations
 

@@ -58,7 +58,9 @@ it (it carries the transaction's start time): a plain ``SET`` or a scope left be
 pooled connection reads nothing, and no scope reads nothing (fail closed). What this does
 not defend against: whoever holds the server's DSN, or injects SQL into it, can scope
 itself to any namespace within the server's grants, exactly as the server can; so the
-server's DSN is a secret like the operator's, and its grants bound the damage. A scope
+server's DSN is a secret like the operator's, and its grants bound the damage. The server
+refuses to start on a login that could do more than read as ``flowforge_server``
+(``require_read_only_login``): a superuser, BYPASSRLS or the owner would ignore the scope. A scope
 set by a role other than the server is not trusted at all, which is why a reporting login
 can never widen its own view.
 """

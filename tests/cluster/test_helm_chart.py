@@ -452,18 +452,23 @@ def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
                 cluster, "get", "secret", client_secret, "-n", release_namespace, "-o", "json"
             ).stdout
         )["data"]
-        database_before = json.loads(
-            kubectl(
-                cluster,
-                "get",
-                "secret",
-                f"{release}-flowforge-postgresql",
-                "-n",
-                release_namespace,
-                "-o",
-                "json",
-            ).stdout
-        )["data"]
+        # the owner's password and each component's login (issue 24)
+        database_secrets = [
+            f"{release}-flowforge-postgresql{suffix}"
+            for suffix in ("", "-operator", "-webhook", "-server")
+        ]
+
+        def database_passwords() -> list[str]:
+            return [
+                json.loads(
+                    kubectl(
+                        cluster, "get", "secret", name, "-n", release_namespace, "-o", "json"
+                    ).stdout
+                )["data"]["password"]
+                for name in database_secrets
+            ]
+
+        database_before = database_passwords()
         helm.run(
             "upgrade",
             release,
@@ -489,19 +494,8 @@ def test_install_upgrade_keeps_certificate_uninstall_leaves_only_crds(
             ).stdout
         )["data"]
         assert client_after == client_before, "helm upgrade replaced the client certificate"
-        database_after = json.loads(
-            kubectl(
-                cluster,
-                "get",
-                "secret",
-                f"{release}-flowforge-postgresql",
-                "-n",
-                release_namespace,
-                "-o",
-                "json",
-            ).stdout
-        )["data"]
-        assert database_after == database_before, "helm upgrade changed the database password"
+        assert database_passwords() == database_before, "helm upgrade changed a password"
+        assert len(set(database_before)) == 4
         webhook_config = json.loads(
             kubectl(
                 cluster,

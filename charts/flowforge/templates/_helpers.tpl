@@ -74,6 +74,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-postgresql" (include "flowforge.fullname" .) -}}
 {{- end -}}
 
+{{/* The bundled PostgreSQL's login per component and its group role (store/roles.py);
+  the migrator is the database's owner. Each login's Secret is "<postgresqlName>-<component>"
+  (keys login, password, dsn). */}}
+{{- define "flowforge.bundledLogins" -}}
+operator: {login: ff_operator, group: flowforge_operator}
+webhook: {login: ff_webhook, group: flowforge_webhook}
+server: {login: ff_server, group: flowforge_server}
+{{- end -}}
+
 {{/* The Secret and key holding the PostgreSQL DSN. */}}
 {{- define "flowforge.databaseSecretName" -}}
 {{- if .Values.database.bundled.enabled -}}
@@ -95,16 +104,21 @@ app.kubernetes.io/component: {{ .component }}
       key: {{ include "flowforge.databaseSecretKey" . }}
 {{- end -}}
 
-{{/* FLOWFORGE_DSN of one component (dict "context" . "component" "operator"): its own
-  Secret (database.components.<component>) when set, else the shared one. Each component's
-  login role is a member of its group role (store/roles.py in the FlowForge package). */}}
+{{/* FLOWFORGE_DSN of one component (dict "context" . "component" "operator"): with the
+  bundled database its own login's Secret (the migrator: the owner's); else its own Secret
+  (database.components.<component>) when set, else the shared one. Each component's login
+  role is a member of its group role (store/roles.py in the FlowForge package). */}}
 {{- define "flowforge.componentDsnEnv" -}}
 {{- $context := .context -}}
 {{- $own := index $context.Values.database.components .component | default dict -}}
+{{- $bundled := $context.Values.database.bundled.enabled -}}
 - name: FLOWFORGE_DSN
   valueFrom:
     secretKeyRef:
-      {{- if and $own.existingSecret (not $context.Values.database.bundled.enabled) }}
+      {{- if and $bundled (ne .component "migrator") }}
+      name: {{ printf "%s-%s" (include "flowforge.postgresqlName" $context) .component }}
+      key: dsn
+      {{- else if and $own.existingSecret (not $bundled) }}
       name: {{ $own.existingSecret }}
       key: {{ $own.secretKey | default "dsn" }}
       {{- else }}

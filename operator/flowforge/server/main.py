@@ -2,11 +2,12 @@
 
 Configuration, flags over environment: ``--dsn`` (``FLOWFORGE_SERVER_DSN``, else
 ``FLOWFORGE_DSN``) names a login that is a member of ``flowforge_server`` (``store/roles.py``:
-it reads only the namespaces each request is scoped to); ``--kubeconfig`` (else in-cluster,
-else ``$KUBECONFIG``) gives the server's own credentials, used only for TokenReviews,
-SubjectAccessReviews and the list of namespaces; ``--host`` (127.0.0.1) and ``--port``
-(8080) where it listens, ``--probe-port`` (none; the chart's 8081) where ``/healthz`` and
-``/readyz`` answer.
+it reads only the namespaces each request is scoped to); the server refuses to start on a
+login that may write, bypass row-level security or own the tables. ``--kubeconfig`` (else
+in-cluster, else ``$KUBECONFIG``) gives the server's own credentials, used only for
+TokenReviews, SubjectAccessReviews and the list of namespaces; ``--host`` (127.0.0.1) and
+``--port`` (8080) where it listens, ``--probe-port`` (none; the chart's 8081) where
+``/healthz`` and ``/readyz`` answer.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from flowforge.server.app import create_app
 from flowforge.server.limits import HeaderDeadlineH11Protocol
 from flowforge.server.state import ServerState
 from flowforge.server.static import STATIC_DIR
+from flowforge.store.errors import LoginTooPowerfulError
 from flowforge.store.pool import open_pool
+from flowforge.store.roles import require_read_only_login
 from flowforge.store.session import SessionLimits
 
 DEFAULT_PORT = 8080
@@ -75,8 +78,6 @@ def serve(args: argparse.Namespace) -> int:
     kubeconfig = args.kubeconfig or os.environ.get("FLOWFORGE_KUBECONFIG")
 
     async def start() -> ServerState:
-        reviews = ApiReviews.connect(kubeconfig=kubeconfig)
-        configuration = reviews.configuration
         pool = await open_pool(
             dsn,
             min_size=1,
@@ -85,6 +86,15 @@ def serve(args: argparse.Namespace) -> int:
             limits=SessionLimits(),
             wait_seconds=10.0,
         )
+        try:
+            async with pool.connection() as connection:
+                await require_read_only_login(connection)
+        except LoginTooPowerfulError as refused:
+            logging.getLogger("flowforge.server").error("refusing to start: %s", refused)
+            await pool.close()
+            raise
+        reviews = ApiReviews.connect(kubeconfig=kubeconfig)
+        configuration = reviews.configuration
         return ServerState(
             pool=pool,
             reviews=reviews,
@@ -124,7 +134,7 @@ def serve(args: argparse.Namespace) -> int:
         access_log=False,
         log_level="info",
     )
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run()  # a failed start (a refused login) exits with status 3
     return 0
 
 

@@ -83,3 +83,16 @@ class RunNotFoundError(UserError):
     def __init__(self, *, run: str) -> None:
         self.run = run
         super().__init__(f"run {run} does not exist in the store")
+
+
+class LoginTooPowerfulError(StoreError):
+    """A component that only reads was given a login that may write or see past row-level
+    security; ``powers`` says what it may do, one phrase each."""
+
+    def __init__(self, *, login: str, powers: list[str], wanted: str) -> None:
+        self.login = login
+        self.powers = powers
+        super().__init__(
+            f"database login {login!r} {'; '.join(powers)}: refusing to run on it; give "
+            f"this component a login that is a member of {wanted} and nothing more"
+        )

@@ -58,7 +58,9 @@ it (it carries the transaction's start time): a plain ``SET`` or a scope left be
 pooled connection reads nothing, and no scope reads nothing (fail closed). What this does
 not defend against: whoever holds the server's DSN, or injects SQL into it, can scope
 itself to any namespace within the server's grants, exactly as the server can; so the
-server's DSN is a secret like the operator's, and its grants bound the damage. A scope
+server's DSN is a secret like the operator's, and its grants bound the damage. The server
+refuses to start on a login that could do more than read as ``flowforge_server``
+(``require_read_only_login``): a superuser, BYPASSRLS or the owner would ignore the scope. A scope
 set by a role other than the server is not trusted at all, which is why a reporting login
 can never widen its own view.
 """
@@ -70,6 +72,7 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from flowforge.store.connection import Connection
+from flowforge.store.errors import LoginTooPowerfulError
 
 MIGRATOR = "flowforge_migrator"
 OPERATOR = "flowforge_operator"
@@ -103,3 +106,51 @@ async def scope_namespaces(connection: Connection, namespaces: Sequence[str]) ->
     """Narrow what a ``flowforge_server`` login reads to ``namespaces``, for the current
     transaction only (call it inside the transaction that reads)."""
     await connection.execute("SELECT flowforge_scope_namespaces(%s::text[])", (list(namespaces),))
+
+
+# What the connection's login can reach: its own attributes and those of every role it may
+# SET ROLE to (a membership without INHERIT still lets it act as that role).
+LOGIN_POWERS_QUERY = """
+WITH reachable AS (
+    SELECT r.oid, r.rolname, r.rolsuper, r.rolbypassrls FROM pg_catalog.pg_roles AS r
+    WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')
+), store_tables AS (
+    SELECT c.oid, c.relname, c.relowner FROM pg_catalog.pg_class AS c
+    WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace
+      AND c.relkind IN ('r', 'p') AND c.relname LIKE 'flowforge\\_%'
+)
+SELECT current_user,
+    (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user),
+    ARRAY(SELECT rolname FROM reachable WHERE rolsuper AND rolname <> current_user ORDER BY 1),
+    ARRAY(SELECT rolname FROM reachable WHERE rolbypassrls ORDER BY 1),
+    ARRAY(SELECT DISTINCT pg_catalog.pg_get_userbyid(t.relowner) FROM store_tables AS t
+          WHERE t.relowner IN (SELECT oid FROM reachable) ORDER BY 1),
+    ARRAY(SELECT t.relname FROM store_tables AS t WHERE EXISTS (
+              SELECT FROM reachable AS r WHERE pg_catalog.has_table_privilege(
+                  r.oid, t.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+          ORDER BY 1)
+"""
+
+
+async def require_read_only_login(connection: Connection) -> None:
+    """Refuse (``LoginTooPowerfulError``) a login that is or may become a superuser, bypasses
+    row-level security, owns a store table, or may INSERT, UPDATE, DELETE or TRUNCATE one:
+    a component that only reads (the read API server) must not be able to do more."""
+    cursor = await connection.execute(LOGIN_POWERS_QUERY)
+    row = await cursor.fetchone()
+    assert row is not None
+    login, superuser, superusers, bypassers, owners, writable = row
+    powers: list[str] = []
+    if superuser:
+        powers.append("is a superuser (it bypasses row-level security and may write anything)")
+    else:
+        if superusers:
+            powers.append(f"may act as superuser {', '.join(superusers)}")
+        if bypassers:
+            powers.append(f"bypasses row-level security (BYPASSRLS, as {', '.join(bypassers)})")
+        if owners:
+            powers.append(f"owns the store's tables (as {', '.join(owners)})")
+        if writable:
+            powers.append(f"may INSERT, UPDATE, DELETE or TRUNCATE {', '.join(writable)}")
+    if powers:
+        raise LoginTooPowerfulError(login=login, powers=powers, wanted=SERVER)

@@ -129,6 +129,8 @@ class OutcomeReason(StrEnum):
     POD_NOT_STARTED = "PodNotStarted"  # any other reason (it is in the message)
     # Kueue did not admit the attempt's Job within admissionTimeoutSeconds
     ADMISSION_TIMEOUT = "AdmissionTimeout"
+    # the Pod's files annotation was changed while it ran (``observed_pod.py::files_forged``)
+    FORGED_POD = "ForgedPod"
     # the namespace is being deleted: no Job can be made there again, so none is retried
     NAMESPACE_TERMINATING = "NamespaceTerminating"
 

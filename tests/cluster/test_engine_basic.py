@@ -10,6 +10,8 @@ import pytest
 
 from flowforge.domain.event_series import COMBINED_PREFIX, SIMILAR_BEFORE_SERIES
 from flowforge.domain.projection import STATUS_TASK_SUMMARY_LIMIT
+from flowforge.domain.run_files import EMPTY_FILE_ANNOTATION
+from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.operator.notifier import SERIES_FLUSH_SECONDS
 from flowforge.store import queries as store_queries
 from flowforge.store.events import run_history
@@ -118,6 +120,56 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
     ]
     assert from_pods, "no success was read from a Pod"
     assert f"flowforge_pod_successes_total {float(len(from_pods))}" in exposition
+
+
+async def test_a_running_pod_whose_files_annotation_is_patched_fails_its_attempt(
+    operators: Callable[..., OperatorProcess], driver: RunDriver, cluster: Cluster
+) -> None:
+    """A run without parameters or configs reads both files from its Pod's annotation; a
+    tenant who may patch Pods changes it on the running Pod (the kubelet would refresh the
+    files): the attempt fails ``ForgedPod``, with an Event, and its Job is deleted."""
+    operator = operators()
+    await wait_for_leader(driver.pool, operator.identity, process=operator)
+    slow = {**STEP, "annotations": {"flowforge.io/simulate-duration": "30s"}}
+    await driver.publish(
+        {
+            "workflow": "patched",
+            "version": 1,
+            "taskTypes": {"step": slow},
+            "tasks": [{"key": "only", "type": "step"}],
+        }
+    )
+    driver.create_run("p1", workflow="patched")
+
+    def running_pod() -> str | None:
+        for job in driver.jobs("p1"):
+            for pod in driver.core.list_namespaced_pod(
+                driver.namespace,
+                label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}",
+            ).items:
+                if pod.status.phase == "Running":
+                    return str(pod.metadata.name)
+        return None
+
+    await wait_until(lambda: running_pod() is not None, what="the task's Pod running")
+    pod = running_pod()
+    kubectl(
+        cluster,
+        "annotate",
+        "pod",
+        str(pod),
+        "-n",
+        driver.namespace,
+        "--overwrite",
+        f'{EMPTY_FILE_ANNOTATION}={{"amount": 1000000}}',
+    )
+
+    body = await driver.wait_phase("p1", {"Succeeded", "Failed"}, operator=operator)
+    assert body["status"]["phase"] == "Failed", body["status"]
+    (task,) = body["status"]["tasks"]
+    assert "ForgedPod" in str(task), task
+    assert "ForgedPod" in {event.reason for event in driver.events("p1")}
+    await wait_until(lambda: not driver.jobs("p1"), what="the attempt's Job deleted")
 
 
 async def test_fan_in_of_fifty_releases_the_join_exactly_once(

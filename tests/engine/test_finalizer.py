@@ -1,17 +1,26 @@
 """The WorkflowRun finalizer with the fake Kubernetes: a deleted run stays until its rollback
-has settled, the escape annotation forces it, and the reconciler finishes a stuck deletion."""
+has settled, the escape annotation forces it, the reconciler finishes a stuck deletion, and a
+namespace being deleted (where no Job can be made) ends the rollback at once."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from flowforge.domain.api import FINALIZER, FORCE_DELETE_ANNOTATION
+from flowforge.domain.execution import BackoffPolicy
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
+from flowforge.kube.errors import KubernetesError, from_client_error
 from flowforge.operator.finalizer import observe_run
 from flowforge.operator.runs import RunContext
-from tests.engine.conftest import NAMESPACE, Harness
+from flowforge.store.connection import Pool
+from flowforge.store.queries import latest_outcomes
+from tests.engine.conftest import NAMESPACE, Harness, engine_settings, open_harness
+from tests.engine.fake_clock import FakeClock
 from tests.support.workflows import SAGA
 
 pytestmark = pytest.mark.store
@@ -133,3 +142,80 @@ async def test_the_reconciler_finishes_a_deletion_left_stuck(harness: Harness) -
     await harness.reconciler.pass_once()
 
     assert body(harness, "stuck") is None
+
+
+# what the apiserver's NamespaceLifecycle admission answers a creation in a namespace that is
+# being deleted
+TERMINATING = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": 'jobs.batch "x" is forbidden: unable to create new content in namespace '
+    f"{NAMESPACE} because it is being terminated",
+    "reason": "Forbidden",
+    "details": {
+        "name": "x",
+        "group": "batch",
+        "kind": "jobs",
+        "causes": [
+            {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {NAMESPACE} is being terminated",
+                "field": "metadata.namespace",
+            }
+        ],
+    },
+    "code": 403,
+}
+
+
+def namespace_terminating(_: Mapping[str, Any]) -> KubernetesError:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps(TERMINATING)
+    return from_client_error(error)
+
+
+@pytest.fixture
+async def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def slow_retries(store: Pool, clock: FakeClock) -> AsyncIterator[Harness]:
+    """Compensator retries a minute apart, doubling to an hour: ten of them take hours."""
+    backoff = BackoffPolicy(first_delay_seconds=60, cap_seconds=3600, jitter=0.0)
+    async with open_harness(store, settings=engine_settings(backoff=backoff), clock=clock) as h:
+        yield h
+
+
+async def test_a_namespace_being_deleted_halts_the_rollback_and_lets_the_run_go(
+    slow_retries: Harness,
+) -> None:
+    """Deleting the namespace deletes the run: its rollback starts, and the apiserver refuses
+    every compensator's Job (the namespace is terminating). The compensator fails for good
+    (``NamespaceTerminating``, not retried), the rollback halts, the finalizer goes: the
+    namespace is not held Terminating through hours of retries."""
+    harness = slow_retries
+    retried = [{**task, "retries": 10} if "compensateFor" in task else dict(task) for task in SAGA]
+    run = await harness.start("doomed", retried)
+    current = body(harness, "doomed")
+    assert current is not None
+    await observe_run(harness.engine, current)
+    await harness.finish("reserve")
+    await harness.finish("charge")
+    harness.kube.create_error = namespace_terminating
+
+    await delete(harness, "doomed")
+
+    assert body(harness, "doomed") is None  # the finalizer went: no time had to pass
+    assert (await harness.run(run)).phase is RunPhase.CANCELLED
+    states = await harness.states(run)
+    assert states["refund"] == CompensationState.FAILED
+    assert states["release"] == CompensationState.SKIPPED
+    outcome = (await latest_outcomes(harness.pool, run.run_id, ["refund"]))["refund"]
+    assert outcome["reason"] == "NamespaceTerminating"
+    assert "being terminated" in outcome["message"]
+    reasons = harness.kube.reasons()
+    assert "TaskRetrying" not in reasons
+    halted = [event for event in harness.kube.events if event.reason == "CompensationFailed"]
+    assert halted and "NamespaceTerminating" in halted[0].message

@@ -21,6 +21,7 @@ from flowforge.domain.execution import (
     job_outcome,
     lost_outcome,
     may_retry,
+    refused_outcome,
     retry_delay,
 )
 from flowforge.domain.projection import (
@@ -113,6 +114,14 @@ def test_retries_count_extra_attempts() -> None:
     assert may_retry(attempt=1, retries=2)
     assert may_retry(attempt=2, retries=2)
     assert not may_retry(attempt=3, retries=2)
+
+
+def test_a_refusal_in_a_terminating_namespace_is_never_retried() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    refused = refused_outcome(job="j", message="forbidden", now=now)
+    assert refused.reason is OutcomeReason.JOB_REFUSED and refused.retried
+    ending = refused_outcome(job="j", message="terminated", now=now, namespace_terminating=True)
+    assert ending.reason is OutcomeReason.NAMESPACE_TERMINATING and not ending.retried
 
 
 def test_unfinished_job_has_no_outcome() -> None:

@@ -1,19 +1,26 @@
 """The record a reconciler pass keeps of a listed Job (``kube/job_record.py``) answers every
 question the pass asks as the whole Job does, and stays small however large its creator made
-the Job."""
+the Job; so do the records of a Job's Pods (the watchdog's), read a page at a time."""
 
 from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from flowforge.domain.execution import job_outcome
+from flowforge.domain.execution import container_termination, job_outcome, not_started_outcome
 from flowforge.domain.kueue import QUEUE_NAME_LABEL, job_admission
 from flowforge.domain.observed_job import job_meaning
-from flowforge.kube.job_record import MAX_CONDITION_MESSAGE, job_record
+from flowforge.kube.job_record import (
+    MAX_CONDITION_MESSAGE,
+    MAX_JOB_PODS,
+    controlled_pods,
+    job_record,
+    pod_record,
+)
 from flowforge.kube.jobs import (
     ANNOTATION_RUN_NAME,
     ANNOTATION_RUN_UID,
@@ -26,6 +33,8 @@ from flowforge.kube.jobs import (
     MANAGED_BY,
     JobIdentity,
 )
+from flowforge.kube.pages import pages
+from tests.unit.test_pages import BUDGET, Apiserver
 
 RUN_UID = "0b6c2a53-95a4-4a57-8d0e-1c0f3c1e7a11"
 
@@ -152,3 +161,91 @@ def test_a_condition_message_is_cut() -> None:
     body["status"]["conditions"][0]["message"] = "m" * 100_000
     outcome = job_outcome(job_record(body)["status"])
     assert outcome is not None and outcome.message == "m" * MAX_CONDITION_MESSAGE
+
+
+JOB_UID = "5f0e1f4e-1111-4c1c-9d1a-6d1b0c1e2f33"
+NOW = datetime(2026, 11, 30, 10, 10, tzinfo=UTC)
+
+
+def pod(index: int, *, owner: str = JOB_UID, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"etl-1-extract-1-{index:04d}",
+            "namespace": "team-a",
+            "uid": f"pod-{index}",
+            "creationTimestamp": f"2026-11-30T10:{index // 60:02d}:{index % 60:02d}Z",
+            "labels": {"job-name": "etl-1-extract-1"},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "uid": owner, "controller": True}
+            ],
+        },
+        "spec": {"containers": [{"name": "task", "image": "example.invalid/task:1"}]},
+        "status": status,
+    }
+
+
+def fat_pod(body: dict[str, Any]) -> dict[str, Any]:
+    """What anyone who may create Pods can add: annotations and env (the kubelet writes the
+    status, and cuts a termination message at 4 KiB)."""
+    body = copy.deepcopy(body)
+    body["metadata"]["annotations"] = {f"pad.example/{i}": "x" * 1000 for i in range(20)}
+    body["spec"]["containers"][0]["env"] = [{"name": "PAD", "value": "x" * 10_000}]
+    return body
+
+
+def waiting(reason: str) -> dict[str, Any]:
+    return {"name": "task", "state": {"waiting": {"reason": reason, "message": "m" * 4096}}}
+
+
+POD_BODIES = {
+    "unschedulable": pod(
+        1,
+        phase="Pending",
+        conditions=[
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3"}
+        ],
+    ),
+    "image": pod(2, phase="Pending", containerStatuses=[waiting("ImagePullBackOff")]),
+    "init": pod(3, phase="Pending", initContainerStatuses=[waiting("CreateContainerError")]),
+    "running": pod(
+        4, phase="Running", containerStatuses=[{"name": "task", "state": {"running": {}}}]
+    ),
+    "failed": pod(
+        5,
+        phase="Failed",
+        containerStatuses=[
+            {"name": "task", "state": {"terminated": {"exitCode": 3, "message": "boom"}}}
+        ],
+    ),
+}
+
+
+def pod_answers(pods: list[dict[str, Any]]) -> tuple[Any, ...]:
+    return (
+        not_started_outcome(pods, job="etl-1-extract-1", timeout_seconds=60, now=NOW),
+        container_termination(pods, container="task"),
+    )
+
+
+@pytest.mark.parametrize("name", list(POD_BODIES))
+def test_the_record_of_a_pod_answers_as_the_pod_does(name: str) -> None:
+    body = POD_BODIES[name]
+    assert pod_answers([pod_record(fat_pod(body))]) == pod_answers([body])
+    assert len(json.dumps(pod_record(fat_pod(body)))) < 6000 < len(json.dumps(fat_pod(body)))
+
+
+async def test_many_fat_forged_pods_of_one_job_are_read_a_page_at_a_time() -> None:
+    """A tenant's 400 fat Pods claiming the Job (its labels and ownerReference) are never
+    held at once: a page within its budget, a few records kept, the newest."""
+    forged = [fat_pod(pod(index, phase="Pending")) for index in range(10, 410)]
+    other = [fat_pod(pod(index, owner="another-job")) for index in range(410, 420)]
+    apiserver = Apiserver([POD_BODIES["failed"], *forged, *other])
+    kept = await controlled_pods(
+        pages(apiserver.fetch, limit=20, max_bytes=BUDGET), job_uid=JOB_UID
+    )
+    assert len(json.dumps(apiserver.items)) > 40 * BUDGET
+    assert apiserver.largest_read <= BUDGET
+    assert [body["metadata"]["uid"] for body in kept] == [
+        f"pod-{index}" for index in range(410 - MAX_JOB_PODS, 410)
+    ]
+    assert len(json.dumps(kept)) < 2 * 6000 * MAX_JOB_PODS

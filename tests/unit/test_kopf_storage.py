@@ -42,7 +42,8 @@ def test_no_essence_is_built_or_stored() -> None:
         storage.store(body=body, patch=kopf.Patch(), essence=kopf.BodyEssence())
 
 
-def test_the_apiserver_sends_only_flowforges_jobs_and_its_succeeded_pods() -> None:
+def test_the_apiserver_sends_only_flowforges_jobs_and_pods() -> None:
+    """Pods in every phase: a running Pod's changed files annotation fails its attempt."""
     settings = kopf.OperatorSettings()
     handlers.select_on_the_server(settings)
 
@@ -56,6 +57,6 @@ def test_the_apiserver_sends_only_flowforges_jobs_and_its_succeeded_pods() -> No
         )
 
     own = "app.kubernetes.io/managed-by=flowforge"
-    assert selectors(resource("", "pods", "Pod")) == ([own], ["status.phase=Succeeded"])
+    assert selectors(resource("", "pods", "Pod")) == ([own], [])
     assert selectors(resource("batch", "jobs", "Job")) == ([own], [])
     assert selectors(resource("", "configmaps", "ConfigMap")) == ([], [])

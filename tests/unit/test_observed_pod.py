@@ -1,20 +1,28 @@
 """The rule of a Pod's success (``domain/observed_pod.py``): what the Job controller would count
-for the recorded Job, and nothing else."""
+for the recorded Job, and nothing else; and a Pod whose files annotation was changed."""
 
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from flowforge.domain.execution import OutcomeReason, parse_timestamp
 from flowforge.domain.observed_pod import (
     JobClaim,
     PodIgnored,
     RecordedJob,
+    files_forged,
+    forged_files_outcome,
     job_claim,
     pod_outcome,
     pod_verdict,
 )
+from flowforge.domain.run_files import EMPTY_FILE_ANNOTATION
+from flowforge.domain.states import TaskRole
+from flowforge.kube.jobs import JobRequest, build_job
 
 JOB = RecordedJob(namespace="team-a", name="r-a-1-x", uid="job-uid")
 
@@ -110,3 +118,42 @@ def test_only_a_pod_whose_task_container_exited_0_succeeded() -> None:
     no_task["status"]["containerStatuses"] = no_task["status"]["containerStatuses"][:1]
     assert verdict(no_task) is PodIgnored.NOT_SUCCEEDED
     assert not PodIgnored.NOT_SUCCEEDED.forged and not PodIgnored.UNKNOWN.forged
+
+
+def made_pod(*, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A Pod as the Job controller makes it from FlowForge's Job: its template's metadata
+    and spec (the files from a ConfigMap when the run has parameters, else the annotation)."""
+    request = JobRequest(
+        namespace="team-a",
+        run_name="r",
+        run_uid="run-uid",
+        task_key="a",
+        attempt=1,
+        role=TaskRole.FORWARD,
+        template={"image": "busybox:1.36"},
+        config={},
+        parameters=parameters,
+    )
+    return copy.deepcopy(build_job(request)["spec"]["template"])
+
+
+@pytest.mark.parametrize("value", ['{"amount": 1000000}', "", "{} ", None])
+def test_a_pod_whose_files_annotation_changed_is_forged(value: str | None) -> None:
+    body = made_pod(parameters={})
+    assert not files_forged(body)  # as FlowForge made it
+    annotations = body["metadata"]["annotations"]
+    if value is None:
+        del annotations[EMPTY_FILE_ANNOTATION]
+    else:
+        annotations[EMPTY_FILE_ANNOTATION] = value
+    assert files_forged(body)
+    body["metadata"]["name"] = "r-a-1-x-abcde"
+    outcome = forged_files_outcome(body, now=datetime(2026, 12, 1, tzinfo=UTC))
+    assert not outcome.succeeded and outcome.reason is OutcomeReason.FORGED_POD
+    assert "r-a-1-x-abcde" in outcome.message and outcome.retried
+
+
+def test_the_annotation_of_a_pod_that_mounts_the_config_map_is_not_its_files() -> None:
+    body = made_pod(parameters={"date": "2026-12-01"})
+    body["metadata"].setdefault("annotations", {})[EMPTY_FILE_ANNOTATION] = '{"x": 1}'
+    assert not files_forged(body)

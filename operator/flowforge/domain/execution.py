@@ -129,6 +129,15 @@ class OutcomeReason(StrEnum):
     POD_NOT_STARTED = "PodNotStarted"  # any other reason (it is in the message)
     # Kueue did not admit the attempt's Job within admissionTimeoutSeconds
     ADMISSION_TIMEOUT = "AdmissionTimeout"
+    # the Pod's files annotation was changed while it ran (``observed_pod.py::files_forged``)
+    FORGED_POD = "ForgedPod"
+    # the namespace is being deleted: no Job can be made there again, so none is retried
+    NAMESPACE_TERMINATING = "NamespaceTerminating"
+
+
+# failures another attempt cannot mend: the task fails (a compensator halts the rollback)
+# whatever retries are left
+NEVER_RETRIED = frozenset({OutcomeReason.NAMESPACE_TERMINATING})
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,12 @@ class AttemptOutcome:
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+    @property
+    def retried(self) -> bool:
+        """Whether the attempt's failure may be followed by another attempt (when the task
+        has retries left)."""
+        return not self.succeeded and self.reason not in NEVER_RETRIED
 
 
 @dataclass(frozen=True)
@@ -242,11 +257,20 @@ def job_outcome(
     )
 
 
-def refused_outcome(*, job: str, message: str, now: datetime) -> AttemptOutcome:
-    """The apiserver refused to create the attempt's Job, and sending it again will not help."""
+def refused_outcome(
+    *, job: str, message: str, now: datetime, namespace_terminating: bool = False
+) -> AttemptOutcome:
+    """The apiserver refused to create the attempt's Job, and sending it again will not help;
+    ``namespace_terminating``: because the namespace is being deleted, which no later attempt
+    outlives either (a retry loop would hold a deleted run's finalizer, and with it the
+    namespace, Terminating for as long as the backoff lasts)."""
     return AttemptOutcome(
         succeeded=False,
-        reason=OutcomeReason.JOB_REFUSED,
+        reason=(
+            OutcomeReason.NAMESPACE_TERMINATING
+            if namespace_terminating
+            else OutcomeReason.JOB_REFUSED
+        ),
         message=f"Job {job} was refused: {message}",
         finished_at=now,
     )

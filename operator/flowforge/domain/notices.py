@@ -213,6 +213,16 @@ def forged_config_map(*, name: str, uid: str, task_key: str, attempt: int) -> No
     )
 
 
+def forged_pod(*, namespace: str, name: str, task_key: str, attempt: int) -> Notice:
+    """A running Pod of the run's Job had the annotation its files are read from changed."""
+    return Notice(
+        "ForgedPod",
+        f"Pod {namespace}/{name}'s files annotation was changed after FlowForge made it: task "
+        f"{task_key} attempt {attempt} fails and its Job is deleted",
+        warning=True,
+    )
+
+
 def forged_job(
     *,
     namespace: str,

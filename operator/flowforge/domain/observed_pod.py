@@ -20,11 +20,18 @@ the Job say it succeeded. The rule mirrors the controller:
   without it was either counted already (its Job is about to say so, and the Job watch
   records it) or never counted at all (made without it, or adopted after it finished): in
   neither case may the Pod decide. Refusing the first kind costs at most the second the
-  Job path takes; accepting it could record a Pod the controller never counts. The
-  selector on the phase (``status.phase=Succeeded``) means the first event of a Pod is
-  usually its success, which the controller's later removal of the finalizer follows;
+  Job path takes; accepting it could record a Pod the controller never counts. The watch
+  sees the Pod while it runs (finalizer on), so its success is judged with that in mind;
 - its phase is ``Succeeded`` and the task container ended with exit code 0 (else
   ``NOT_SUCCEEDED``, not a forgery: the Job watch decides every failure).
+
+A Pod of the recorded Job whose files come from its own annotation (a Job without a ConfigMap,
+``run_files.py::mounts_config_map``) is also judged while it runs: the kubelet refreshes such a
+downward API volume when the annotation changes, so anyone who may ``patch pods`` in the
+namespace could change a running task's ``parameters.json`` and ``config.json``. Its
+annotation must be exactly the value FlowForge set (``files_forged``); any other value, or
+none, fails the attempt (``forged_files_outcome``, reason ``ForgedPod``) and deletes its Job,
+and no success is read from that Pod.
 
 Pure: the operator looks up the recorded Job (``operator/launcher.py::RecordedUids``) and
 acts (``operator/engine.py::on_pod_event``).
@@ -34,15 +41,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from flowforge.domain.execution import AttemptOutcome, OutcomeReason, parse_timestamp
+from flowforge.domain.run_files import EMPTY_FILE_ANNOTATION, VOLUME_NAME, config_text
 from flowforge.domain.template_rules import TASK_CONTAINER_NAME
 
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
-# the Pods' phase the Pod watch asks the apiserver for (a field selector)
 SUCCEEDED_PHASE = "Succeeded"
 
 
@@ -146,4 +154,34 @@ def pod_outcome(pod: Mapping[str, Any]) -> AttemptOutcome:
         exit_code=0,
         started_at=parse_timestamp(terminated.get("startedAt")),
         finished_at=parse_timestamp(terminated.get("finishedAt")),
+    )
+
+
+def files_forged(pod: Mapping[str, Any]) -> bool:
+    """Whether the Pod reads its run files from its annotation (a downward API volume) and
+    that annotation is not the value FlowForge set: someone patched the Pod."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    from_annotation = any(
+        isinstance(volume, Mapping)
+        and volume.get("name") == VOLUME_NAME
+        and volume.get("downwardAPI") is not None
+        for volume in volumes
+    )
+    if not from_annotation:
+        return False
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(EMPTY_FILE_ANNOTATION) != config_text({})
+
+
+def forged_files_outcome(pod: Mapping[str, Any], *, now: datetime) -> AttemptOutcome:
+    """The failure of an attempt whose Pod's files annotation was changed (``files_forged``):
+    its task may have read the forged files, so nothing it did is taken as a success."""
+    name = (pod.get("metadata") or {}).get("name")
+    return AttemptOutcome(
+        succeeded=False,
+        reason=OutcomeReason.FORGED_POD,
+        message=f"Pod {name}'s annotation {EMPTY_FILE_ANNOTATION}, which its "
+        "parameters.json and config.json are read from, was changed after FlowForge made it; "
+        "the attempt fails and its Job is deleted",
+        finished_at=now,
     )

@@ -26,15 +26,19 @@ from flowforge.domain.api import (
     VERSION,
 )
 from flowforge.domain.execution import TerminatedContainer, container_termination
+from flowforge.domain.observed_pod import CONTROLLER_UID_LABEL
 from flowforge.domain.run_actions import PLURAL as ACTION_PLURAL
 from flowforge.kube.config_map import ConfigMapCalls
 from flowforge.kube.configuration import load_configuration
 from flowforge.kube.errors import KubernetesError, kubernetes_errors
 from flowforge.kube.events import RunEvent, event_body, series_change
+from flowforge.kube.job_record import controlled_pods
 from flowforge.kube.jobs import CONTAINER_NAME, CreatedJob, JobIdentity
-from flowforge.kube.pages import ListPage, read_page
+from flowforge.kube.pages import ListPage, pages, read_page
 
 _T = TypeVar("_T")
+# a page of a Job's Pods: a Job makes one, a forger many
+JOB_PODS_PAGE = 20
 
 
 class TokenBucket:
@@ -282,20 +286,19 @@ class KubeClient(ConfigMapCalls):
     async def job_pods(
         self, *, namespace: str, job_name: str, job_uid: str
     ) -> list[dict[str, Any]]:
-        """The Pods the Job controls (ownerReference uid = the Job's), oldest first: a
-        ``job-name`` label is only a claim, and anyone who may create a Pod here can make it."""
-        response = await self._call(
-            self._core.list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
-        )
-        pods = [
-            pod
-            for pod in _json(response).get("items", [])
-            if any(
-                owner.get("uid") == job_uid and owner.get("controller") is True
-                for owner in pod["metadata"].get("ownerReferences") or []
+        """The Pods the Job controls (ownerReference uid = the Job's), oldest first, as small
+        records (``job_record.controlled_pods``): the labels the Job controller sets select
+        them, but they are only a claim, and anyone who may create a Pod here can make one,
+        as fat as it likes, so they are read in pages within a byte budget."""
+        selector = f"job-name={job_name},{CONTROLLER_UID_LABEL}={job_uid}"
+
+        async def fetch(*, limit: int, continue_token: str | None, max_bytes: int) -> ListPage:
+            paging = _paging(limit, continue_token) | {"label_selector": selector}
+            return await self._list_page(
+                self._core.list_namespaced_pod, namespace, max_bytes=max_bytes, **paging
             )
-        ]
-        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
+
+        return await controlled_pods(pages(fetch, limit=JOB_PODS_PAGE), job_uid=job_uid)
 
     async def job_termination(
         self, *, namespace: str, job_name: str, job_uid: str

@@ -25,17 +25,28 @@ from urllib3.exceptions import HTTPError
 from flowforge.domain.errors import FlowForgeError, InfrastructureError, UserError
 
 TOO_MANY_REQUESTS = 429
+FORBIDDEN = 403
+NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
 
 
 class KubernetesError(FlowForgeError):
     """A Kubernetes API call that failed; ``status`` is None when no response came."""
 
-    def __init__(self, message: str, *, status: int | None, reason: str) -> None:
+    def __init__(
+        self, message: str, *, status: int | None, reason: str, causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.reason = reason
+        self.causes = causes  # the reasons of the Status's ``details.causes``
         self.retryable = status is None or status == TOO_MANY_REQUESTS or status >= 500
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """403: the namespace is being deleted, and nothing new may be created in it again
+        (the apiserver's NamespaceLifecycle admission)."""
+        return self.status == FORBIDDEN and NAMESPACE_TERMINATING_CAUSE in self.causes
 
     @property
     def not_found(self) -> bool:
@@ -55,14 +66,21 @@ class KubernetesUnavailable(KubernetesError, InfrastructureError):
     """The apiserver could not serve the request now (429, 5xx), or could not be reached."""
 
 
-def _api_message(error: ApiException) -> str:
-    """The apiserver's own message (a Status object's ``message``), else its HTTP status."""
+def _api_status(error: ApiException) -> tuple[str, tuple[str, ...]]:
+    """The apiserver's own message (a Status object's ``message``, else the HTTP status) and
+    the reasons of its causes."""
     try:
-        message = json.loads(error.body or "{}").get("message")
+        status = json.loads(error.body or "{}")
+        message = status.get("message")
+        causes = tuple(
+            str(cause.get("reason"))
+            for cause in (status.get("details") or {}).get("causes") or []
+            if isinstance(cause, dict) and cause.get("reason")
+        )
     except (ValueError, AttributeError):
-        message = None
+        message, causes = None, ()
     text = str(message or f"{error.status} {error.reason}").strip()
-    return (text.splitlines() or [f"{error.status}"])[0]
+    return (text.splitlines() or [f"{error.status}"])[0], causes
 
 
 def from_client_error(error: ApiException | HTTPError) -> KubernetesError:
@@ -74,7 +92,8 @@ def from_client_error(error: ApiException | HTTPError) -> KubernetesError:
             if status == TOO_MANY_REQUESTS or status >= 500
             else KubernetesRefusal
         )
-        return kind(_api_message(error), status=status, reason=str(error.reason or ""))
+        message, causes = _api_status(error)
+        return kind(message, status=status, reason=str(error.reason or ""), causes=causes)
     detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return KubernetesUnavailable(
         f"cannot reach the Kubernetes API: {detail}", status=None, reason=type(error).__name__

@@ -9,6 +9,7 @@ inside a transaction, and a lost race is a decision like any other (it changes n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -29,9 +30,12 @@ from flowforge.domain.observed_job import JobMeaning, job_meaning
 from flowforge.domain.observed_pod import (
     PodIgnored,
     RecordedJob,
+    files_forged,
+    forged_files_outcome,
     job_claim,
     pod_outcome,
     pod_verdict,
+    task_container_success,
     tracked,
 )
 from flowforge.domain.projection import refused_status
@@ -373,11 +377,18 @@ class Engine:
             return
         if claim.job_uid in self._recorded_jobs:
             return
+        forged = files_forged(pod)
+        if not forged and task_container_success(pod) is None:
+            return  # running or failed, its files intact: the Job watch decides
         found = await self.launcher.job_of_pod(claim)
         if isinstance(found, PodIgnored):
             self._ignore_pod(pod, found)
             return
         run_id, job = found
+        if forged and claim.namespace == job.namespace:
+            owned = dataclasses.replace(job, uid=claim.job_uid)
+            await self._forged_files(await self.runs.by_id(run_id), owned, pod, uid=claim.job_uid)
+            return
         verdict = pod_verdict(
             pod,
             claim=claim,
@@ -392,6 +403,30 @@ class Engine:
         decision = await self._record(context, identity=job, outcome=outcome, received=received)
         if decision.recorded:
             metrics.POD_SUCCESSES.inc()
+
+    async def _forged_files(
+        self, context: RunContext, job: JobIdentity, pod: Mapping[str, Any], *, uid: str
+    ) -> None:
+        """The run's own Pod had its files annotation changed: its attempt fails (no success
+        is read from it), then its Job is deleted (the recorded uid only)."""
+        metrics.FORGED_JOBS.labels("mount").inc()
+        metadata = pod.get("metadata") or {}
+        logger.warning(
+            "Pod %s/%s of Job %s: its files annotation was changed",
+            metadata.get("namespace"),
+            metadata.get("name"),
+            job.name,
+        )
+        notice = notices.forged_pod(
+            namespace=job.namespace,
+            name=str(metadata.get("name")),
+            task_key=job.task_key,
+            attempt=job.attempt,
+        )
+        self.notifier.post(context, notice)
+        outcome = forged_files_outcome(pod, now=datetime.now(UTC))
+        await self.record(context, identity=job, outcome=outcome)
+        await self.kube.delete_job(namespace=job.namespace, name=job.name, uid=uid)
 
     def _ignore_pod(self, pod: Mapping[str, Any], why: PodIgnored) -> None:
         if not why.forged:

@@ -26,7 +26,6 @@ from flowforge.domain.api import (
     RUN_PLURAL,
     VERSION,
 )
-from flowforge.domain.observed_pod import SUCCEEDED_PHASE
 from flowforge.domain.run_actions import PLURAL as ACTION_PLURAL
 from flowforge.domain.schedule import PLURAL as SCHEDULE_PLURAL
 from flowforge.kube.client import KubeClient
@@ -153,11 +152,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 
 def select_on_the_server(settings: kopf.OperatorSettings) -> None:
-    """The apiserver sends only FlowForge's Jobs, and only its task Pods that succeeded (a
-    handler's ``labels`` filter alone is applied by kopf, after every object has come)."""
+    """The apiserver sends only FlowForge's Jobs and task Pods (a handler's ``labels`` filter
+    alone is applied by kopf, after every object has come). Pods in every phase, not only
+    succeeded ones: a running Pod whose files come from its annotation is judged when that
+    annotation changes (``domain/observed_pod.py::files_forged``); the other events of a
+    running Pod end in the handler before any store or API call."""
     settings.watching.label_selectors["batch", "v1", "jobs"] = OWN_OBJECTS
     settings.watching.label_selectors["v1", "pods"] = OWN_OBJECTS
-    settings.watching.field_selectors["v1", "pods"] = f"status.phase={SUCCEEDED_PHASE}"
 
 
 @kopf.on.cleanup()
@@ -215,7 +216,8 @@ async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """A task's Pod succeeded: its attempt's success is recorded at once, when the Pod is one
-    its Job counts (``Engine.on_pod_event``); the Job watch stays the complete fallback."""
+    its Job counts (``Engine.on_pod_event``); the Job watch stays the complete fallback. A
+    Pod of the run's Job whose files annotation was changed fails its attempt."""
     await _own_object_event(memo, event, kind="Pod", handle=Engine.on_pod_event)
 
 

@@ -556,7 +556,12 @@ class JobLauncher:
             self._hooks.delays.cleared(key)
             metrics.JOB_CREATION_FAILURES.labels("refused").inc()
             logger.warning("Job %s/%s refused: %s", context.namespace, name, error.message)
-            outcome = refused_outcome(job=name, message=error.message, now=datetime.now(UTC))
+            outcome = refused_outcome(
+                job=name,
+                message=error.message,
+                now=datetime.now(UTC),
+                namespace_terminating=error.namespace_terminating,
+            )
             await self._hooks.fail(context, ref, outcome)
             return
         metrics.JOB_CREATION_FAILURES.labels("delayed").inc()

@@ -46,7 +46,8 @@ FORGED_JOBS = Counter(
     "flowforge_forged_jobs_total",
     "Jobs that claimed a run's attempt but are not the Job the operator created for it "
     "(another namespace, another uid, another controller): ignored; and (act mount) a run's "
-    "ConfigMap re-created by someone else: never mounted",
+    "ConfigMap re-created by someone else, never mounted, or a running Pod's files annotation "
+    "changed, its attempt failed",
     # what the forgery would have caused: outcome, vanished, cleanup, adopt, admission, mount
     ["act"],
     registry=REGISTRY,

@@ -215,7 +215,7 @@ async def record_outcome(
         if run_row is None or row is None:
             return Decision.lost()
         task_id, max_attempts, compensates = int(row[0]), int(row[1]), row[2]
-        retry = not outcome.succeeded and may_retry(attempt=job.attempt, retries=max_attempts - 1)
+        retry = outcome.retried and may_retry(attempt=job.attempt, retries=max_attempts - 1)
         delay = (
             retry_delay(
                 failed_attempts=job.attempt,

@@ -510,13 +510,21 @@ async def queued_namespaces(pool: Pool) -> list[str]:
         return [str(namespace) for (namespace,) in await cursor.fetchall()]
 
 
-async def running_count(pool: Pool, *, namespace: str, key: str) -> int:
-    """Runs of a concurrency key running or queued now (what admission's Forbid reads)."""
-    async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "SELECT count(*) FROM flowforge_run WHERE namespace = %s AND concurrency_key = %s "
-            f"AND phase IN ('{RunPhase.RUNNING}', '{RunPhase.QUEUED}')",
-            (namespace, key),
-        )
-        row = await cursor.fetchone()
+# runs of a concurrency key running or queued (but ``%(run)s``): what Forbid counts
+RUNS_OF_KEY_QUERY = (
+    "SELECT count(*) FROM flowforge_run WHERE namespace = %(namespace)s "
+    f"AND concurrency_key = %(key)s AND phase IN ('{RunPhase.RUNNING}', '{RunPhase.QUEUED}') "
+    "AND id IS DISTINCT FROM %(run)s"
+)
+
+
+async def running_count(
+    connection: Connection, *, namespace: str, key: str, but: int | None = None
+) -> int:
+    """Runs of a concurrency key running or queued now, other than ``but``: what admission's
+    Forbid reads, and what the operator checks again when it creates the run."""
+    cursor = await connection.execute(
+        RUNS_OF_KEY_QUERY, {"namespace": namespace, "key": key, "run": but}
+    )
+    row = await cursor.fetchone()
     return 0 if row is None else int(row[0])

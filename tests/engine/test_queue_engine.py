@@ -14,7 +14,9 @@ import pytest
 
 from flowforge.domain.validation import parse_definition
 from flowforge.operator import status
+from flowforge.operator.runs import RunRefusedError
 from flowforge.store.definitions import publish_definition
+from flowforge.store.queries import find_run_id_by_uid
 from tests.engine.conftest import NAMESPACE, Harness
 from tests.support.waiting import wait_until
 
@@ -77,3 +79,46 @@ async def test_a_hand_off_starts_the_next_run_and_the_places_follow_soon(
     await asyncio.sleep(status.COALESCE_SECONDS * 3)
     assert len(harness.kube.created) == 2
     assert harness.kube.status_patches[patched:] == []
+
+
+async def test_a_forbid_run_admitted_on_a_stale_count_is_refused_and_stays_refused(
+    harness: Harness,
+) -> None:
+    # admission counted no run of the key: the operator had not recorded the first one yet
+    # (or the two were created at once); the operator counts again under the namespace's lock
+    definition = parse_definition(
+        {
+            "workflow": "forbid",
+            "version": 1,
+            "concurrency": {"maxRuns": 1, "policy": "Forbid"},
+            "taskTypes": {"py": {"image": "python:3.12-slim"}},
+            "tasks": [{"key": "only", "type": "py"}],
+        }
+    )
+    await publish_definition(harness.pool, namespace=NAMESPACE, definition=definition)
+    first = harness.stored_run("first", workflow="forbid")
+    second = harness.stored_run("second", workflow="forbid")
+    await harness.engine.start_run(first)
+    with pytest.raises(RunRefusedError, match="policy Forbid"):
+        await harness.engine.start_run(second)
+
+    shown = second["status"]
+    assert shown["phase"] == "Failed"
+    assert {c["reason"] for c in shown["conditions"]} == {"ConcurrencyForbidden"}
+    assert "RunRefused" in harness.kube.reasons()
+    assert [name for name in harness.kube.created if "second" in name] == []
+    assert await find_run_id_by_uid(harness.pool, namespace=NAMESPACE, uid=uid(second)) is None
+
+    # the first run finishes: the refused run is seen again (a watch event, a restart) and
+    # still never starts
+    await harness.finish("only")
+    await harness.reconciler.pass_once()
+    with pytest.raises(RunRefusedError):
+        await harness.engine.start_run(second)
+    assert [name for name in harness.kube.created if "second" in name] == []
+    assert await find_run_id_by_uid(harness.pool, namespace=NAMESPACE, uid=uid(second)) is None
+    assert harness.kube.reasons().count("RunRefused") == 1
+
+
+def uid(body: dict[str, Any]) -> str:
+    return str(body["metadata"]["uid"])

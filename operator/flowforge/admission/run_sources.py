@@ -23,4 +23,5 @@ class StoreRetrySources:
         )
 
     async def running_runs(self, *, namespace: str, key: str) -> int:
-        return await running_count(self._pool, namespace=namespace, key=key)
+        async with self._pool.connection() as connection:
+            return await running_count(connection, namespace=namespace, key=key)

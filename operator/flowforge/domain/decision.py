@@ -93,7 +93,9 @@ class Decision:
     notices: tuple[Notice, ...] = ()
     outcome: Outcome | None = None
     phase: RunPhase | None = None  # the run's phase after the move, when it finished
-    wake_at: datetime | None = None  # a retry or the next compensator is due then
+    # a retry or the next compensator (or gate timeout) is due in that many seconds,
+    # measured by the store on the database's clock (the one that set the due time)
+    wake_in: float | None = None
     # what the same transaction decided for other runs: a slot this move freed started a
     # queued run (or the ready tasks of another run of the namespace), a Replace cancelled
     # an older run; each is applied like a decision of its own
@@ -117,7 +119,7 @@ class Decision:
         after a committed outcome)."""
         if not later.recorded:
             return self
-        wakes = [at for at in (self.wake_at, later.wake_at) if at is not None]
+        wakes = [delay for delay in (self.wake_in, later.wake_in) if delay is not None]
         return Decision(
             recorded=self.recorded or later.recorded,
             create_jobs=self.create_jobs + later.create_jobs,
@@ -125,7 +127,7 @@ class Decision:
             notices=self.notices + later.notices,
             outcome=self.outcome or later.outcome,
             phase=later.phase or self.phase,
-            wake_at=min(wakes) if wakes else None,
+            wake_in=min(wakes) if wakes else None,
             elsewhere=self.elsewhere + later.elsewhere,
             queue_moved=self.queue_moved and later.queue_moved,
         )

@@ -25,6 +25,7 @@ from typing import Any
 
 from flowforge.domain.for_each import PARTIAL_FAILURE
 from flowforge.domain.run import (
+    DEFINITION_REFUSED,
     MAX_COMPENSATION_STEPS,
     CompensationStep,
     CompensationSummary,
@@ -563,15 +564,18 @@ def project_status(status: StatusInput) -> dict[str, Any]:
     return body
 
 
-def refused_status(*, message: str, now: datetime, generation: int | None) -> dict[str, Any]:
+def refused_status(
+    *, message: str, now: datetime, generation: int | None, reason: str = DEFINITION_REFUSED
+) -> dict[str, Any]:
     """The status of a WorkflowRun the store never took (its definition is missing or does
-    not validate): Failed, and to kstatus Stalled with why; Completed, so a wait returns."""
+    not validate, or ``reason`` another refusal): Failed, and to kstatus Stalled with why;
+    Completed, so a wait returns."""
     text = message[:4096]
     conditions = [
         Condition(
             type=kind,
             status=ConditionStatus.FALSE if kind == "Ready" else ConditionStatus.TRUE,
-            reason="DefinitionRefused",
+            reason=reason,
             message=text,
             last_transition_time=now,
             observed_generation=generation,

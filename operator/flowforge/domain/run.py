@@ -155,6 +155,20 @@ def run_gone(body: Mapping[str, Any] | None, *, uid: str) -> bool:
     return bool(metadata.get("deletionTimestamp")) and not deletion_waits_for_rollback(metadata)
 
 
+# the reason of a refused run's conditions (a run the store never took)
+DEFINITION_REFUSED = "DefinitionRefused"
+CONCURRENCY_FORBIDDEN = "ConcurrencyForbidden"
+
+
+def refused_for_good(body: Mapping[str, Any]) -> bool:
+    """Its status shows that the operator refused it because its ``Forbid`` workflow's key
+    was full: it stays refused (it may not start once the other run has finished)."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, Mapping) and c.get("reason") == CONCURRENCY_FORBIDDEN for c in conditions
+    )
+
+
 def shown_phase(body: Mapping[str, Any]) -> str | None:
     """The phase a WorkflowRun object's status shows (None: no status written yet)."""
     phase = (body.get("status") or {}).get("phase")

@@ -161,11 +161,35 @@ def _wait_for_port(port: int, *, what: str, log: Path, timeout: float = 60.0) ->
 
 
 def _child_environment(cluster: Cluster, dsn: str) -> dict[str, str]:
+    """A component's environment: its DSN is ``FLOWFORGE_DSN``, which each of them reads,
+    never an argument (``ps`` shows every user the command lines)."""
     env = dict(os.environ)
     env.update({"KUBECONFIG": str(cluster.kubeconfig), "FLOWFORGE_DSN": dsn})
+    env.pop("FLOWFORGE_SERVER_DSN", None)  # the server would prefer it to FLOWFORGE_DSN
     env.setdefault("MALLOC_ARENA_MAX", "2")  # as the image and the chart set it
     env["PATH"] = f"{cluster.bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def webhook_command(state_dir: Path, cluster: Cluster, *, port: int) -> list[str]:
+    return [
+        *_python_module("flowforge.admission.server", cluster),
+        *("--port", str(port), "--certs", str(state_dir / "certs")),
+        *("--client-ca", str(cluster.webhook_client.ca_cert_path)),
+    ]
+
+
+def operator_command(cluster: Cluster) -> list[str]:
+    return [*_python_module("flowforge.operator", cluster), "--job-ttl", "-1"]
+
+
+def server_command(cluster: Cluster, *, port: int) -> list[str]:
+    return [*_python_module("flowforge.server", cluster), "--port", str(port)]
+
+
+def _python_module(module: str, cluster: Cluster) -> list[str]:
+    # no --dsn: the DSN is in the environment (``_child_environment``)
+    return [sys.executable, "-m", module, "--kubeconfig", str(cluster.kubeconfig)]
 
 
 def _wait_for_examples(cluster: Cluster, *, timeout: float) -> dict[str, str]:
@@ -209,24 +233,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
     with step("admission webhooks"):
         port = _port_of(state_dir, "webhooks", port_file=WEBHOOK_PORT_FILE)
         _start_background(
-            "webhooks",
-            [
-                sys.executable,
-                "-m",
-                "flowforge.admission.server",
-                "--port",
-                str(port),
-                "--certs",
-                str(state_dir / "certs"),
-                "--client-ca",
-                str(cluster.webhook_client.ca_cert_path),
-                "--dsn",
-                dsns["webhook"],
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-            ],
-            state_dir=state_dir,
-            env=env,
+            "webhooks", webhook_command(state_dir, cluster, port=port), state_dir=state_dir, env=env
         )
         _wait_for_port(port, what="the webhook server", log=state_dir / "webhooks.log")
         from flowforge.admission.certs import WebhookCertificates
@@ -238,17 +245,7 @@ def up(state_dir: Path, *, apply_examples: bool = True) -> int:
     with step("operator"):
         _start_background(
             "operator",
-            [
-                sys.executable,
-                "-m",
-                "flowforge.operator",
-                "--dsn",
-                dsns["operator"],
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--job-ttl",
-                "-1",
-            ],
+            operator_command(cluster),
             state_dir=state_dir,
             env=_child_environment(cluster, dsns["operator"]),
         )
@@ -288,17 +285,7 @@ def _start_server(state_dir: Path, cluster: Cluster, dsn: str) -> str:
     port = _port_of(state_dir, "server", port_file=SERVER_PORT_FILE)
     _start_background(
         "server",
-        [
-            sys.executable,
-            "-m",
-            "flowforge.server",
-            "--dsn",
-            dsn,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--port",
-            str(port),
-        ],
+        server_command(cluster, port=port),
         state_dir=state_dir,
         env=_child_environment(cluster, dsn),
     )
@@ -366,7 +353,7 @@ def _print_next_steps(
         f"  export KUBECONFIG={cluster.kubeconfig} PATH={cluster.bin_dir}:$PATH\n"
         "  # the admin's DSN (the schema's owner); each process has its own role\n"
         f"  export FLOWFORGE_DSN='{dsns['migrator']}'\n"
-        f"  flowforge db prune --older-than 30d --dsn '{dsns['retention']}'\n"
+        f"  FLOWFORGE_DSN='{dsns['retention']}' flowforge db prune --older-than 30d\n"
         "  kubectl get flowforge                    # definitions and runs\n"
         "  kubectl describe wfr order-1001          # conditions and events of the rollback\n"
         "  flowforge describe run order-1001 --admin  # the history, from PostgreSQL\n"

@@ -30,7 +30,6 @@ reconciler doing the same again.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 
 from flowforge.domain.decision import Decision, RunDecision
 from flowforge.operator import metrics, tracing
@@ -85,10 +84,9 @@ class Applier:
         if decision.phase is not None and decision.finished:
             metrics.RUNS_FINISHED.labels(decision.phase.value).inc()
         self._status.mark(context.run_id, context=context, queue_moved=decision.queue_moved)
-        if decision.wake_at is not None:
-            delay = (decision.wake_at - datetime.now(UTC)).total_seconds()
+        if decision.wake_in is not None:
             self._background.later(
-                delay + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
+                decision.wake_in + 0.01, Deferred(context.run_id, Purpose.WAKE), earliest=True
             )
         if decision.phase is not None and decision.finished:
             tracing.run_finished(context, decision.phase)

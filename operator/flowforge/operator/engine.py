@@ -40,7 +40,7 @@ from flowforge.domain.observed_pod import (
 )
 from flowforge.domain.projection import refused_status
 from flowforge.domain.queue import namespace_limits
-from flowforge.domain.run import run_gone, shown_phase
+from flowforge.domain.run import refused_for_good, run_gone, shown_phase
 from flowforge.domain.states import RunPhase
 from flowforge.kube.events import RunEvent
 from flowforge.kube.jobs import JobIdentity
@@ -170,9 +170,9 @@ class Engine:
         try:
             sighting = await self.runs.ensure(body, fence=self.fence())
         except RunRefusedError as error:
-            if uid not in self._refused:
+            if uid not in self._refused and not refused_for_good(body):
                 self._refused.add(uid)
-                await self._refuse(body, str(error))
+                await self._refuse(body, str(error), reason=error.reason)
             raise
         context = sighting.context
         self.status.observe(context.run_id, body)
@@ -255,7 +255,7 @@ class Engine:
         self._limits_read.add(namespace)
         await self.applier.apply_elsewhere(others)
 
-    async def _refuse(self, body: Mapping[str, Any], message: str) -> None:
+    async def _refuse(self, body: Mapping[str, Any], message: str, *, reason: str) -> None:
         metadata = body["metadata"]
         generation = metadata.get("generation")
         await self.kube.patch_run_status(
@@ -265,6 +265,7 @@ class Engine:
                 message=message,
                 now=datetime.now(UTC).replace(microsecond=0),
                 generation=generation if isinstance(generation, int) else None,
+                reason=reason,
             ),
         )
         notice = notices.run_refused(message)

@@ -22,6 +22,7 @@ from flowforge.domain.compact import RunDefinition
 from flowforge.domain.errors import UserError
 from flowforge.domain.execution import job_name, parse_timestamp
 from flowforge.domain.expansion import expand
+from flowforge.domain.run import CONCURRENCY_FORBIDDEN, DEFINITION_REFUSED, refused_for_good
 from flowforge.domain.states import TERMINAL_RUN_PHASES, RunPhase, TaskRole
 from flowforge.kube.errors import KubernetesRefusal
 from flowforge.store.connection import Pool
@@ -31,7 +32,11 @@ from flowforge.store.definitions import (
     load_definition,
     load_definition_by_id,
 )
-from flowforge.store.errors import DefinitionNotFoundError, StoredDefinitionInvalidError
+from flowforge.store.errors import (
+    ConcurrencyForbiddenError,
+    DefinitionNotFoundError,
+    StoredDefinitionInvalidError,
+)
 from flowforge.store.lease import Fence
 from flowforge.store.queries import find_run_id_by_uid, find_run_id_by_uid_anywhere
 from flowforge.store.runs import create_run, get_run
@@ -75,7 +80,12 @@ class Sighting:
 
 
 class RunRefusedError(UserError):
-    """The run cannot start: its definition is missing or no longer validates."""
+    """The run cannot start: its definition is missing or no longer validates, or its
+    ``Forbid`` workflow's concurrency key is full (``reason``, its conditions' reason)."""
+
+    def __init__(self, message: str, *, reason: str = DEFINITION_REFUSED) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class PublishPending(Protocol):
@@ -206,6 +216,9 @@ class RunCache:
         if existing is not None:
             context, phase = await self._load(existing)
             return Sighting(context=context, created=False, phase=phase)
+        if refused_for_good(body):  # once refused, not started when the key frees
+            message = str((body.get("status") or {}).get("message") or "")
+            raise RunRefusedError(message, reason=CONCURRENCY_FORBIDDEN)
         spec = body.get("spec") or {}
         namespace_uid = await self._namespace_uid(namespace)
         try:
@@ -215,23 +228,26 @@ class RunCache:
             parameters = dict(expand(definition.spec, spec.get("parameters") or {}).parameters)
         except (UserError, StoredDefinitionInvalidError) as error:
             raise RunRefusedError(str(error)) from error
-        created = await create_run(
-            self._pool,
-            fence=fence,
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            definition=definition,
-            parameters=parameters,
-            # admitted: a finished, unsuccessful run of this namespace, same parameters
-            retry_of=spec.get("retryOf"),
-            requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
-            priority=int(spec.get("priority") or 0),
-            max_parallel_tasks=spec.get("maxParallelTasks"),
-            submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
-            idempotency_key=spec.get("idempotencyKey"),
-            namespace_uid=namespace_uid,
-        )
+        try:
+            created = await create_run(
+                self._pool,
+                fence=fence,
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                definition=definition,
+                parameters=parameters,
+                # admitted: a finished, unsuccessful run of this namespace, same parameters
+                retry_of=spec.get("retryOf"),
+                requested_by=(metadata.get("annotations") or {}).get(REQUESTED_BY_ANNOTATION),
+                priority=int(spec.get("priority") or 0),
+                max_parallel_tasks=spec.get("maxParallelTasks"),
+                submitted_at=parse_timestamp(metadata.get("creationTimestamp")),
+                idempotency_key=spec.get("idempotencyKey"),
+                namespace_uid=namespace_uid,
+            )
+        except ConcurrencyForbiddenError as error:
+            raise RunRefusedError(str(error), reason=CONCURRENCY_FORBIDDEN) from error
         context = RunContext(
             run_id=created.run.id,
             namespace=namespace,

@@ -26,6 +26,15 @@ ATTEMPT_COLUMNS = ("run_id", "task_key", "role", "attempt", "timeout_seconds", "
 Row = TypeVar("Row")
 
 
+def seconds_until(moment: str) -> str:
+    """SQL for the seconds from now to ``moment`` (a timestamptz expression) on the
+    database's clock, the one every due time (``not_before``, a gate's deadline) is set
+    by: a wake-up's delay is measured there, never against the operator's wall clock,
+    which may be any amount off. ``clock_timestamp()``, not the transaction's start: the
+    delay runs from about when the caller gets it."""
+    return f"extract(epoch FROM ({moment}) - clock_timestamp())::float8"
+
+
 def attempt_columns(table: str) -> str:
     """The attempt's columns of the ``flowforge_task`` row ``table`` (an alias)."""
     return ", ".join(f"{table}.{column}" for column in ATTEMPT_COLUMNS)
@@ -59,6 +68,7 @@ class Step(Attempt):
 
     task_id: int
     due: bool
+    due_in: float  # seconds until it is due (``seconds_until``)
     busy: bool
 
 

@@ -43,8 +43,8 @@ async def dispatch_due_locked(connection: Connection, *, fence: Fence, run_id: i
 
 async def dispatch_due(pool: Pool, *, fence: Fence, run_id: int) -> Decision:
     """Move every released task of the run whose time has come to running, as many as its
-    limits allow (none while the run is queued, cancelling or over); ``wake_at`` is when
-    the next one's backoff is over. A queued run (just created, or seen again after a
+    limits allow (none while the run is queued, cancelling or over); ``wake_in``: the
+    seconds until the next one's backoff is over. A queued run (just created, or seen again after a
     restart) is looked at for admission first: the namespace's queue is served (this run,
     if its turn has come, and any other whose turn it is; the places of the others are
     re-projected), and a ``Replace`` run whose key is full cancels the oldest running run

@@ -10,6 +10,12 @@ from __future__ import annotations
 from flowforge.domain.errors import InfrastructureError, UserError
 
 
+class ConcurrencyForbiddenError(UserError):
+    """A run of a ``Forbid`` workflow whose concurrency key is full when the operator
+    creates it: admission let it through on an earlier count (the operator had not recorded
+    the other run yet, or two creations raced)."""
+
+
 class StoreError(InfrastructureError):
     """A failure of the store that is not caused by the caller's input."""
 

@@ -21,7 +21,7 @@ from flowforge.domain.execution import AttemptOutcome
 from flowforge.domain.final_tasks import RollbackOutcome
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
-from flowforge.store.attempts import Step, attempt_columns, read_rows
+from flowforge.store.attempts import Step, attempt_columns, read_rows, seconds_until
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence
@@ -32,6 +32,7 @@ _OPEN = f"('{TaskState.WAITING}', '{TaskState.READY}', '{TaskState.RUNNING}')"
 # the finally row whose turn it is (the first in list order not finished)
 FINAL_STEP_QUERY = f"""
 SELECT task.id AS task_id, {attempt_columns("task")}, task.not_before <= now() AS due,
+       {seconds_until("task.not_before")} AS due_in,
        task.state = '{TaskState.RUNNING}' AS busy
 FROM flowforge_task AS task
 WHERE run_id = %(run)s AND role = '{TaskRole.FINALLY}' AND state IN {_OPEN}
@@ -117,7 +118,7 @@ async def next_final_step_locked(
     if step.busy or paused:
         return Decision.lost()
     if not step.due:
-        return Decision(recorded=True, wake_at=step.not_before)
+        return Decision(recorded=True, wake_in=step.due_in)
     await connection.execute(
         f"UPDATE flowforge_task SET state = '{TaskState.RUNNING}', "
         "started_at = coalesce(started_at, now()), updated_at = now() WHERE id = %s",
@@ -165,7 +166,7 @@ async def record_final_locked(
         succeeded=outcome.succeeded,
         message=f"{outcome.reason.value}: {outcome.message}",
     )
-    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)
+    return Decision(recorded=True, notices=(notice,), wake_in=ended.wake_in)
 
 
 async def skip_finals_locked(

@@ -27,7 +27,7 @@ resolved and returns ``Decision.lost()``.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -54,7 +54,7 @@ from flowforge.domain.states import (
 )
 from flowforge.domain.undo import container_started
 from flowforge.store import queries
-from flowforge.store.attempts import Attempt, attempt_columns
+from flowforge.store.attempts import Attempt, attempt_columns, seconds_until
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.final_tasks import record_final_locked
@@ -145,8 +145,8 @@ WITH {FENCE_CTE}, run AS (
                                                 OR state = '{TaskState.AWAITING}') AS released,
            ARRAY(SELECT task_key FROM released WHERE state = '{TaskState.AWAITING}'
                  ORDER BY task_key) AS awaiting,
-           (SELECT min({GATE_DEADLINE}) FROM released
-            WHERE state = '{TaskState.AWAITING}') AS gate_deadline
+           (SELECT {seconds_until(f"min({GATE_DEADLINE})")} FROM released
+            WHERE state = '{TaskState.AWAITING}') AS gate_due_in
 )
 -- one row per dependent dispatched (its attempt's columns), at least one
 SELECT summary.*, {attempt_columns("dispatched")}
@@ -290,7 +290,7 @@ class Success:
     released: bool  # any dependent released (it is unresolved: whoever resolves it settles)
     limited: bool  # the run is under a task limit: the locked dispatch hands on
     awaiting: tuple[str, ...] = ()  # approval gates released (`gates.py`)
-    gate_deadline: datetime | None = None  # the first of their timeouts
+    gate_due_in: float | None = None  # seconds until the first of their timeouts
 
     def decision(self, outcome: Outcome | None = None) -> Decision:
         return Decision(
@@ -298,7 +298,7 @@ class Success:
             create_jobs=self.dispatched,
             outcome=outcome,
             notices=(notices.awaiting_approval(gates=self.awaiting),) if self.awaiting else (),
-            wake_at=self.gate_deadline,
+            wake_in=self.gate_due_in,
         )
 
 
@@ -340,7 +340,7 @@ async def succeed_task(
         released=head["released"] > 0,
         limited=bool(head["limited"]),
         awaiting=tuple(head["awaiting"]),
-        gate_deadline=head["gate_deadline"],
+        gate_due_in=head["gate_due_in"],
     )
 
 
@@ -376,7 +376,7 @@ async def _record_failure(
         cursor = await connection.execute(
             f"UPDATE flowforge_task SET state = '{TaskState.READY}', attempt = attempt + 1, "
             "not_before = now() + %s, updated_at = now(), last_error = %s "
-            "WHERE id = %s RETURNING not_before",
+            f"WHERE id = %s RETURNING {seconds_until('not_before')}",
             (delay, outcome.message[:1000], task_id),
         )
         retry_row = await cursor.fetchone()
@@ -397,7 +397,7 @@ async def _record_failure(
             final=False,
         )
         return Decision(
-            recorded=True, notices=(notice,), wake_at=None if retry_row is None else retry_row[0]
+            recorded=True, notices=(notice,), wake_in=None if retry_row is None else retry_row[0]
         )
     await connection.execute(
         f"UPDATE flowforge_task SET state = '{TaskState.FAILED}', finished_at = now(), "
@@ -497,4 +497,4 @@ async def _record_compensation(
         message=outcome.message,
         halted=halted,
     )
-    return Decision(recorded=True, notices=(notice,), wake_at=ended.wake_at)
+    return Decision(recorded=True, notices=(notice,), wake_in=ended.wake_in)

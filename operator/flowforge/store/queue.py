@@ -35,7 +35,7 @@ from flowforge.domain.decision import Decision, Dispatch, RunDecision
 from flowforge.domain.history import EventKind
 from flowforge.domain.queue import ConcurrencyPolicy, NamespaceLimits, QueueReason
 from flowforge.domain.states import RunPhase, TaskState
-from flowforge.store.attempts import Attempt, attempt_columns, read_rows
+from flowforge.store.attempts import Attempt, attempt_columns, read_rows, seconds_until
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.duplicates import finish_waiting_duplicates_locked
 from flowforge.store.events import append_event
@@ -114,8 +114,9 @@ SELECT {attempt_columns("moved")} FROM moved ORDER BY task_key
 
 # the next retry of the run whose backoff is not over yet, or the next timeout of an
 # approval gate (`gates.py`; the settle of the wake-up fails it)
+_DUE = f"CASE WHEN state = '{TaskState.READY}' THEN not_before ELSE {GATE_DEADLINE} END"
 NEXT_DUE_QUERY = f"""
-SELECT min(CASE WHEN state = '{TaskState.READY}' THEN not_before ELSE {GATE_DEADLINE} END)
+SELECT {seconds_until(f"min({_DUE})")}
 FROM flowforge_task
 WHERE run_id = %s AND role = 'forward'
   AND ((state = '{TaskState.READY}' AND not_before > now())
@@ -225,9 +226,9 @@ async def dispatch_locked(connection: Connection, *, fence: Fence, run_id: int) 
     dispatched = tuple(Dispatch.of(attempt) for attempt in started)
     later = await connection.execute(NEXT_DUE_QUERY, (run_id,))
     next_row = await later.fetchone()
-    wake_at = None if next_row is None else next_row[0]
+    wake_in = None if next_row is None else next_row[0]
     return Decision(
-        recorded=bool(dispatched) or wake_at is not None, create_jobs=dispatched, wake_at=wake_at
+        recorded=bool(dispatched) or wake_in is not None, create_jobs=dispatched, wake_in=wake_in
     )
 
 
@@ -509,13 +510,21 @@ async def queued_namespaces(pool: Pool) -> list[str]:
         return [str(namespace) for (namespace,) in await cursor.fetchall()]
 
 
-async def running_count(pool: Pool, *, namespace: str, key: str) -> int:
-    """Runs of a concurrency key running or queued now (what admission's Forbid reads)."""
-    async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "SELECT count(*) FROM flowforge_run WHERE namespace = %s AND concurrency_key = %s "
-            f"AND phase IN ('{RunPhase.RUNNING}', '{RunPhase.QUEUED}')",
-            (namespace, key),
-        )
-        row = await cursor.fetchone()
+# runs of a concurrency key running or queued (but ``%(run)s``): what Forbid counts
+RUNS_OF_KEY_QUERY = (
+    "SELECT count(*) FROM flowforge_run WHERE namespace = %(namespace)s "
+    f"AND concurrency_key = %(key)s AND phase IN ('{RunPhase.RUNNING}', '{RunPhase.QUEUED}') "
+    "AND id IS DISTINCT FROM %(run)s"
+)
+
+
+async def running_count(
+    connection: Connection, *, namespace: str, key: str, but: int | None = None
+) -> int:
+    """Runs of a concurrency key running or queued now, other than ``but``: what admission's
+    Forbid reads, and what the operator checks again when it creates the run."""
+    cursor = await connection.execute(
+        RUNS_OF_KEY_QUERY, {"namespace": namespace, "key": key, "run": but}
+    )
+    row = await cursor.fetchone()
     return 0 if row is None else int(row[0])

@@ -29,7 +29,7 @@ from flowforge.domain.expansion import (
 from flowforge.domain.for_each import NO_ITEMS_MESSAGE, split_instance
 from flowforge.domain.history import EventKind
 from flowforge.domain.kueue import queued_task_keys
-from flowforge.domain.queue import concurrency_key, run_parallelism
+from flowforge.domain.queue import concurrency_key, forbidden_message, run_parallelism
 from flowforge.domain.states import (
     RunPhase,
     TaskState,
@@ -38,10 +38,10 @@ from flowforge.domain.undo import undoes_attempted
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.definitions import StoredDefinition
 from flowforge.store.duplicates import mark_duplicate_locked, original_locked
-from flowforge.store.errors import RunNotFoundError
+from flowforge.store.errors import ConcurrencyForbiddenError, RunNotFoundError
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.lease import Fence, check_fence
-from flowforge.store.queue import admit_locked, lock_namespace
+from flowforge.store.queue import admit_locked, lock_namespace, running_count
 from flowforge.store.reuse import reused_for
 from flowforge.store.run_rows import instance_rows, task_rows
 from flowforge.store.settle import settle_locked
@@ -124,7 +124,8 @@ async def create_run(
     (lowering the definition's). A run with an ``idempotency_key`` that an earlier run of the
     namespace has is that run's duplicate and never executes (``duplicates.py``). ``namespace_uid``:
     the uid of the namespace the object is in (migration 15: readers show the run only while the
-    namespace of that name has this uid)."""
+    namespace of that name has this uid). A ``Forbid`` workflow's run whose key is full is
+    refused (``ConcurrencyForbiddenError``), nothing written."""
     spec = definition.spec
     # the run's shape (UserError when the parameters do not fit: admission refuses those)
     expansion = expand(spec, parameters or {})
@@ -173,6 +174,11 @@ async def create_run(
                 run=await _find(connection, namespace=namespace, name=name, uid=uid),
                 created=True,
             )
+        if key is not None:  # admission counted without the namespace's lock: count again
+            others = await running_count(connection, namespace=namespace, key=key, but=run.id)
+            refused = forbidden_message(spec, values, running=others)
+            if refused is not None:
+                raise ConcurrencyForbiddenError(refused)  # the run's row is rolled back
         reused: frozenset[str] = frozenset()
         if retry_of:
             reused = await reused_for(

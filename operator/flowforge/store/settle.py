@@ -49,7 +49,7 @@ from flowforge.domain.states import (
     sql_list,
 )
 from flowforge.domain.undo import UndoOf
-from flowforge.store.attempts import Step, attempt_columns, read_rows
+from flowforge.store.attempts import Step, attempt_columns, read_rows, seconds_until
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import append_event, append_task_events
 from flowforge.store.final_tasks import begin_finally_locked, next_final_step_locked
@@ -123,6 +123,7 @@ LIMIT 1 FOR SHARE
 NEXT_STEP_QUERY = f"""
 SELECT compensator.id AS task_id, {attempt_columns("compensator")},
        compensator.not_before <= now() AS due,
+       {seconds_until("compensator.not_before")} AS due_in,
        EXISTS (SELECT 1 FROM flowforge_task WHERE run_id = %(run)s AND role = 'compensation'
                AND state = '{CompensationState.RUNNING}') AS busy
 FROM flowforge_task AS compensator
@@ -318,7 +319,7 @@ async def _next_step(
     if step.busy or paused:
         return Decision.lost()
     if not step.due:
-        return Decision(recorded=True, wake_at=step.not_before)
+        return Decision(recorded=True, wake_in=step.due_in)
     await connection.execute(START_STEP_QUERY, (step.task_id,))
     await append_event(
         connection,

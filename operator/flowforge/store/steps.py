@@ -9,23 +9,24 @@ one event says so. The next of them starts at the settle that follows.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from flowforge.domain.decision import JobRef
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, TaskRole, TaskState
+from flowforge.store.attempts import seconds_until
 from flowforge.store.connection import Connection
 from flowforge.store.events import append_event
 from flowforge.store.lease import Fence
 
 # ``keep``: a success keeps the last error of the attempts before it
-END_STEP_QUERY = """
+END_STEP_QUERY = f"""
 UPDATE flowforge_task SET state = %(state)s, updated_at = now(),
     attempt = CASE WHEN %(retry)s THEN attempt + 1 ELSE attempt END,
     not_before = CASE WHEN %(retry)s THEN now() + %(delay)s ELSE not_before END,
     finished_at = CASE WHEN %(retry)s THEN NULL ELSE now() END,
     last_error = coalesce(%(error)s, CASE WHEN %(keep)s THEN last_error END)
-WHERE id = %(id)s RETURNING not_before
+WHERE id = %(id)s RETURNING {seconds_until("not_before")}
 """
 
 
@@ -55,7 +56,7 @@ ENDS = {
 @dataclasses.dataclass(frozen=True)
 class Ended:
     state: str  # the task's state now
-    wake_at: datetime | None  # a retry: when its backoff is over
+    wake_in: float | None  # a retry: seconds until its backoff is over (``seconds_until``)
 
 
 async def end_step_locked(
@@ -98,4 +99,4 @@ async def end_step_locked(
         attempt=job.attempt,
         detail=detail,
     )
-    return Ended(state=state, wake_at=row[0] if row is not None and retry else None)
+    return Ended(state=state, wake_in=row[0] if row is not None and retry else None)

@@ -37,6 +37,7 @@ from flowforge.domain.api import FINALIZER, PREFIX
 from flowforge.kube.access_review import CachedAccessReviewer
 from flowforge.kube.client import KubeClient
 from flowforge.kube.dryrun import CachedDryRuns, DryRunner
+from flowforge.store.holdings import namespace_holdings
 from flowforge.store.pool import open_pool
 from flowforge.store.session import WEBHOOK_LIMITS
 
@@ -110,6 +111,7 @@ async def serve_webhooks(
             reviewer=CachedAccessReviewer(kube.review_access),
             list_policies=lambda namespace: kube.list_policies(namespace=namespace),
             load_definition=definitions.load_definition,
+            holdings=lambda namespace: namespace_holdings(pool, namespace),
         )
         register_admission_handlers(
             registry,

@@ -64,11 +64,12 @@ class Harness:
         tasks: Sequence[Mapping[str, Any]],
         *,
         task_type: Mapping[str, Any] | None = None,
+        namespace: str = NAMESPACE,
     ) -> RunContext:
-        body = await self.unstarted(name, tasks, task_type=task_type)
+        body = await self.unstarted(name, tasks, task_type=task_type, namespace=namespace)
         await self.engine.start_run(body)
         run_id = await find_run_id_by_uid(
-            self.pool, namespace=NAMESPACE, uid=body["metadata"]["uid"]
+            self.pool, namespace=namespace, uid=body["metadata"]["uid"]
         )
         assert run_id is not None
         return await self.engine.runs.by_id(run_id)
@@ -79,6 +80,7 @@ class Harness:
         tasks: Sequence[Mapping[str, Any]],
         *,
         task_type: Mapping[str, Any] | None = None,
+        namespace: str = NAMESPACE,
     ) -> dict[str, Any]:
         """A published definition and a WorkflowRun object of it whose watch event was
         missed (the store holds no run for it yet)."""
@@ -90,19 +92,19 @@ class Harness:
             "tasks": [task if "approval" in task else {"type": "py", **task} for task in tasks],
         }
         await publish_definition(
-            self.pool, namespace=NAMESPACE, definition=parse_definition(document)
+            self.pool, namespace=namespace, definition=parse_definition(document)
         )
-        return self.stored_run(name, workflow=name)
+        return self.stored_run(name, workflow=name, namespace=namespace)
 
-    def stored_run(self, name: str, *, workflow: str) -> dict[str, Any]:
+    def stored_run(self, name: str, *, workflow: str, namespace: str = NAMESPACE) -> dict[str, Any]:
         """A WorkflowRun object of version 1 of ``workflow``, as the apiserver stores it."""
         body: dict[str, Any] = {
             "apiVersion": "flowforge.io/v1alpha1",
             "kind": "WorkflowRun",
-            "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid4())},
+            "metadata": {"namespace": namespace, "name": name, "uid": str(uuid.uuid4())},
             "spec": {"workflow": workflow, "version": 1},
         }
-        self.kube.runs[(NAMESPACE, name)] = body
+        self.kube.runs[(namespace, name)] = body
         return body
 
     def job_of(self, task_key: str, *, attempt: int = 1) -> str:
@@ -175,11 +177,12 @@ class Harness:
 
 
 def engine_settings(**overrides: Any) -> OperatorSettings:
-    """The engine tests' settings: fast backoffs, and Jobs kept (no TTL) unless a test
-    sets ``job_ttl_seconds``."""
+    """The engine tests' settings: fast backoffs, Jobs kept (no TTL) unless a test sets
+    ``job_ttl_seconds``, and Job creations not paced unless it sets ``job_creation_qps``."""
     defaults: dict[str, Any] = {
         "dsn": "",
         "job_ttl_seconds": -1,
+        "job_creation_qps": 0.0,
         "backoff": BackoffPolicy(first_delay_seconds=0.05, jitter=0.0),
         "job_creation_retry": BackoffPolicy(first_delay_seconds=0.05, cap_seconds=0.2),
         "identity": "engine-test",

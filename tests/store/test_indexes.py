@@ -40,6 +40,7 @@ from flowforge.store import (
     final_reads,
     final_tasks,
     gates,
+    holdings,
     items,
     kueue_admission,
     moves,
@@ -584,6 +585,11 @@ CASES: dict[str, tuple[str, Params, Needs]] = {
         needs(EVENTS),
     ),
     "events.HISTORY_QUERY": (events.HISTORY_QUERY, lambda p: (p.run_id, 0), needs(EVENTS)),
+    "holdings.HOLDINGS_QUERY": (
+        holdings.HOLDINGS_QUERY,
+        lambda p: (NAMESPACE,),
+        needs("flowforge_run_unfinished_idx"),
+    ),
     "retention.PRUNABLE_QUERY": (
         retention.PRUNABLE_QUERY,
         lambda p: (timedelta(days=30), 100),
@@ -618,14 +624,19 @@ async def test_the_query_uses_its_index(name: str, populated: Populated) -> None
     assert "Seq Scan" not in set(_plan_values(plan, "Node Type")), f"{name} scans a table"
 
 
-async def test_progress_counts_are_an_index_only_scan(populated: Populated) -> None:
+async def test_counts_are_an_index_only_scan(populated: Populated) -> None:
+    """A run's progress, and what a namespace holds (read at each run's admission when a
+    policy caps it), never read the rows they count."""
     async with await psycopg.AsyncConnection.connect(populated.dsn, autocommit=True) as connection:
-        await connection.execute("VACUUM (ANALYZE) flowforge_task")  # sets the visibility map
+        # sets the visibility map
+        await connection.execute("VACUUM (ANALYZE) flowforge_task, flowforge_run")
         await connection.execute("SET enable_seqscan = off")
-        for query in (queries.PROGRESS_QUERY, queries.FORWARD_COUNTS_QUERY):
-            cursor = await connection.execute(
-                ("EXPLAIN (FORMAT JSON) " + query).encode(), (populated.run_id,)
-            )
+        for query, params in (
+            (queries.PROGRESS_QUERY, (populated.run_id,)),
+            (queries.FORWARD_COUNTS_QUERY, (populated.run_id,)),
+            (holdings.HOLDINGS_QUERY, (NAMESPACE,)),
+        ):
+            cursor = await connection.execute(("EXPLAIN (FORMAT JSON) " + query).encode(), params)
             row = await cursor.fetchone()
             assert row is not None
             assert "Index Only Scan" in set(_plan_values(row[0], "Node Type")), query

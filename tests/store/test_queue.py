@@ -12,6 +12,7 @@ import pytest
 
 from flowforge.domain.decision import Decision
 from flowforge.domain.history import EventKind
+from flowforge.domain.policy import Holdings
 from flowforge.domain.queue import NamespaceLimits, QueueReason
 from flowforge.domain.states import RunPhase, TaskRole, TaskState
 from flowforge.domain.validation import parse_definition
@@ -19,6 +20,7 @@ from flowforge.store.cancel import cancel_run
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
 from flowforge.store.dispatch import dispatch_due, serve_queue
+from flowforge.store.holdings import namespace_holdings
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
 from flowforge.store.queue import queue_position, queued_namespaces, set_namespace_limits
@@ -386,3 +388,34 @@ async def test_two_replace_runs_each_cancel_for_their_own_slot(store: Pool, fenc
     # both running runs are cancelled: one for each newer run, not one for both
     assert [(await get_run(store, run.id)).phase for run in old] == [RunPhase.CANCELLED] * 2
     assert [(await get_run(store, run.id)).phase for run in new] == [RunPhase.RUNNING] * 2
+
+
+async def test_holdings_count_the_queue_and_the_rows_of_unfinished_runs_only(
+    store: Pool, fence: Fence
+) -> None:
+    quick = await publish(store, workflow="quick", tasks=[{"key": "a"}])
+    # 3 forward rows, one compensator row, one finally row
+    definition = await publish(
+        store,
+        workflow="held-rows",
+        tasks=[
+            {"key": "a"},
+            {"key": "b", "dependsOn": ["a"]},
+            {"key": "c", "dependsOn": ["b"]},
+            {"key": "undo-a", "compensateFor": "a"},
+        ],
+        **{"finally": [{"key": "report", "type": "py"}]},
+    )
+    await set_namespace_limits(
+        store, fence=fence, namespace=NAMESPACE, limits=NamespaceLimits(max_running_runs=1)
+    )
+    first = await new_run(store, fence, quick, "quick-1")
+    await new_run(store, fence, definition, "rows-1")
+    await new_run(store, fence, definition, "rows-2")
+    await new_run(store, fence, definition, "elsewhere", namespace="team-b")
+    assert await namespace_holdings(store, NAMESPACE) == Holdings(queued_runs=2, task_rows=11)
+    await dispatch_due(store, fence=fence, run_id=first.id)
+    await record(store, fence, first, "a")
+    # the finished run's row is no longer held; the next run left the queue
+    assert await namespace_holdings(store, NAMESPACE) == Holdings(queued_runs=1, task_rows=10)
+    assert await namespace_holdings(store, "team-c") == Holdings(queued_runs=0, task_rows=0)

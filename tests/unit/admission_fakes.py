@@ -13,6 +13,7 @@ from typing import Any
 from flowforge.admission.access import AccessChecks
 from flowforge.admission.review import AdmissionRequest, PersistedDefinition, RetrySource
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.policy import Holdings
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.access_review import CachedAccessReviewer, UserInfo
 
@@ -111,7 +112,10 @@ def checks(
     *,
     policies: list[dict[str, Any]] | None = None,
     stored: DefinitionSpec | None = None,
+    holdings: NamespaceHoldings | None = None,
 ) -> AccessChecks:
+    """``holdings``: what the store says the namespace holds (none held by default)."""
+
     async def list_policies(namespace: str) -> list[dict[str, Any]]:
         return list(policies or [])
 
@@ -122,7 +126,23 @@ def checks(
         reviewer=CachedAccessReviewer(authorizer.review),
         list_policies=list_policies,
         load_definition=load_definition,
+        holdings=holdings or NamespaceHoldings(),
     )
+
+
+@dataclasses.dataclass
+class NamespaceHoldings:
+    """The store's answer about what a namespace holds, and the namespaces asked."""
+
+    held: Holdings = dataclasses.field(default_factory=lambda: Holdings(0, 0))
+    error: Exception | None = None
+    asked: list[str] = dataclasses.field(default_factory=list)
+
+    async def __call__(self, namespace: str) -> Holdings:
+        self.asked.append(namespace)
+        if self.error is not None:
+            raise self.error
+        return self.held
 
 
 JOBS = ("alice", "create", "jobs", "")

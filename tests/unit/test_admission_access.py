@@ -15,6 +15,7 @@ from flowforge.admission.access import (
 )
 from flowforge.admission.review import AdmissionRequest
 from flowforge.domain.models import DefinitionSpec
+from flowforge.domain.policy import Holdings
 from flowforge.domain.validation import parse_definition
 from flowforge.kube.access_review import (
     CREATE_JOBS,
@@ -28,6 +29,7 @@ from tests.unit.admission_fakes import (
     NAMESPACE,
     POLICY,
     FakeAuthorizer,
+    NamespaceHoldings,
     checks,
     definition_spec,
     wrap,
@@ -189,6 +191,7 @@ async def test_policies_that_cannot_be_listed_deny_naming_why() -> None:
         reviewer=CachedAccessReviewer(FakeAuthorizer(JOBS).review),
         list_policies=list_policies,
         load_definition=load_definition,
+        holdings=NamespaceHoldings(),
     )
     verdict = await decide_definition_access(
         create("WorkflowDefinition", definition_spec()), user=ALICE, checks=access
@@ -259,6 +262,67 @@ async def test_a_runs_priority_is_held_to_the_policys_max_priority(
     if not allowed:
         assert "spec.priority: priority " in verdict.message
         assert "is higher than policy team-a/p allows (maxPriority 5)" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("held", "refusal"),
+    [
+        (Holdings(queued_runs=2, task_rows=0), None),
+        (
+            Holdings(queued_runs=3, task_rows=0),
+            "spec: 3 runs of the namespace are queued; policy team-a/p allows at most 3 "
+            "(maxQueuedRuns): try again when runs have left the queue",
+        ),
+        (Holdings(queued_runs=0, task_rows=98), None),  # the run's 2 rows fit exactly
+        (
+            Holdings(queued_runs=0, task_rows=99),
+            "spec: the run has 2 task rows and the namespace's unfinished runs hold 99; "
+            "policy team-a/p allows at most 100 (maxTaskRows)",
+        ),
+    ],
+)
+async def test_a_run_over_the_policys_queue_or_task_row_cap_is_refused(
+    held: Holdings, refusal: str | None
+) -> None:
+    """What the namespace holds is read once from the store (one query), and judged with
+    the run's own rows against maxQueuedRuns and maxTaskRows."""
+    holdings = NamespaceHoldings(held=held)
+    policy = {"metadata": {"name": "p"}, "spec": {"maxQueuedRuns": 3, "maxTaskRows": 100}}
+    verdict = await decide_run_access(
+        create("WorkflowRun", {"workflow": "etl", "version": 1}),
+        user=ALICE,
+        checks=checks(
+            FakeAuthorizer(JOBS),
+            policies=[policy],
+            stored=parse_definition(definition_spec()),
+            holdings=holdings,
+        ),
+    )
+    assert holdings.asked == [NAMESPACE]
+    assert verdict.allowed is (refusal is None)
+    if refusal is not None:
+        assert verdict.code == 403 and refusal in verdict.message
+
+
+async def test_holdings_are_read_only_when_a_policy_caps_them_and_unread_they_refuse() -> None:
+    run = create("WorkflowRun", {"workflow": "etl", "version": 1})
+    stored = parse_definition(definition_spec())
+    uncapped = NamespaceHoldings()
+    verdict = await decide_run_access(
+        run, user=ALICE, checks=checks(FakeAuthorizer(JOBS), stored=stored, holdings=uncapped)
+    )
+    assert verdict.allowed and uncapped.asked == []  # no cap: no store read
+    down = NamespaceHoldings(error=ConnectionError("store down"))
+    policy = {"metadata": {"name": "p"}, "spec": {"maxQueuedRuns": 3}}
+    verdict = await decide_run_access(
+        run,
+        user=ALICE,
+        checks=checks(FakeAuthorizer(JOBS), policies=[policy], stored=stored, holdings=down),
+    )
+    assert not verdict.allowed and verdict.code == 503
+    assert "what namespace team-a holds cannot be read (ConnectionError); try again" in (
+        verdict.message
+    )
 
 
 async def test_a_run_of_a_definition_whose_queue_the_policy_no_longer_allows_is_refused() -> None:

@@ -17,7 +17,13 @@ from flowforge.admission.review import AdmissionRequest, PersistedDefinition, Ve
 from flowforge.domain import validation
 from flowforge.kube.access_review import CachedAccessReviewer, UserInfo
 from flowforge.kube.dryrun import CachedDryRuns, Cause, DryRunAnswer
-from tests.unit.admission_fakes import NAMESPACE, InMemoryRegistry, definition_spec, wrap
+from tests.unit.admission_fakes import (
+    NAMESPACE,
+    InMemoryRegistry,
+    NamespaceHoldings,
+    definition_spec,
+    wrap,
+)
 
 ALICE = UserInfo(username="alice")
 ACCEPTED = DryRunAnswer(status=201, warnings=("image tag is mutable",))
@@ -82,6 +88,7 @@ def access(apiserver: Apiserver) -> AccessChecks:
         reviewer=CachedAccessReviewer(apiserver.review),
         list_policies=apiserver.list_policies,
         load_definition=load_definition,
+        holdings=NamespaceHoldings(),
     )
 
 

@@ -12,9 +12,11 @@ from pydantic import ValidationError
 from flowforge.domain.caps import MAX_CONFIG_DEPTH, MAX_TASKS
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
+    Holdings,
     Policy,
     PolicySpec,
     definition_violations,
+    holding_violations,
     job_refusal,
     named_service_accounts,
     parameter_violations,
@@ -354,9 +356,32 @@ def test_a_runs_priority_above_the_policys_max_is_refused(priority: int, refused
     assert priority_violations(priority, [policy()]) == []  # no maxPriority: no limit here
 
 
+def test_the_lowest_cap_on_what_a_namespace_holds_refuses_each_policy_it_passes() -> None:
+    loose = policy(maxQueuedRuns=10, maxTaskRows=50_000)
+    tight = Policy(
+        namespace="team-a",
+        name="tight",
+        spec=PolicySpec.model_validate({"maxQueuedRuns": 2, "maxTaskRows": 20_000}),
+    )
+    held = Holdings(queued_runs=2, task_rows=15_000)
+    found = [str(v) for v in holding_violations(held, rows=10_000, policies=[loose, tight])]
+    assert found == [
+        "spec: 2 runs of the namespace are queued; policy team-a/tight allows at most 2 "
+        "(maxQueuedRuns): try again when runs have left the queue",
+        "spec: the run has 10000 task rows and the namespace's unfinished runs hold 15000; "
+        "policy team-a/tight allows at most 20000 (maxTaskRows)",
+    ]
+    assert holding_violations(held, rows=5_000, policies=[loose]) == []
+    assert holding_violations(Holdings(10**6, 10**9), rows=10**4, policies=[policy()]) == []
+
+
 @pytest.mark.parametrize(
     "spec",
     [
+        {"maxQueuedRuns": 0},
+        {"maxQueuedRuns": -1},
+        {"maxTaskRows": 0},
+        {"maxTaskRows": "many"},
         {"maxPriority": 1_000_001},
         {"maxPriority": "high"},
         {"queues": [""]},

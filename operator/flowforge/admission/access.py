@@ -29,8 +29,11 @@ from flowforge.domain.errors import InvalidDefinitionError, UserError
 from flowforge.domain.expansion import Expansion, expand
 from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.policy import (
+    Holdings,
+    Policy,
     definition_violations,
     expansion_violations,
+    holding_violations,
     named_service_accounts,
     parameter_violations,
     policies_or_default,
@@ -45,11 +48,13 @@ from flowforge.kube.access_review import (
     UserInfo,
     use_service_account,
 )
+from flowforge.store.run_rows import task_rows
 
 CODE_UNAVAILABLE = 503
 
 ListPolicies = Callable[[str], Awaitable[list[dict[str, Any]]]]
 LoadDefinition = Callable[..., Awaitable[DefinitionSpec | None]]
+ReadHoldings = Callable[[str], Awaitable[Holdings]]
 
 
 class AccessReviewer(Protocol):
@@ -62,11 +67,13 @@ class AccessReviewer(Protocol):
 class AccessChecks:
     """What the checks read: SubjectAccessReviews, the namespace's FlowForgePolicy objects,
     and (for a run) its definition, published or persisted:
-    ``load_definition(namespace=, workflow=, version=)``."""
+    ``load_definition(namespace=, workflow=, version=)``, and what the namespace's runs
+    hold in the store (``holdings(namespace)``, read only when a policy caps it)."""
 
     reviewer: AccessReviewer
     list_policies: ListPolicies
     load_definition: LoadDefinition
+    holdings: ReadHoldings
 
 
 def _missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:
@@ -127,6 +134,17 @@ async def _decide_access(
         violations += priority_violations(priority, in_force)
     if expansion is not None:
         violations += expansion_violations(definition, expansion, in_force)
+        if any(_caps_holdings(policy) for policy in in_force):
+            try:  # one read of the store, only when a policy caps what it holds
+                held = await checks.holdings(namespace)
+            except Exception as error:  # the store did not answer: no guess either way
+                return Verdict.deny(
+                    f"cannot {action} now: what namespace {namespace} holds cannot be read "
+                    f"({type(error).__name__}); try again",
+                    code=CODE_UNAVAILABLE,
+                )
+            rows = len(task_rows(definition, expansion, frozenset()))
+            violations += holding_violations(held, rows=rows, policies=in_force)
     lines += [str(violation) for violation in violations]
     if not lines:
         return Verdict.allow()
@@ -138,6 +156,12 @@ async def _decide_access(
         + "\n".join(listed),
         code=CODE_FORBIDDEN,
     )
+
+
+def _caps_holdings(policy: Policy) -> bool:
+    """Whether the policy caps what the namespace's runs hold (``maxQueuedRuns``,
+    ``maxTaskRows``)."""
+    return policy.spec.max_queued_runs is not None or policy.spec.max_task_rows is not None
 
 
 def _priority(spec: Mapping[str, Any]) -> int:

@@ -43,6 +43,7 @@ from flowforge.kube.access_review import CachedAccessReviewer
 from flowforge.kube.client import KubeClient
 from flowforge.kube.dryrun import CachedDryRuns, DryRunner
 from flowforge.kube.probes import start_probe_server
+from flowforge.store.holdings import namespace_holdings
 from flowforge.store.pool import open_pool
 from flowforge.store.session import WEBHOOK_LIMITS
 
@@ -118,6 +119,7 @@ async def serve_webhooks(
             reviewer=CachedAccessReviewer(kube.review_access),
             list_policies=lambda namespace: kube.list_policies(namespace=namespace),
             load_definition=definitions.load_definition,
+            holdings=lambda namespace: namespace_holdings(pool, namespace),
         )
         register_admission_handlers(
             registry,

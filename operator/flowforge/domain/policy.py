@@ -361,6 +361,44 @@ def priority_violations(priority: int, policies: Sequence[Policy]) -> list[Viola
     ]
 
 
+@dataclass(frozen=True)
+class Holdings:
+    """What a namespace's runs hold in the store now: the runs in its queue, and the task
+    rows of its unfinished runs."""
+
+    queued_runs: int
+    task_rows: int
+
+
+def holding_violations(
+    holdings: Holdings, *, rows: int, policies: Sequence[Policy]
+) -> list[Violation]:
+    """What the policies refuse of a new run of ``rows`` task rows given what the namespace
+    holds: a queue already at ``maxQueuedRuns``, or more rows than ``maxTaskRows``."""
+    found: list[Violation] = []
+    for policy in policies:
+        queued, held = policy.spec.max_queued_runs, policy.spec.max_task_rows
+        if queued is not None and holdings.queued_runs >= queued:
+            found.append(
+                Violation(
+                    "spec",
+                    f"{holdings.queued_runs} runs of the namespace are queued; "
+                    f"{policy.describe()} allows at most {queued} (maxQueuedRuns): "
+                    "try again when runs have left the queue",
+                )
+            )
+        if held is not None and holdings.task_rows + rows > held:
+            found.append(
+                Violation(
+                    "spec",
+                    f"the run has {rows} task rows and the namespace's unfinished runs hold "
+                    f"{holdings.task_rows}; {policy.describe()} allows at most {held} "
+                    "(maxTaskRows)",
+                )
+            )
+    return found
+
+
 def named_service_accounts(definition: DefinitionSpec) -> list[tuple[str, str]]:
     """(field path, ServiceAccount) for every task type naming one other than ``default``:
     the requester must be allowed to ``use`` each (a Pod naming none runs as ``default``,

@@ -233,6 +233,22 @@ class PolicySpec(_PolicyModel):
         description="Tasks (forward tasks and compensators) of this namespace's runs running "
         "at once; a released task over it waits for a slot. Unlimited when omitted.",
     )
+    max_queued_runs: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Runs of this namespace waiting in its queue (Queued) at once; a new run "
+        "is refused at admission while that many wait (it would queue behind them). "
+        "Unlimited when omitted.",
+    )
+    max_task_rows: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Task rows (forward tasks, forEach items, compensators and finally tasks) "
+        "the namespace's unfinished runs hold in the store together; a new run whose rows "
+        "would pass it is refused at admission. Unlimited when omitted.",
+    )
 
 
 def _with_item_bounds(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """A thin async wrapper over the official ``kubernetes`` client.
 
 The sync client runs in a bounded thread pool of its own; responses are read as raw JSON
-(dicts), which is cheaper than the client's model classes. Job creation goes through a
-token bucket because kopf has no client-side rate limiter and a 10,000-task fan-out must not
-flood the apiserver.
+(dicts), which is cheaper than the client's model classes. Every call may go through a
+token bucket (``api_qps``) because kopf has no client-side rate limiter; the operator
+paces Job creations itself, fairly between namespaces (``operator/creation_turns.py``).
 """
 
 from __future__ import annotations
@@ -122,8 +122,6 @@ class KubeClient(ConfigMapCalls):
         self,
         api_client: k8s.ApiClient,
         *,
-        job_creation_qps: float = 50.0,
-        job_creation_burst: int = 50,
         api_qps: float = 0.0,
         api_burst: int = 1,
         threads: int = 16,
@@ -137,7 +135,6 @@ class KubeClient(ConfigMapCalls):
         # of at the apiserver ahead of the Job creations that hand work on
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads // 4), thread_name_prefix="kube")
         self._jobs_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-jobs")
-        self._job_bucket = TokenBucket(rate=job_creation_qps, burst=max(1, job_creation_burst))
         # kopf has no client-side limiter; ours covers every call made through this client
         self._api_bucket = TokenBucket(rate=api_qps, burst=max(1, api_burst))
 
@@ -146,8 +143,6 @@ class KubeClient(ConfigMapCalls):
         cls,
         *,
         kubeconfig: str | None = None,
-        job_creation_qps: float = 50.0,
-        job_creation_burst: int = 50,
         api_qps: float = 0.0,
         api_burst: int = 1,
         threads: int = 16,
@@ -156,8 +151,6 @@ class KubeClient(ConfigMapCalls):
         configuration.connection_pool_maxsize = 2 * threads
         return cls(
             k8s.ApiClient(configuration),
-            job_creation_qps=job_creation_qps,
-            job_creation_burst=job_creation_burst,
             api_qps=api_qps,
             api_burst=api_burst,
             threads=threads,
@@ -208,7 +201,6 @@ class KubeClient(ConfigMapCalls):
     async def create_job(self, manifest: Mapping[str, Any]) -> CreatedJob:
         """Create a Job; when one already has the name (success), report that one's uid and
         controller instead, for the caller to judge whether it is the run's."""
-        await self._job_bucket.acquire()
         namespace = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
         for tries_left in (1, 0):

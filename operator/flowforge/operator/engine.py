@@ -48,6 +48,7 @@ from flowforge.operator import metrics, tracing
 from flowforge.operator.applier import Applier
 from flowforge.operator.background import Background, Clock, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays
+from flowforge.operator.creation_turns import CreationTurns
 from flowforge.operator.failures import Failures
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.kueue import Admissions
@@ -113,6 +114,9 @@ class Engine:
                 check_admission=lambda context, job: self.admissions.schedule(
                     context, job, waiting_since=None
                 ),
+            ),
+            turns=CreationTurns(
+                rate=settings.job_creation_qps, burst=settings.job_creation_burst, clock=clock
             ),
         )
         self.applier = Applier(

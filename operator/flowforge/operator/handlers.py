@@ -97,8 +97,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     )
     kube = KubeClient.connect(
         kubeconfig=config.kubeconfig,
-        job_creation_qps=config.job_creation_qps,
-        job_creation_burst=config.job_creation_burst,
         api_qps=config.kube_api_qps,
         api_burst=config.kube_api_burst,
         threads=config.kube_api_threads,

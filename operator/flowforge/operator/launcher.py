@@ -48,6 +48,7 @@ from flowforge.kube.jobs import ItemRef, JobIdentity, JobRequest, build_job, mou
 from flowforge.operator import metrics, tracing
 from flowforge.operator.background import Background, Deferred, Purpose
 from flowforge.operator.creation_delays import CreationDelays, transient
+from flowforge.operator.creation_turns import CreationTurns
 from flowforge.operator.job_policy import NamespacePolicies
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.notifier import Notifier
@@ -284,13 +285,16 @@ class JobLauncher:
         notifier: Notifier,
         background: Background,
         hooks: AttemptHooks,
+        turns: CreationTurns,
     ) -> None:
+        """``turns``: the rate of Job creations, shared between namespaces in turn."""
         self._kube = kube
         self._pool = pool
         self._fence = fence
         self._notifier = notifier
         self._background = background
         self._hooks = hooks
+        self.turns = turns
         self.forgeries = ForgeryNotices()
         self.uids = RecordedUids()
         self.files = RunFiles(kube, pool)
@@ -432,6 +436,7 @@ class JobLauncher:
         try:  # the run's ConfigMap first, when the Job mounts it
             if mounts_config_map(request):
                 await self.files.ensure(context)
+            await self.turns.take(context.namespace)
             job = await self._kube.create_job(build_job(request))
         except KubernetesError as error:
             if isinstance(error, ForgedConfigMap):

@@ -39,6 +39,8 @@ class OperatorSettings:
     reconcile_interval_seconds: float = 10.0
     # finished Jobs are deleted this long after their outcome is recorded; < 0 keeps them
     job_ttl_seconds: float = 300.0
+    # Job creations a second (bursts up to the burst), served round-robin between the
+    # namespaces waiting (``creation_turns.py``); 0 = unlimited
     job_creation_qps: float = 50.0
     job_creation_burst: int = 50
     # every call this operator makes to the API (Jobs, status, Events); 0 = unlimited.

@@ -244,22 +244,27 @@ async def _insert_graph(
         items = [
             list(column) for column in zip(*(by_key.get(key, none) for key in keys), strict=True)
         ]
+    # the run counts its rows in the same statement (``holdings.py`` sums them)
     await connection.execute(
         """
-        INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
-            max_attempts, timeout_seconds, pending_dependencies, topological_index,
-            started_at, finished_at, item_group, item_key, item, group_max_parallel,
-            group_tolerated, approval)
-        SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
-               compensates, attempts, timeout, pending, position,
-               CASE WHEN state = %s THEN now() END,
-               CASE WHEN state IN (%s, %s) THEN now() END,
-               item_group, item_key, item::jsonb, parallel, tolerated, gate
-        FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                    %s::int[], %s::int[], %s::bool[], %s::text[], %s::text[], %s::text[],
-                    %s::int[], %s::int[])
-             AS row(key, role, state, compensates, attempts, timeout, pending, position,
-                    gate, item_group, item_key, item, parallel, tolerated)
+        WITH inserted AS (
+            INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
+                max_attempts, timeout_seconds, pending_dependencies, topological_index,
+                started_at, finished_at, item_group, item_key, item, group_max_parallel,
+                group_tolerated, approval)
+            SELECT %s, (SELECT namespace FROM flowforge_run WHERE id = %s), key, role, state,
+                   compensates, attempts, timeout, pending, position,
+                   CASE WHEN state = %s THEN now() END,
+                   CASE WHEN state IN (%s, %s) THEN now() END,
+                   item_group, item_key, item::jsonb, parallel, tolerated, gate
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
+                        %s::int[], %s::int[], %s::bool[], %s::text[], %s::text[], %s::text[],
+                        %s::int[], %s::int[])
+                 AS row(key, role, state, compensates, attempts, timeout, pending, position,
+                        gate, item_group, item_key, item, parallel, tolerated)
+            RETURNING 1
+        )
+        UPDATE flowforge_run SET task_rows = (SELECT count(*) FROM inserted) WHERE id = %s
         """,
         (
             run_id,
@@ -277,6 +282,7 @@ async def _insert_graph(
             positions,
             gates,
             *items,
+            run_id,
         ),
     )
     queued = _rows_of(queued_task_keys(spec), keys, expansion)

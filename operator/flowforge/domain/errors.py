@@ -28,6 +28,8 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
     │   │   └── ItemsError                      a ``forEach``'s items cannot be expanded
     │   ├── DefinitionNotFoundError         store: no such published workflow version
     │   ├── RunNotFoundError                store: no such run
+    │   ├── ConcurrencyForbiddenError       store: a Forbid run whose key filled up before
+    │   │                                   the operator created it
     │   ├── RunRefusedError                 operator: a run whose definition is missing or
     │   │                                   no longer validates
     │   ├── BadReviewError                  admission: an AdmissionReview that is malformed
@@ -41,6 +43,8 @@ the engine is not an exception at all (``flowforge.domain.decision.Decision.lost
         │   ├── SchemaNotMigratedError          run ``flowforge db migrate``
         │   ├── StaleEpochError                 this operator was deposed: stop acting
         │   ├── LeaseNotHeldError               the lease was lost while renewing
+    │   ├── LoginTooPowerfulError           a reading component's login may write or
+    │   │                                   bypass row-level security
         │   └── StoredDefinitionInvalidError    a stored definition no longer validates
         ├── NotLeaderError                  operator: this replica does not hold the lease
         └── KubernetesUnavailable           kube: unreachable, 429 or 5xx (retryable)

@@ -242,8 +242,11 @@ async def _insert_graph(
     none = (None,) * 5
     rows = [[*row, *by_key.get(row[0], none)] for row in task_rows(spec, expansion, reused)]
     keys = [row[0] for row in rows]
-    # the run counts its rows in the same statement (``holdings.py`` sums them)
-    await connection.execute(
+    # the run counts its rows in the same statement (``holdings.py`` sums them); the rows'
+    # ids come back, so the edges below are written by id with no join: a join of the new
+    # rows by key was planned from statistics that knew nothing of them (a 10,000-task run
+    # took minutes once the table had been analysed small)
+    cursor = await connection.execute(
         """
         WITH inserted AS (
         INSERT INTO flowforge_task (run_id, namespace, task_key, role, state, compensates_key,
@@ -258,9 +261,11 @@ async def _insert_graph(
                row ->> 9, row ->> 10, (row ->> 11)::jsonb, (row ->> 12)::int,
                (row ->> 13)::int, (row ->> 8)::bool
         FROM jsonb_array_elements(%s::jsonb) AS rows(row)
-        RETURNING 1
-        )
+        RETURNING id, task_key
+        ), counted AS (
         UPDATE flowforge_run SET task_rows = (SELECT count(*) FROM inserted) WHERE id = %s
+        )
+        SELECT json_object_agg(task_key, id)::text FROM inserted
         """,
         (
             run_id,
@@ -272,6 +277,8 @@ async def _insert_graph(
             run_id,
         ),
     )
+    found = await cursor.fetchone()
+    ids: dict[str, int] = json.loads(found[0]) if found and found[0] else {}
     queued = _rows_of(queued_task_keys(spec), keys, expansion)
     if queued:  # their Jobs wait for Kueue's admission (admitting until admitted)
         await connection.execute(
@@ -303,21 +310,17 @@ async def _insert_graph(
             "WHERE run_id = %s AND task_key = ANY(%s)",
             (run_id, attempted),
         )
-    dependencies = expansion.dependencies
-    edge_tasks = [key for key, upstreams in dependencies.items() for _ in upstreams]
-    edge_upstreams = [upstream for upstreams in dependencies.values() for upstream in upstreams]
-    if edge_tasks:
+    edges = [
+        (ids[upstream], ids[key])
+        for key, upstreams in expansion.dependencies.items()
+        for upstream in upstreams
+    ]
+    if edges:
         await connection.execute(
-            """
-            INSERT INTO flowforge_task_dependency (run_id, upstream_id, task_id)
-            SELECT %(run)s, upstream.id, task.id
-            FROM unnest(%(tasks)s::text[], %(upstreams)s::text[]) AS edge(task, upstream)
-            JOIN flowforge_task AS task
-                ON task.run_id = %(run)s AND task.task_key = edge.task
-            JOIN flowforge_task AS upstream
-                ON upstream.run_id = %(run)s AND upstream.task_key = edge.upstream
-            """,
-            {"run": run_id, "tasks": edge_tasks, "upstreams": edge_upstreams},
+            "INSERT INTO flowforge_task_dependency (run_id, upstream_id, task_id) "
+            "SELECT %s, (edge ->> 0)::bigint, (edge ->> 1)::bigint "
+            "FROM jsonb_array_elements(%s::jsonb) AS edges(edge)",
+            (run_id, json.dumps(edges)),
         )
     await append_event(
         connection,

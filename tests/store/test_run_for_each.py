@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from flowforge.cli.run_report import load_report, report_text
 from flowforge.domain.for_each import NO_ITEMS
 from flowforge.domain.graph import DependencyGraph
 from flowforge.domain.models import DefinitionSpec
@@ -21,6 +22,7 @@ from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.items import run_items, task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
+from flowforge.store.reuse import find_run_by_name
 from flowforge.store.runs import RunRecord, create_run, get_run
 from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states, stored_edges
 
@@ -58,9 +60,14 @@ def fanned(**for_each: Any) -> DefinitionSpec:
 
 
 async def create(
-    pool: Pool, fence: Fence, parameters: dict[str, Any], *, retry_of: str | None = None
+    pool: Pool,
+    fence: Fence,
+    parameters: dict[str, Any],
+    *,
+    retry_of: str | None = None,
+    definition: DefinitionSpec | None = None,
 ) -> RunRecord:
-    await publish_definition(pool, namespace=NAMESPACE, definition=fanned())
+    await publish_definition(pool, namespace=NAMESPACE, definition=definition or fanned())
     stored = await load_definition(pool, namespace=NAMESPACE, workflow="fanned", version=1)
     created = await create_run(
         pool,
@@ -133,6 +140,28 @@ async def test_an_empty_list_runs_nothing(store: Pool, fence: Fence) -> None:
     await finish(store, fence, run, "migrate")
     await finish(store, fence, run, "verify")
     assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
+
+
+async def test_describe_counts_a_tolerated_item_apart_from_the_failed(
+    store: Pool, fence: Fence
+) -> None:
+    """`flowforge describe run` of a run that succeeded with a PartialFailure: the item that
+    failed within ``tolerateFailures`` is no failure of the run (as in its status)."""
+    run = await create(store, fence, {}, definition=fanned(tolerateFailures=1))
+    await finish(store, fence, run, "migrate")
+    await finish(store, fence, run, "deploy[eu]")
+    await finish(store, fence, run, "deploy[us]", failure())
+    await finish(store, fence, run, "deploy[us]", failure())  # retries: 1, then tolerated
+    await finish(store, fence, run, "verify")
+    named = await find_run_by_name(store, namespace=NAMESPACE, name=run.name)
+    assert named is not None and named.phase is RunPhase.SUCCEEDED
+    report = await load_report(store, named)
+    assert {state: n for state, n in report.counts.items() if n} == {
+        "total": 4,
+        "succeeded": 3,
+        "tolerated": 1,
+    }
+    assert "Progress:   3/4 succeeded, 1 failed within tolerateFailures\n" in report_text(report)
 
 
 @pytest.mark.parametrize("parameters", [{}, {"regions": ["a", "b", "c"]}], ids=repr)

@@ -189,6 +189,7 @@ async def load_report(pool: Pool, run: NamedRun, *, with_tasks: bool = True) -> 
             "failed",
             "skipped",
             "cancelled",
+            "tolerated",
         )
     }
     if progress.forward.condition_false:  # kept apart from a skip after a failure
@@ -340,10 +341,14 @@ def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
     return [*cells, detail[:100]]
 
 
+# forEach items that failed within their task's tolerance: no failure of the run
+COUNT_LABELS = {"tolerated": "failed within tolerateFailures"}
+
+
 def report_text(report: RunReport, *, wide: bool = False) -> str:
     run = report.run
     counts = ", ".join(
-        f"{n} {state}"
+        f"{n} {COUNT_LABELS.get(state, state)}"
         for state, n in report.counts.items()
         if state not in ("total", "succeeded") and n
     )

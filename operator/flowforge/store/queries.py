@@ -88,6 +88,17 @@ async def _with_condition_false(
     return dataclasses.replace(counts, condition_false=int(row[0]) if row else 0)
 
 
+async def _with_tolerated(connection: Connection, run_id: int, counts: TaskCounts) -> TaskCounts:
+    """``counts`` with the forEach items that failed within their tolerance moved out of
+    ``failed`` into ``tolerated`` (only a run with failures asks)."""
+    if not counts.failed:
+        return counts
+    cursor = await connection.execute(TOLERATED_COUNT_QUERY, (run_id,))
+    row = await cursor.fetchone()
+    tolerated = int(row[0]) if row else 0
+    return dataclasses.replace(counts, failed=counts.failed - tolerated, tolerated=tolerated)
+
+
 async def run_progress(pool: Pool, run_id: int) -> RunProgress:
     """Counts by state for one run, from one index-only query (or the counts kept at
     retention, once the task rows are gone)."""
@@ -105,8 +116,9 @@ async def run_progress(pool: Pool, run_id: int) -> RunProgress:
         progress = _progress_from_counts(
             {(str(role), str(state)): int(n) for role, state, n in rows}
         )
+        forward = await _with_condition_false(connection, run_id, progress.forward)
         progress = dataclasses.replace(
-            progress, forward=await _with_condition_false(connection, run_id, progress.forward)
+            progress, forward=await _with_tolerated(connection, run_id, forward)
         )
         if not progress.forward.running:
             return progress
@@ -225,12 +237,7 @@ async def forward_counts_locked(connection: Connection, run_id: int) -> TaskCoun
     counts = TaskCounts(
         total=sum(by_state.values()), **{state.value: by_state.get(state, 0) for state in TaskState}
     )
-    if not counts.failed:
-        return counts
-    cursor = await connection.execute(TOLERATED_COUNT_QUERY, (run_id,))
-    row = await cursor.fetchone()
-    tolerated = int(row[0]) if row else 0
-    return dataclasses.replace(counts, failed=counts.failed - tolerated, tolerated=tolerated)
+    return await _with_tolerated(connection, run_id, counts)
 
 
 async def forward_counts(pool: Pool, run_id: int, *, kueue: bool = True) -> TaskCounts:

@@ -15,7 +15,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ from flowforge.domain.validation import parse_definition
 from flowforge.localdev.binaries import repo_root
 from flowforge.localdev.controlplane import Cluster, kubectl
 from flowforge.store.cancel import cancel_run
-from flowforge.store.definitions import load_definition, publish_definition
+from flowforge.store.connection import Pool
+from flowforge.store.definitions import StoredDefinition, load_definition, publish_definition
 from flowforge.store.lease import Fence, current_lease
 from flowforge.store.runs import create_run
 from tests.plugins.api_server import READER_RULES, ApiServer, Tenancy
@@ -49,6 +50,7 @@ CHROMIUM_ARGS = [
 BIG_LEVELS, BIG_WIDTH = 100, 100  # 10,000 tasks
 BIG_RUN = "big-10000"
 READER = "reader"  # the tenancy's ServiceAccount in A
+READER_ROLE = "flowforge-ui-tests-reader"  # its rules, to bind in other namespaces
 IMAGES = repo_root() / "docs" / "images"
 
 
@@ -67,32 +69,31 @@ class UiStack:
         return f"server:\n{self.server.log_tail(30)}\noperator:\n{self.operator.log_tail(30)}"
 
 
-def _bind_reader(cluster: Cluster, *, namespace: str, home: str) -> None:
-    """The reader's rights of ``home`` in ``namespace`` too."""
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": {"name": READER},
-                "rules": READER_RULES,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": READER},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": READER,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": home}],
-            },
-        ],
+def bind_reader(cluster: Cluster, *, namespaces: Sequence[str], home: str) -> None:
+    """The reader's rights of ``home`` in each of ``namespaces`` too (one ``kubectl apply``:
+    a ClusterRole of the reader's rules, bound in each namespace)."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": READER_ROLE},
+        "rules": READER_RULES,
     }
-    kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+    bindings = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": READER, "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": READER_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": home}],
+        }
+        for namespace in namespaces
+    ]
+    manifest = {"apiVersion": "v1", "kind": "List", "items": [role, *bindings]}
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
 
 
 def big_definition() -> dict[str, Any]:
@@ -114,26 +115,43 @@ def big_definition() -> dict[str, Any]:
     }
 
 
-async def _make_big_run(tenancy: Tenancy, namespace: str) -> None:
-    """Publish and create a 10,000-task run in a namespace no operator watches, under the
-    running operator's fence, and cancel it straight away: it is only to be looked at."""
-    pool = tenancy.pool
+async def operator_fence(pool: Pool) -> Fence:
+    """The fence of the running operator's lease: runs made in the store are made under it."""
     lease = await current_lease(pool)
     assert lease is not None, "no operator holds the lease"
-    fence = Fence(lease=lease.name, epoch=lease.epoch)
+    return Fence(lease=lease.name, epoch=lease.epoch)
+
+
+async def make_cancelled_run(
+    pool: Pool,
+    *,
+    fence: Fence,
+    definition: StoredDefinition,
+    name: str,
+) -> None:
+    """A run of ``definition`` made in the store (with its namespace's uid) and cancelled at
+    once: it is only to be looked at (its namespace is one no operator watches)."""
+    created = await create_run(
+        pool,
+        fence=fence,
+        namespace=definition.namespace,
+        name=name,
+        uid=str(uuid.uuid4()),
+        definition=definition,
+        namespace_uid=definition.namespace_uid,
+    )
+    await cancel_run(pool, fence=fence, run_id=created.run.id, reason="made by the UI tests")
+
+
+async def _make_big_run(tenancy: Tenancy, namespace: str) -> None:
+    """Publish and create a 10,000-task run, cancelled (see ``make_cancelled_run``)."""
+    pool = tenancy.pool
+    fence = await operator_fence(pool)
     await publish_definition(
         pool, namespace=namespace, definition=parse_definition(big_definition())
     )
     stored = await load_definition(pool, namespace=namespace, workflow="wide", version=1)
-    created = await create_run(
-        pool,
-        fence=fence,
-        namespace=namespace,
-        name=BIG_RUN,
-        uid=str(uuid.uuid4()),
-        definition=stored,
-    )
-    await cancel_run(pool, fence=fence, run_id=created.run.id, reason="made by the UI tests")
+    await make_cancelled_run(pool, fence=fence, definition=stored, name=BIG_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +172,7 @@ async def ui_stack(
     big_namespace: str,
 ) -> UiStack:
     began = time.monotonic()
-    _bind_reader(cluster, namespace=big_namespace, home=tenancy.a)
+    bind_reader(cluster, namespaces=[big_namespace], home=tenancy.a)
     await _make_big_run(tenancy, big_namespace)
     print(f"\nUI tests: the 10,000-task run made in {time.monotonic() - began:.1f} s")
     return UiStack(
@@ -183,17 +201,24 @@ async def browser() -> AsyncIterator[Browser]:
             await browser.close()
 
 
-@pytest.fixture
-async def page(browser: Browser, ui_stack: UiStack) -> AsyncIterator[Page]:
-    """A new tab, signed in by pasting the ServiceAccount's token."""
+@contextlib.asynccontextmanager
+async def signed_in(browser: Browser, *, url: str, token: str) -> AsyncIterator[Page]:
+    """A new tab of ``url``, signed in by pasting ``token``."""
     context = await browser.new_context(viewport={"width": 1400, "height": 900})
     tab = await context.new_page()
     tab.set_default_timeout(20_000)
-    await tab.goto(ui_stack.url)
-    await tab.get_by_label("Token").fill(ui_stack.token)
+    await tab.goto(url)
+    await tab.get_by_label("Token").fill(token)
     await tab.get_by_role("button", name="Sign in").click()
     await tab.get_by_test_id("username").wait_for()
     try:
         yield tab
     finally:
         await context.close()
+
+
+@pytest.fixture
+async def page(browser: Browser, ui_stack: UiStack) -> AsyncIterator[Page]:
+    """A new tab, signed in by pasting the ServiceAccount's token."""
+    async with signed_in(browser, url=ui_stack.url, token=ui_stack.token) as tab:
+        yield tab

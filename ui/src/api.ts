@@ -3,10 +3,11 @@
 // page uses. Every request
 // carries the signed-in user's bearer token, the live stream included (fetch, not
 // EventSource, which cannot send headers).
-import type { components } from "./api-schema";
+import type { components, operations } from "./api-schema";
 import { authHeaders } from "./auth";
 
 type Schemas = components["schemas"];
+type Query<Op extends keyof operations> = NonNullable<operations[Op]["parameters"]["query"]>;
 
 export type Progress = Schemas["Progress"];
 export type Condition = Schemas["Condition"];
@@ -35,7 +36,18 @@ export type ScheduleSummary = Schemas["ScheduleSummary"];
 export type ScheduleDetail = Schemas["ScheduleDetail"];
 export type ScheduledRun = Schemas["ScheduledRun"];
 
-export type Page<T> = { items: T[]; continue?: string | null };
+export type RunList = Schemas["RunList"];
+export type RunsQuery = Query<"list_runs_api_v1_runs_get">;
+export type NamespaceList = Schemas["NamespaceList"];
+export type NamespacesQuery = Query<"namespaces_api_v1_namespaces_get">;
+export type DefinitionList = Schemas["DefinitionList"];
+export type ScheduleList = Schemas["ScheduleList"];
+
+/** A query string of the parameters that are set (`?a=1&b=x`, or "" when none is). */
+export function queryString(query: Record<string, string | number | null | undefined>): string {
+  const set = Object.entries(query).filter((entry): entry is [string, string | number] => entry[1] != null && entry[1] !== "");
+  return set.length ? `?${new URLSearchParams(set.map(([key, value]) => [key, String(value)]))}` : "";
+}
 
 export class ApiError extends Error {
   constructor(

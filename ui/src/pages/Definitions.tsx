@@ -1,31 +1,26 @@
 // Definitions: the list per namespace, and one definition's versions, task types and graph.
 import { useState } from "preact/hooks";
-import { getJson, paths, type DefinitionDetail, type DefinitionSummary, type Page } from "../api";
+import { getJson, paths, type DefinitionDetail, type DefinitionList } from "../api";
 import { ErrorNote, Section } from "../components/Bits";
 import { Dag } from "../components/Dag";
+import { NamespaceFilter, useNamespaces } from "../components/NamespaceFilter";
 import { time } from "../format";
 import { useData } from "../hooks";
 import { href, navigate } from "../router";
-import { useNamespaces } from "./RunsPage";
 
 export function DefinitionsPage({ search }: { search: URLSearchParams }) {
   const namespaces = useNamespaces();
-  const names = (namespaces.data?.items ?? []).map((n) => n.name);
-  const namespace = search.get("namespace") ?? names[0] ?? "";
+  const namespace = search.get("namespace") ?? namespaces.names[0] ?? "";
   const defs = useData(
-    (signal) => (namespace ? getJson<Page<DefinitionSummary>>(paths.definitions(namespace), signal) : Promise.resolve({ items: [] })),
+    (signal) => (namespace ? getJson<DefinitionList>(paths.definitions(namespace), signal) : Promise.resolve({ items: [] })),
     [namespace],
   );
   return (
     <section>
       <h1>Definitions</h1>
       <form class="filters" onSubmit={(e) => e.preventDefault()}>
-        <label>
-          Namespace
-          <select value={namespace} onChange={(e) => navigate(href.definitions(`?namespace=${encodeURIComponent((e.target as HTMLSelectElement).value)}`), true)}>
-            {names.map((n) => <option key={n} value={n}>{n}</option>)}
-          </select>
-        </label>
+        <NamespaceFilter namespaces={namespaces} value={namespace}
+          onChange={(value) => navigate(href.definitions(`?namespace=${encodeURIComponent(value)}`), true)} />
       </form>
       <ErrorNote error={namespaces.error ?? defs.error} />
       <table data-testid="definitions">

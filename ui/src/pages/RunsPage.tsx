@@ -1,16 +1,16 @@
-// The runs list: filters in the URL, refreshed every few seconds.
+// The runs list: filters in the URL, refreshed every few seconds. Across namespaces a page
+// may come back short (see paging.ts): the list reads on until it holds a page's worth, a
+// few pages at most, then offers to look further from where it stopped.
 import { useState } from "preact/hooks";
-import { getJson, type Page, type RunSummary } from "../api";
+import { getJson, queryString, type RunList, type RunsQuery } from "../api";
 import { ErrorNote, Phase, ProgressBar } from "../components/Bits";
+import { NamespaceFilter, useNamespaces } from "../components/NamespaceFilter";
 import { age, duration, KNOWN_PHASES } from "../format";
 import { useData, useNow } from "../hooks";
+import { collect } from "../paging";
 import { href, navigate } from "../router";
 
 const POLL_MS = 2000;
-
-export function useNamespaces() {
-  return useData((signal) => getJson<Page<{ name: string }>>("/namespaces", signal), [], 15000);
-}
 
 export function RunsPage({ search }: { search: URLSearchParams }) {
   const namespace = search.get("namespace") ?? "";
@@ -25,12 +25,15 @@ export function RunsPage({ search }: { search: URLSearchParams }) {
   if (namespace) query.set("namespace", namespace);
   if (workflow) query.set("workflow", workflow);
   if (phase) query.set("phase", phase);
-  const apiQuery = new URLSearchParams(query);
-  apiQuery.set("limit", String(limit));
-  if (cursor) apiQuery.set("continue", cursor);
   const runs = useData(
-    (signal) => getJson<Page<RunSummary>>(`/runs?${apiQuery}`, signal),
-    [apiQuery.toString()],
+    (signal) => {
+      const read = (size: number, from: string | null) => {
+        const asked: RunsQuery = { namespace, workflow, phase, limit: size, continue: from };
+        return getJson<RunList>(`/runs${queryString(asked)}`, signal);
+      };
+      return collect(read, limit, cursor || null);
+    },
+    [query.toString(), cursor, limit],
     POLL_MS,
   );
 
@@ -43,21 +46,16 @@ export function RunsPage({ search }: { search: URLSearchParams }) {
   };
 
   const items = runs.data?.items ?? [];
-  const more = runs.data?.continue;
+  const more = runs.data?.continue ?? null;
+  // the follow-ups ran out before a page's worth: where they stopped, the next view begins
+  const short = more !== null && items.length < limit;
+  const further = more === null ? "" : href.runs(`?${new URLSearchParams({ ...Object.fromEntries(query), continue: more })}`);
   return (
     <section>
       <h1>Runs</h1>
       <form class="filters" role="search" onSubmit={(e) => e.preventDefault()}>
-        <label>
-          Namespace
-          <select name="namespace" value={namespace} onChange={(e) => setFilter("namespace", (e.target as HTMLSelectElement).value)}>
-            <option value="">all I may see</option>
-            {(namespaces.data?.items ?? []).map((n) => <option key={n.name} value={n.name}>{n.name}</option>)}
-            {namespace && !(namespaces.data?.items ?? []).some((n) => n.name === namespace) && (
-              <option value={namespace}>{namespace}</option>
-            )}
-          </select>
-        </label>
+        <NamespaceFilter namespaces={namespaces} value={namespace} anyLabel="all I may see"
+          onChange={(value) => setFilter("namespace", value)} />
         <label>
           Workflow
           <input name="workflow" type="search" value={workflow} placeholder="any"
@@ -100,10 +98,15 @@ export function RunsPage({ search }: { search: URLSearchParams }) {
           )}
         </tbody>
       </table>
-      {more && (limit < 500 ? (
+      {short ? (
+        <p class="muted" data-testid="runs-short">
+          Fewer than {limit} shown: the rest may lie behind namespaces you may not read.{" "}
+          <a class="button" href={further}>Load more</a>
+        </p>
+      ) : more !== null && (limit < 500 ? (
         <button type="button" onClick={() => setLimit(Math.min(limit + 50, 500))}>Show more</button>
       ) : (
-        <a class="button" href={href.runs(`?${new URLSearchParams({ ...Object.fromEntries(query), continue: more })}`)}>Older runs</a>
+        <a class="button" href={further}>Older runs</a>
       ))}
     </section>
   );

@@ -1,12 +1,12 @@
 // Schedules: a namespace's WorkflowSchedules (next fire times, suspended, last fire), and one
 // schedule with the runs it made, newest first, each linking to its run page.
 import { useState } from "preact/hooks";
-import { getJson, paths, type ScheduleDetail, type ScheduleSummary } from "../api";
+import { getJson, paths, type ScheduleDetail, type ScheduleList, type ScheduleSummary } from "../api";
 import { ErrorNote, Phase, ProgressBar, Section } from "../components/Bits";
+import { NamespaceFilter, useNamespaces } from "../components/NamespaceFilter";
 import { time, until } from "../format";
 import { useData, useNow } from "../hooks";
 import { href, navigate } from "../router";
-import { useNamespaces } from "./RunsPage";
 
 const POLL_MS = 5000;
 
@@ -28,11 +28,10 @@ function LastFire({ schedule }: { schedule: ScheduleSummary }) {
 
 export function SchedulesPage({ search }: { search: URLSearchParams }) {
   const namespaces = useNamespaces();
-  const names = (namespaces.data?.items ?? []).map((n) => n.name);
-  const namespace = search.get("namespace") ?? names[0] ?? "";
+  const namespace = search.get("namespace") ?? namespaces.names[0] ?? "";
   const now = useNow(5000);
   const listed = useData(
-    (signal) => (namespace ? getJson<{ items: ScheduleSummary[] }>(paths.schedules(namespace), signal) : Promise.resolve({ items: [] })),
+    (signal) => (namespace ? getJson<ScheduleList>(paths.schedules(namespace), signal) : Promise.resolve({ items: [] })),
     [namespace],
     POLL_MS,
   );
@@ -41,14 +40,8 @@ export function SchedulesPage({ search }: { search: URLSearchParams }) {
     <section>
       <h1>Schedules</h1>
       <form class="filters" onSubmit={(e) => e.preventDefault()}>
-        <label>
-          Namespace
-          <select name="namespace" value={namespace}
-            onChange={(e) => navigate(href.schedules(`?namespace=${encodeURIComponent((e.target as HTMLSelectElement).value)}`), true)}>
-            {names.map((n) => <option key={n} value={n}>{n}</option>)}
-            {namespace && !names.includes(namespace) && <option value={namespace}>{namespace}</option>}
-          </select>
-        </label>
+        <NamespaceFilter namespaces={namespaces} value={namespace}
+          onChange={(value) => navigate(href.schedules(`?namespace=${encodeURIComponent(value)}`), true)} />
         <span class="muted live" aria-live="polite">{listed.loading && !listed.data ? "Loading…" : `${items.length} shown · live`}</span>
       </form>
       <ErrorNote error={namespaces.error ?? listed.error} />

@@ -84,6 +84,18 @@ PEER = HERE / "peer"
 ARGO_GROUP, ARGO_VERSION, ARGO_PLURAL = "argoproj.io", "v1alpha1", "workflows"
 ARGO_FINAL = ("Succeeded", "Failed", "Error")
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+# FlowForge's own writes besides its Events: a run's status and finalizers, its Jobs (created;
+# deleted after their TTL), its ConfigMaps; the bench creates the runs (POST workflowruns)
+FLOWFORGE_WRITES = frozenset(
+    {
+        ("PATCH", "workflowruns"),
+        ("PATCH", "workflowruns/status"),
+        ("POST", "jobs"),
+        ("DELETE", "jobs"),
+        ("POST", "configmaps"),
+    }
+)
+FLOWFORGE_COMPONENT = "flowforge-operator"
 FAIL_ANNOTATIONS = {"flowforge.io/simulate-exit-code": "1"}
 WORKLOADS = ("single", "chains", "dag", "failing")
 ENGINES = ("flowforge", "argo", "argo-tuned")
@@ -362,6 +374,8 @@ class Turn:
     failing_note: str = ""
     tasks: int = 0
     writes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # the Events created in the namespace over the turn, by their source component
+    events: Counter[str] = field(default_factory=Counter)
     cpu: float = 0.0
     cluster_cpu: float = 0.0
     # over the single-task runs alone: (controller, cluster) CPU seconds per run
@@ -396,6 +410,7 @@ def run_turn(
         assert set(warm.values()) == {"Succeeded"}, warm
         warm_pods = set(watcher.completed)
         writes_before, cpu_before = bench.apiserver_requests(), engine.cpu()
+        events_before = event_sources(bench, namespace)
         cluster_cpu_before = bench.cluster_cpu()
         if PROFILE_DIR and isinstance(engine, FlowForge):
             Profiler.begin(bench.dsn)
@@ -448,6 +463,10 @@ def run_turn(
                 and writes_after[key] > writes_before.get(key, 0)
             }
         )
+        events_after = event_sources(bench, namespace)
+        turn.events = Counter(
+            events_after[uid] for uid in events_after.keys() - events_before.keys()
+        )
         turn.tasks = len(set(watcher.completed) - warm_pods)
         if PROFILE_DIR and isinstance(engine, FlowForge):
             output = Path(PROFILE_DIR) / f"statements-{namespace}.txt"
@@ -457,6 +476,17 @@ def run_turn(
         runs.close()
         engine.stop()
     return turn
+
+
+def event_sources(bench: Bench, namespace: str) -> dict[str, str]:
+    """The namespace's Events: uid -> the component that reported it."""
+    listing = json.loads(bench.core.list_namespaced_event(namespace, _preload_content=False).data)
+    return {
+        item["metadata"]["uid"]: item.get("reportingComponent")
+        or (item.get("source") or {}).get("component")
+        or "?"
+        for item in listing["items"]
+    }
 
 
 def handoffs(engine: Engine, watcher: Watcher, names: list[str]) -> list[float]:
@@ -585,18 +615,35 @@ def print_cluster(
         )
     print_cpu_bound(turns, summary, raw_job_cpu=median(raw_job_cpu), raw_jobs=jobs)
     for engine in summary:
-        counts: Counter[tuple[str, str]] = Counter()
-        tasks = 0
-        for turn in turns:
-            if turn.engine == engine:
-                counts.update(turn.writes)
-                tasks += turn.tasks
-        if tasks:
-            top = ", ".join(
-                f"{verb} {resource} {count / tasks:.2f}"
-                for (verb, resource), count in counts.most_common(8)
-            )
-            print(f"  {engine} writes per task by verb and resource: {top}")
+        print_writes(engine, [turn for turn in turns if turn.engine == engine])
+
+
+def print_writes(engine: str, turns: list[Turn]) -> None:
+    """Writes per task by verb and resource, Events by who reported them, and FlowForge's
+    own writes (its Events counted as created, one POST each: a series Event's later
+    updates are not told apart from other clients' Event PATCHes)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    events: Counter[str] = Counter()
+    for turn in turns:
+        counts.update(turn.writes)
+        events.update(turn.events)
+    tasks = sum(turn.tasks for turn in turns)
+    if not tasks:
+        return
+    every = ", ".join(
+        f"{verb} {resource} {count / tasks:.2f}" for (verb, resource), count in counts.most_common()
+    )
+    print(f"  {engine} writes per task by verb and resource: {every}")
+    reporters = ", ".join(f"{source} {count / tasks:.2f}" for source, count in events.most_common())
+    print(f"  {engine} Events created per task by reporter: {reporters}")
+    if engine != "flowforge":
+        return
+    own = Counter({key: count for key, count in counts.items() if key in FLOWFORGE_WRITES})
+    own[("POST", f"events ({FLOWFORGE_COMPONENT})")] = events[FLOWFORGE_COMPONENT]
+    listed = ", ".join(
+        f"{verb} {resource} {count / tasks:.2f}" for (verb, resource), count in own.most_common()
+    )
+    print(f"  flowforge's own writes per task: {sum(own.values()) / tasks:.2f} ({listed})")
 
 
 def print_cpu_bound(

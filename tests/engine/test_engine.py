@@ -7,6 +7,7 @@ lost in the middle of recording an outcome, an outcome seen twice.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -16,9 +17,10 @@ import pytest
 from flowforge.domain.event_series import COMBINED_PREFIX, SIMILAR_BEFORE_SERIES
 from flowforge.domain.history import EventKind
 from flowforge.domain.states import CompensationState, RunPhase, TaskRole, TaskState
+from flowforge.store.connection import Pool
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
-from tests.engine.conftest import Harness
+from tests.engine.conftest import Harness, engine_settings, open_harness
 from tests.support.waiting import wait_until
 from tests.support.workflows import SAGA
 
@@ -239,11 +241,19 @@ async def test_a_wide_run_posts_the_first_starts_alone_and_counts_the_rest_in_on
 
 
 async def test_a_finished_run_seen_again_is_only_re_projected_when_it_shows_another_phase(
-    harness: Harness,
+    store: Pool,
 ) -> None:
     """The events after a run's end (its final status patch, its finalizer's removal) are
     answered from the remembered final phase, not the store; its last projection uses the
-    context the outcome had (the run is no longer cached)."""
+    context the outcome had (the run is no longer cached). A view showing another phase is
+    re-projected, but not within a reconciler's interval of the final patch (a view from
+    before it: a watch event handled late, a LIST page read before it)."""
+    settings = engine_settings(reconcile_interval_seconds=0.5)
+    async with open_harness(store, settings=settings) as harness:
+        await _seen_again(harness)
+
+
+async def _seen_again(harness: Harness) -> None:
     run = await harness.start("seen-again", [{"key": "only"}])
 
     async def no_store_read(*_: Any, **__: Any) -> None:
@@ -262,6 +272,9 @@ async def test_a_finished_run_seen_again_is_only_re_projected_when_it_shows_anot
 
     del harness.engine.runs.by_id  # re-projecting reads the run
     await harness.engine.start_run({**body, "status": {"phase": "Running"}})  # a stale view
+    assert harness.engine.status.pending() == 0
+    await asyncio.sleep(0.5)  # the reconciler's interval: a status someone changed since
+    await harness.engine.start_run({**body, "status": {"phase": "Running"}})
     await wait_until(lambda: len(harness.kube.status_patches) > patches, what="the re-projection")
     assert harness.kube.status_patches[patches:] == ["seen-again"]
     assert (await harness.run(run)).phase is RunPhase.SUCCEEDED

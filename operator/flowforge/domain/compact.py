@@ -53,6 +53,9 @@ class CompactSpec:
     finally_keys: tuple[str, ...] = ()
     # whether a task is an approval gate: only then may a settle find one overdue
     has_gates: bool = False
+    # the key of the one task a run runs when it has no other (no compensator, finally task,
+    # forEach, gate or condition): every run of it that starts creates that task's Job
+    only_task: str | None = None
 
     @classmethod
     def of(cls, spec: DefinitionSpec) -> CompactSpec:
@@ -77,6 +80,7 @@ class CompactSpec:
             has_items=any(task.for_each is not None for task in spec.tasks),
             finally_keys=tuple(task.key for task in spec.finally_tasks),
             has_gates=any(task.is_gate for task in spec.tasks),
+            only_task=_only_task(spec),
         )
 
     @property
@@ -104,6 +108,14 @@ class CompactSpec:
     def tasks(self) -> Iterable[CompactTask]:
         """Every task, forward and compensating."""
         return self._tasks.values()
+
+
+def _only_task(spec: DefinitionSpec) -> str | None:
+    if len(spec.tasks) != 1 or spec.finally_tasks:
+        return None
+    (task,) = spec.tasks
+    plain = task.for_each is None and not task.is_gate and task.when is None
+    return task.key if plain else None
 
 
 @dataclass(frozen=True, slots=True)

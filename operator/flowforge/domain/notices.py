@@ -13,8 +13,15 @@ from flowforge.domain.for_each import PARTIAL_FAILURE
 from flowforge.domain.states import CompensationState, RunPhase
 
 
-def run_started(*, workflow: str, version: int, tasks: int) -> Notice:
-    return Notice("RunStarted", f"running {workflow} v{version} ({tasks} tasks)")
+def run_started(
+    *, workflow: str, version: int, tasks: int, only: tuple[str, str] | None = None
+) -> Notice:
+    """``only``: the one task of a single-task run and its first Job, whose start this Event
+    tells in ``task_started``'s words instead of an Event of its own."""
+    text = f"running {workflow} v{version} ({tasks} tasks)"
+    if only is not None:
+        text += f"; {task_started(task_key=only[0], attempt=1, job=only[1]).message}"
+    return Notice("RunStarted", text)
 
 
 def run_admitted() -> Notice:

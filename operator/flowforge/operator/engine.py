@@ -98,7 +98,11 @@ class Engine:
         self.failures = Failures(on_deposed=leadership.lose)
         self.background = Background(failures=self.failures, fire=self.on_deferred, clock=clock)
         self.delays = CreationDelays(policy=settings.job_creation_retry)
-        self.status = StatusWriter(pool=pool, kube=kube, runs=self.runs, delays=self.delays)
+        # a view of a run older than its final status patch comes at most a pass later
+        settles = settings.reconcile_interval_seconds
+        self.status = StatusWriter(
+            pool=pool, kube=kube, runs=self.runs, delays=self.delays, final_settles_seconds=settles
+        )
         self.notifier = Notifier(kube=kube, background=self.background)
         self.launcher = JobLauncher(
             kube=kube,
@@ -186,13 +190,7 @@ class Engine:
             self._show_final(body, run_id=context.run_id, phase=sighting.phase)
             return
         if sighting.created:
-            spec = context.definition.spec
-            self.notifier.post(
-                context,
-                notices.run_started(
-                    workflow=spec.workflow, version=spec.version, tasks=spec.forward_count
-                ),
-            )
+            self._announce(context, running=sighting.phase is RunPhase.RUNNING)
         if (body.get("spec") or {}).get("cancel") and uid not in self.runs.cancelled:
             await self.cancel(context, reason="spec.cancel is true")
             if context.run_id in self.runs:  # still going (its rollback): remember the cancel
@@ -206,6 +204,21 @@ class Engine:
             self.status.mark(context.run_id, shown=body.get("status"))
             if context.run_id in self.runs:
                 self.runs.started.add(uid)
+
+    def _announce(self, context: RunContext, *, running: bool) -> None:
+        """The run's RunStarted Event; a single-task run that runs at once (not queued, not
+        a duplicate) has its task's Job created by the dispatch that follows: the Event tells
+        that start too, one Event where there were two, with the same words."""
+        spec = context.definition.spec
+        only = spec.only_task if running else None
+        told = None if only is None else (only, context.job_name(task_key=only, attempt=1))
+        notice = notices.run_started(
+            workflow=spec.workflow, version=spec.version, tasks=spec.forward_count, only=told
+        )
+        if told is None:
+            self.notifier.post(context, notice)
+        else:
+            self.notifier.announce(context, notice, job=told[1])
 
     def _show_final(self, body: Mapping[str, Any], *, run_id: int, phase: RunPhase) -> None:
         """Re-project a finished run whose object does not show its final phase yet (e.g. a

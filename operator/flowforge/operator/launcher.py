@@ -525,10 +525,12 @@ class JobLauncher:
                 attempt=sent.ref.attempt,
                 job=sent.name,
             )
-        else:
+        elif self._notifier.started(context, job=sent.name):
             notice = notices.task_started(
                 task_key=sent.ref.task_key, attempt=sent.ref.attempt, job=sent.name
             )
+        else:
+            return  # the run's RunStarted Event told it
         self._notifier.post(context, notice)
 
     async def _refused_by_policy(

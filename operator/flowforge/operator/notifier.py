@@ -3,7 +3,8 @@
 Events are for people (``kubectl describe wfr``); the store's history is the record. A
 post is fire-and-forget on the engine's background work, its failure logged. On a big run
 similar Events fold into one Event that counts them (``domain/event_series.py``), written
-at most once per ``SERIES_FLUSH_SECONDS`` per run and reason.
+at most once per ``SERIES_FLUSH_SECONDS`` per run and reason. A single-task run's
+``RunStarted`` tells its Job's start too (``announce``), which then has no Event of its own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Notifier:
         self._background = background
         self._clock = clock
         self._correlator = EventCorrelator()
+        self._announced: dict[str, str] = {}  # run uid -> the Job whose start was told
 
     def post(self, context: RunContext, notice: Notice) -> None:
         metrics.NOTICES.labels(notice.reason).inc()
@@ -58,6 +60,18 @@ class Notifier:
             what="event",
         )
 
+    def announce(self, context: RunContext, notice: Notice, *, job: str) -> None:
+        """Post ``notice``, which tells that ``job`` starts: its ``started`` is then False."""
+        self._announced[context.uid] = job
+        self.post(context, notice)
+
+    def started(self, context: RunContext, *, job: str) -> bool:
+        """Whether the start of the run's ``job`` is still to be told."""
+        if self._announced.get(context.uid) != job:
+            return True
+        del self._announced[context.uid]
+        return False
+
     async def flush_series(self, context: RunContext, reason: str) -> None:
         """Write what the run's series Event of ``reason`` has folded since it was written."""
         update = self._correlator.pending(run_uid=context.uid, reason=reason)
@@ -77,7 +91,8 @@ class Notifier:
     def forget_run(self, context: RunContext) -> None:
         """The run finished: its Event counts go once their series Events are written."""
         self._correlator.forget_run(context.uid)
+        self._announced.pop(context.uid, None)
 
     def __len__(self) -> int:
-        """How many (run, reason) Event counts are kept."""
-        return len(self._correlator)
+        """How many (run, reason) Event counts and told Job starts are kept."""
+        return len(self._correlator) + len(self._announced)

@@ -4,7 +4,11 @@
 becomes one projection and one status patch shortly after. A projection equal to the last
 one this process patched is not sent again: a digest of it is kept per active run (bounded,
 least recently written forgotten first, dropped once the final phase is written).
-``force`` patches even so, for an object seen to show something else.
+``force`` patches even so, for an object seen to show something else; but not within
+``final_settles_seconds`` (a reconciler's interval) of the run's final status this process
+patched: the view that showed something else (a reconciler's LIST page, a watch event handled
+late) is then one from before that patch, and a status someone changed since is repaired by
+a later pass.
 
 ``status.observedGeneration`` (kstatus reads a status made for an older generation as still
 in progress) is the ``metadata.generation`` last seen (``observe``) when it differed from the
@@ -21,7 +25,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 
 from flowforge.domain.execution import BackoffPolicy, attempts_made
 from flowforge.domain.kueue import queueing
@@ -77,7 +81,13 @@ CONCURRENT_PROJECTIONS = 3
 
 class StatusWriter:
     def __init__(
-        self, *, pool: Pool, kube: KubePort, runs: RunCache, delays: CreationDelays | None = None
+        self,
+        *,
+        pool: Pool,
+        kube: KubePort,
+        runs: RunCache,
+        delays: CreationDelays | None = None,
+        final_settles_seconds: float = 10.0,
     ) -> None:
         self._pool = pool
         self._delays = delays or CreationDelays(policy=BackoffPolicy())
@@ -96,6 +106,10 @@ class StatusWriter:
         self._writing = 0
         # generations to show, of runs whose object showed another one (or no status)
         self._generations: LRUCache[int, int] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
+        # runs whose final status this process patched moments ago
+        self._finals: TTLCache[int, None] = TTLCache(
+            maxsize=REMEMBERED_PROJECTIONS, ttl=final_settles_seconds
+        )
 
     def __len__(self) -> int:
         """How many runs' last projection is remembered."""
@@ -125,6 +139,8 @@ class StatusWriter:
                 self._moves = asyncio.get_running_loop().create_task(self._fold_moves())
             return
         self._moved.discard(run_id)
+        if force and run_id in self._finals:
+            return  # the object was seen before our final patch reached it
         if context is not None:
             self._contexts[run_id] = context
         if force:
@@ -297,10 +313,17 @@ class StatusWriter:
         if self._patched.get(run_id) == digest:
             metrics.STATUS_UNCHANGED.inc()
             return
-        await self._kube.patch_run_status(
-            namespace=context.namespace, name=context.name, status=body
-        )
-        if body.get("phase") in FINAL_PHASES:
+        final = body.get("phase") in FINAL_PHASES
+        if final:  # a view that shows another phase from now on is one from before this patch
+            self._finals[run_id] = None
+        try:
+            await self._kube.patch_run_status(
+                namespace=context.namespace, name=context.name, status=body
+            )
+        except BaseException:
+            self._finals.pop(run_id, None)
+            raise
+        if final:
             self._patched.pop(run_id, None)  # nothing changes after this: forget the run
             self._generations.pop(run_id, None)
         else:

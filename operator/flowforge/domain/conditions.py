@@ -38,6 +38,7 @@ _STRING_LITERAL = re.compile(
     r"""[rRbB]*(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""", re.DOTALL
 )
 _FIELD_REFERENCE = re.compile(r"\bparams\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_BARE_REFERENCE = re.compile(r"params\.([A-Za-z_][A-Za-z0-9_]*)")
 _INDEX_REFERENCE = re.compile(r"""\bparams\s*\[\s*(?:'((?:\\.|[^'\\])*)'|"((?:\\.|[^"\\])*)")""")
 _MACRO_CALL = re.compile(r"\.\s*(" + "|".join(_MACROS) + r")\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -120,6 +121,9 @@ def value_of(expression: str, parameters: Mapping[str, Any], *, path: str) -> An
     effective parameters; ConditionError naming ``path`` when it fails."""
     program = _compile(expression, path=path)
     try:
+        bare = _BARE_REFERENCE.fullmatch(expression.strip())
+        if bare is not None:  # `params.regions`: the value itself, no conversion to CEL and back
+            return parameters[bare.group(1)]
         return program.execute({"params": dict(parameters)})
     except KeyError as error:
         raise ConditionError(

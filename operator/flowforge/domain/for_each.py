@@ -49,6 +49,9 @@ NO_ITEMS_MESSAGE: Final = f"{NO_ITEMS}: forEach gave no items"
 
 _PLAIN_ITEM_KEY = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _PERCENT = re.compile(r"([0-9]{1,3})%")
+# json.dumps with sort_keys builds a new encoder per call: one shared, as a run of a
+# 200-item forEach encodes every item
+_ITEM_ENCODER: Final = json.JSONEncoder(sort_keys=True)
 
 
 class ItemsError(ConditionError):
@@ -85,7 +88,7 @@ def split_instance(key: str) -> tuple[str, str | None]:
 
 def item_text(item: Any) -> str:
     """An item exactly as ``FLOWFORGE_ITEM`` holds it (JSON, ASCII, sorted keys)."""
-    return json.dumps(item, sort_keys=True)
+    return _ITEM_ENCODER.encode(item)
 
 
 def item_key(item: Any) -> str:

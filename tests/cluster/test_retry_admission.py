@@ -121,9 +121,12 @@ async def test_retry_of_is_checked_at_admission_and_records_who_asked(
 
     params = {"date": "2026-11-30"}
     running = refusal(driver, "r1", workflow_name="slow", retry_of="s1")
-    assert "spec.retryOf" in running and "still Running" in running, running
+    # what is wrong, never what is stored: the retried run's phase is not repeated
+    assert "spec.retryOf" in running and "is not Failed or Cancelled" in running, running
+    assert "Running" not in running, running
     succeeded = refusal(driver, "r2", workflow_name="fine", retry_of="ok1")
-    assert "spec.retryOf" in succeeded and "succeeded" in succeeded, succeeded
+    assert "spec.retryOf" in succeeded and "is not Failed or Cancelled" in succeeded, succeeded
+    assert "Succeeded" not in succeeded, succeeded
     other = refusal(driver, "r3", workflow_name="flaky", retry_of="f1", parameters={"date": "x"})
     assert "spec.retryOf" in other and "parameters" in other, other
     missing = refusal(driver, "r4", workflow_name="flaky", retry_of="f1")  # no parameters

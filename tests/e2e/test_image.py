@@ -41,6 +41,7 @@ from tests.plugins.webhooks import (
     spawn_webhook_server,
     stop_webhook_server,
 )
+from tests.support.ports import free_port
 from tests.support.sagas import (
     REFUND_THEN_RELEASE,
     compensation_history,
@@ -316,6 +317,8 @@ async def test_the_chart_commands_run_from_the_image_and_complete_the_saga(
                 *chart.webhook["command"],
                 "--addr=127.0.0.1",
                 f"--port={port}",
+                "--probe-addr=127.0.0.1",  # the chart's $(POD_IP), which no kubelet sets here
+                f"--probe-port={free_port()}",
                 f"--kubeconfig={KUBECONFIG_IN_IMAGE}",
             ],
             {**plain_env(chart.webhook), "FLOWFORGE_DSN": image_database["webhook"]},

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client as k8s
@@ -197,3 +198,87 @@ def _raw_rate(watcher: Watcher, count: int, create: Callable[[str], object]) -> 
     elapsed = time.monotonic() - started
     watcher.close()
     return count / elapsed * 60
+
+
+def raw_chain_handoffs(
+    batch: k8s.BatchV1Api, core: k8s.CoreV1Api, namespace: str, *, chains: int, length: int
+) -> list[float]:
+    """The chains' burst driven by a plain client, the bound of a hand-off on this cluster:
+    ``chains`` chains of ``length`` Jobs started at once, each next Job created by a pool of
+    CONCURRENT_CREATIONS threads (as many as the operator's API client has) the moment a Pod
+    watch sees its step's Pod succeed; no store, no checks. Timed as FlowForge's are: the
+    Pod seen finished -> the next Job seen created, by the same two watchers."""
+    prefix = f"rawchain-{uuid.uuid4().hex[:5]}"
+    jobs, pods = job_watcher(batch, namespace), pod_watcher(core, namespace)
+
+    def create(chain: int, step: int) -> None:
+        labels = {
+            "bench": prefix,
+            "flowforge.io/run": f"{prefix}-{chain}",
+            "flowforge.io/task": f"t{step}",
+        }
+        template = {"metadata": {"labels": labels}, "spec": _plain_pod_spec()}
+        batch.create_namespaced_job(
+            namespace,
+            {
+                "metadata": {"name": f"{prefix}-{chain}-t{step}", "labels": labels},
+                "spec": {"backoffLimit": 0, "template": template},
+            },
+        )
+
+    with ThreadPoolExecutor(CONCURRENT_CREATIONS) as creations:
+        driver = threading.Thread(
+            target=_hand_on,
+            kwargs={
+                "core": core,
+                "namespace": namespace,
+                "selector": f"bench={prefix}",
+                "next_job": lambda chain, step: creations.submit(create, chain, step),
+                "length": length,
+                "handoffs": chains * (length - 1),
+            },
+            daemon=True,
+        )
+        driver.start()
+        in_groups(lambda chain: create(chain, 0), range(chains))
+        driver.join(timeout=600)
+    time.sleep(1)
+    jobs.close()
+    pods.close()
+    pods_of, jobs_of = pods.by_task(), jobs.by_task()
+    latencies = []
+    for chain in range(chains):
+        for step in range(1, length):
+            upstream = pods_of.get((f"{prefix}-{chain}", f"t{step - 1}"))
+            dependent = jobs_of.get((f"{prefix}-{chain}", f"t{step}"))
+            if upstream in pods.completed and dependent in jobs.created:
+                latencies.append(jobs.created[dependent] - pods.completed[upstream])
+    return latencies
+
+
+def _hand_on(
+    *,
+    core: k8s.CoreV1Api,
+    namespace: str,
+    selector: str,
+    next_job: Callable[[int, int], object],
+    length: int,
+    handoffs: int,
+) -> None:
+    """The plain client's hand-off: a chain's step's Pod seen succeeded -> its next Job."""
+    handed: set[tuple[str, int]] = set()
+    response = core.list_namespaced_pod(
+        namespace, label_selector=selector, watch=True, timeout_seconds=600, _preload_content=False
+    )
+    for line in response:
+        pod = json.loads(line)["object"]
+        if (pod.get("status") or {}).get("phase") != "Succeeded":
+            continue
+        labels = pod["metadata"]["labels"]
+        run, step = labels["flowforge.io/run"], int(labels["flowforge.io/task"][1:]) + 1
+        if step < length and (run, step) not in handed:
+            handed.add((run, step))
+            next_job(int(run.rsplit("-", 1)[1]), step)
+        if len(handed) == handoffs:
+            break
+    response.release_conn()

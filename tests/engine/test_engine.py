@@ -7,7 +7,6 @@ lost in the middle of recording an outcome, an outcome seen twice.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.errors import StaleEpochError
 from flowforge.store.events import run_history
 from tests.engine.conftest import Harness, engine_settings, open_harness
+from tests.engine.fake_clock import FakeClock
 from tests.support.waiting import wait_until
 from tests.support.workflows import SAGA
 
@@ -248,12 +248,12 @@ async def test_a_finished_run_seen_again_is_only_re_projected_when_it_shows_anot
     context the outcome had (the run is no longer cached). A view showing another phase is
     re-projected, but not within a reconciler's interval of the final patch (a view from
     before it: a watch event handled late, a LIST page read before it)."""
-    settings = engine_settings(reconcile_interval_seconds=0.5)
-    async with open_harness(store, settings=settings) as harness:
-        await _seen_again(harness)
+    clock = FakeClock()
+    async with open_harness(store, settings=engine_settings(), clock=clock) as harness:
+        await _seen_again(harness, clock)
 
 
-async def _seen_again(harness: Harness) -> None:
+async def _seen_again(harness: Harness, clock: FakeClock) -> None:
     run = await harness.start("seen-again", [{"key": "only"}])
 
     async def no_store_read(*_: Any, **__: Any) -> None:
@@ -273,7 +273,7 @@ async def _seen_again(harness: Harness) -> None:
     del harness.engine.runs.by_id  # re-projecting reads the run
     await harness.engine.start_run({**body, "status": {"phase": "Running"}})  # a stale view
     assert harness.engine.status.pending() == 0
-    await asyncio.sleep(0.5)  # the reconciler's interval: a status someone changed since
+    clock.advance(harness.engine.settings.reconcile_interval_seconds)  # a status changed since
     await harness.engine.start_run({**body, "status": {"phase": "Running"}})
     await wait_until(lambda: len(harness.kube.status_patches) > patches, what="the re-projection")
     assert harness.kube.status_patches[patches:] == ["seen-again"]

@@ -5,7 +5,6 @@ nothing, a finished run leaves nothing cached, and the definitions cache is boun
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.queries import find_run_id_by_uid
 from flowforge.store.runs import get_run
 from tests.engine.conftest import NAMESPACE, Harness, engine_settings, open_harness
+from tests.engine.fake_clock import FakeClock
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.store
@@ -110,12 +110,12 @@ async def test_a_pass_with_nothing_changed_patches_nothing(harness: Harness) -> 
 
 async def test_a_finished_run_leaves_nothing_cached(store: Pool) -> None:
     # a view unlike the final patch is believed a reconciler's interval after that patch
-    settings = engine_settings(reconcile_interval_seconds=0.3)
-    async with open_harness(store, settings=settings) as harness:
-        await _nothing_cached(harness)
+    clock = FakeClock()
+    async with open_harness(store, settings=engine_settings(), clock=clock) as harness:
+        await _nothing_cached(harness, clock)
 
 
-async def _nothing_cached(harness: Harness) -> None:
+async def _nothing_cached(harness: Harness, clock: FakeClock) -> None:
     run = await harness.start("evicted", ONE_TASK)
     assert harness.engine.cached_runs() > 0
     await statuses_written(harness)
@@ -138,7 +138,7 @@ async def _nothing_cached(harness: Harness) -> None:
     # patched once more, and still nothing stays
     body = harness.kube.runs[(NAMESPACE, "evicted")]  # with the finalizer added since
     body["status"]["phase"] = "Running"
-    await asyncio.sleep(0.3)
+    clock.advance(harness.engine.settings.reconcile_interval_seconds)
     await observe_run(harness.engine, body)
     await statuses_written(harness)
     assert harness.kube.runs[(NAMESPACE, "evicted")]["status"]["phase"] == "Succeeded"

@@ -1,12 +1,14 @@
 """The engine sends a run's trace when it becomes final, built from the real store's rows by
 the trace exporter process, and each Job it creates carries its attempt's TRACEPARENT (fake
 Kubernetes, real PostgreSQL, the real exporter process sending OTLP/HTTP to a receiver on
-127.0.0.1)."""
+127.0.0.1); a standby starts no exporter until it leads."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from flowforge.domain.states import RunPhase, TaskRole
 from flowforge.domain.tracing import TRACEPARENT_ANNOTATION, attempt_traceparent
 from flowforge.operator import tracing
+from flowforge.operator.leadership import Leadership
 from flowforge.operator.trace_export import MODULE, NICENESS
+from flowforge.store.connection import Pool
 from flowforge.store.events import run_history
+from flowforge.store.lease import acquire_lease, release_lease
 from tests.engine.conftest import Harness
 from tests.support.otlp import OtlpReceiver, otlp_receiver
 from tests.support.waiting import wait_until
@@ -27,17 +32,26 @@ pytestmark = pytest.mark.store
 CREATOR = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
+def _environ(received: OtlpReceiver) -> dict[str, str]:
+    return {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": received.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+
+
 @pytest.fixture
-async def receiver(store_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OtlpReceiver]:
+async def receiver(
+    harness: Harness, store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[OtlpReceiver]:
     with otlp_receiver() as received:
-        environ = {
-            **os.environ,
-            "OTEL_EXPORTER_OTLP_ENDPOINT": received.endpoint,
-            "OTEL_BSP_SCHEDULE_DELAY": "50",
-        }
-        tracer = tracing.RunTracer(dsn=store_dsn, environ=environ)
-        tracer.start()
-        monkeypatch.setattr(tracing, "_tracer", tracer)
+        monkeypatch.setattr(tracing, "_tracer", None)
+        tracer = tracing.configure(
+            dsn=store_dsn,
+            leading=harness.engine.leadership.wait_until_leader,
+            environ=_environ(received),
+        )
+        assert tracer is not None
         try:
             yield received
         finally:
@@ -139,6 +153,37 @@ async def test_a_finished_saga_sends_its_trace_from_the_stores_rows(
     tracer.finished(context, RunPhase.FAILED)
     assert await tracer.drain()
     assert _times(receiver.spans()) == first
+
+
+async def test_a_standby_starts_its_exporter_only_when_it_takes_the_lease(
+    store: Pool, store_dsn: str, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = await acquire_lease(store, holder="op-a", ttl=timedelta(minutes=5))
+    assert held is not None
+    standby = Leadership(store, identity="op-b", ttl=timedelta(minutes=5), renew_every=0.05)
+    monkeypatch.setattr(tracing, "_tracer", None)
+
+    def attempts() -> int:
+        return sum("INSERT INTO flowforge_lease" in statement for statement in statements)
+
+    with otlp_receiver() as received:
+        tracer = tracing.configure(
+            dsn=store_dsn, leading=standby.wait_until_leader, environ=_environ(received)
+        )
+        assert tracer is not None
+        leading = asyncio.create_task(standby.run())
+        try:
+            # op-a's acquisition, then three refused ones of the standby's
+            await wait_until(lambda: attempts() >= 4, what="the standby's attempts")
+            assert not standby.is_leader and _exporter() is None
+            assert await release_lease(store, held)
+            await wait_until(_exporter, what="the new leader's trace exporter", timeout=20)
+            assert standby.is_leader
+            assert await tracer.drain()  # the exporter answers
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await tracer.close()
 
 
 async def _run_id(harness: Harness, uid: str) -> int:

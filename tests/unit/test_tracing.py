@@ -4,6 +4,7 @@ exporter process (operator/tracing.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import subprocess
 import sys
@@ -242,8 +243,8 @@ def test_tracing_is_configured_by_the_standard_variables() -> None:
 
 def test_off_imports_nothing_of_opentelemetry() -> None:
     code = (
-        "import sys; from flowforge.operator import handlers, tracing; "
-        "assert tracing.configure(dsn='', environ={}) is None; "
+        "import asyncio, sys; from flowforge.operator import handlers, tracing; "
+        "assert tracing.configure(dsn='', leading=asyncio.Event().wait, environ={}) is None; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -304,6 +305,16 @@ async def test_a_full_queue_drops_the_trace_and_counts_it_and_a_stop_waits_only_
     await tracer.close(deadline_seconds=0.2)
     assert time.monotonic() - started < 2
     assert _dropped() == before + 4  # the two still queued when the deadline passed
+
+
+async def test_a_standby_stops_at_once_without_an_exporter() -> None:
+    tracer = tracing.RunTracer(dsn="", environ={})
+    tracer.start(leading=asyncio.Event().wait)  # never leads: no exporter is started
+    before = _dropped()
+    started = time.monotonic()
+    await tracer.close(deadline_seconds=30)
+    assert time.monotonic() - started < 2  # no drain waits for an exporter that never ran
+    assert _dropped() == before
 
 
 def test_a_runs_message_to_the_exporter_carries_its_facts() -> None:

@@ -87,8 +87,8 @@ class Engine:
         leadership: Leadership,
         clock: Clock | None = None,
     ) -> None:
-        """``clock``: when deferred work is due (the event loop's, unless a test moves
-        time itself)."""
+        """``clock``: when deferred work is due and a final status has settled (the event
+        loop's, unless a test moves time itself)."""
         self.pool = pool
         self.kube = kube
         self.settings = settings
@@ -101,7 +101,12 @@ class Engine:
         # a view of a run older than its final status patch comes at most a pass later
         settles = settings.reconcile_interval_seconds
         self.status = StatusWriter(
-            pool=pool, kube=kube, runs=self.runs, delays=self.delays, final_settles_seconds=settles
+            pool=pool,
+            kube=kube,
+            runs=self.runs,
+            delays=self.delays,
+            final_settles_seconds=settles,
+            clock=clock,
         )
         self.notifier = Notifier(kube=kube, background=self.background)
         self.launcher = JobLauncher(

@@ -130,7 +130,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     leadership.on_gained = gained
     if config.metrics_port:
         metrics.serve(host=config.metrics_host, port=config.metrics_port)
-    tracing.configure(dsn=config.dsn)  # on when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    # on when OTEL_EXPORTER_OTLP_ENDPOINT is set; its exporter process starts when leading
+    tracing.configure(dsn=config.dsn, leading=leadership.wait_until_leader)
     probes = health.Health(stall_seconds=config.loop_stall_seconds)
     if config.health_port:
         memo.health_server = health.serve(probes, host=config.metrics_host, port=config.health_port)

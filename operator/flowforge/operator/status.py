@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +48,7 @@ from flowforge.domain.states import (
     TaskState,
 )
 from flowforge.operator import metrics
+from flowforge.operator.background import Clock
 from flowforge.operator.creation_delays import CreationDelays
 from flowforge.operator.kubeport import KubePort
 from flowforge.operator.runs import RunCache, RunContext
@@ -88,7 +90,10 @@ class StatusWriter:
         runs: RunCache,
         delays: CreationDelays | None = None,
         final_settles_seconds: float = 10.0,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: the one ``final_settles_seconds`` is measured on (monotonic, unless a
+        test moves time itself)."""
         self._pool = pool
         self._delays = delays or CreationDelays(policy=BackoffPolicy())
         self._kube = kube
@@ -108,7 +113,9 @@ class StatusWriter:
         self._generations: LRUCache[int, int] = LRUCache(maxsize=REMEMBERED_PROJECTIONS)
         # runs whose final status this process patched moments ago
         self._finals: TTLCache[int, None] = TTLCache(
-            maxsize=REMEMBERED_PROJECTIONS, ttl=final_settles_seconds
+            maxsize=REMEMBERED_PROJECTIONS,
+            ttl=final_settles_seconds,
+            timer=time.monotonic if clock is None else clock.time,
         )
 
     def __len__(self) -> int:

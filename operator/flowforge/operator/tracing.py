@@ -10,10 +10,13 @@ returns at once.
 On, a finished run's trace costs this process one line on a bounded queue: the run's id and
 facts. A child process (``operator/trace_export.py``, at a lower priority) reads the run's
 history over its own connection, builds the spans and sends them; this process never imports
-the SDK. A full queue drops the trace and counts it (``flowforge_traces_dropped_total``): the
-engine never waits for telemetry. A child that dies is logged and started again. The only
-memory here is the creator's ``flowforge.io/traceparent`` of the active runs that carry one,
-read again from the object at every sighting (so a new leader learns it from its first list).
+the SDK. The child starts when this operator first leads: a standby finishes no runs, so it
+runs no exporter (and spends no memory on one); once started it stays after a lost lease (a
+leader that stopped acting may act again, with traces still queued). A full queue drops the
+trace and counts it (``flowforge_traces_dropped_total``): the engine never waits for
+telemetry. A child that dies is logged and started again. The only memory here is the
+creator's ``flowforge.io/traceparent`` of the active runs that carry one, read again from the
+object at every sighting (so a new leader learns it from its first list).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from cachetools import LRUCache
@@ -107,9 +110,10 @@ class RunTracer:
         except asyncio.QueueFull:
             metrics.TRACES_DROPPED.inc()
 
-    def start(self) -> None:
+    def start(self, *, leading: Callable[[], Awaitable[object]]) -> None:
+        """Run the exporter once ``leading`` returns (the lease is held), and keep it running."""
         self._supervisor = asyncio.get_running_loop().create_task(
-            self._supervise(), name="flowforge-traces"
+            self._supervise(leading), name="flowforge-traces"
         )
 
     async def drain(self) -> bool:
@@ -122,14 +126,15 @@ class RunTracer:
         return await answered
 
     async def close(self, *, deadline_seconds: float = SHUTDOWN_SECONDS) -> None:
-        """Drain, within the deadline, and stop the exporter."""
-        try:
-            async with asyncio.timeout(deadline_seconds):
-                await self.drain()
-        except TimeoutError:
-            left = self._queue.qsize()
-            metrics.TRACES_DROPPED.inc(left)
-            logger.warning("tracing: stopped with %d traces not sent", left)
+        """Drain, within the deadline, and stop the exporter (a standby's stop: at once)."""
+        if self._process is not None or not self._queue.empty():
+            try:
+                async with asyncio.timeout(deadline_seconds):
+                    await self.drain()
+            except TimeoutError:
+                left = self._queue.qsize()
+                metrics.TRACES_DROPPED.inc(left)
+                logger.warning("tracing: stopped with %d traces not sent", left)
         self._closing = True
         process = self._process
         if process is not None and process.returncode is None:
@@ -143,7 +148,9 @@ class RunTracer:
             self._supervisor.cancel()
             await asyncio.gather(self._supervisor, return_exceptions=True)
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, leading: Callable[[], Awaitable[object]]) -> None:
+        await leading()
+        logger.info("tracing: leading, the trace exporter starts")
         delay = RESTART_SECONDS
         while not self._closing:
             started = time.monotonic()
@@ -208,14 +215,19 @@ class RunTracer:
 _tracer: RunTracer | None = None
 
 
-def configure(*, dsn: str, environ: Mapping[str, str] | None = None) -> RunTracer | None:
+def configure(
+    *,
+    dsn: str,
+    leading: Callable[[], Awaitable[object]],
+    environ: Mapping[str, str] | None = None,
+) -> RunTracer | None:
     """Turn tracing on when the environment asks for it (the operator's start-up, in its
-    event loop): the exporter process starts."""
+    event loop): the exporter process starts once ``leading`` returns."""
     global _tracer
     environ = os.environ if environ is None else environ
     if _tracer is None and enabled_by(environ):
         _tracer = RunTracer(dsn=dsn, environ=environ)
-        _tracer.start()
+        _tracer.start(leading=leading)
         logger.info("tracing: runs' traces go to the OTLP endpoint through a child process")
     return _tracer
 

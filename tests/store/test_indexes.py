@@ -70,7 +70,8 @@ RUN_BY_ID = frozenset({"flowforge_run_pkey", "flowforge_run_id_namespace"})
 # a run by its object's identity: the identity index, or the uid index (as selective)
 RUN_BY_OBJECT = frozenset({"flowforge_run_identity", "flowforge_run_uid_idx"})
 TASK_PKEY = "flowforge_task_pkey"
-LEASE_PKEY = "flowforge_lease_pkey"
+# the lease row by its name: the primary key, or migration 25's (name, epoch) key
+LEASE_PKEY = frozenset({"flowforge_lease_pkey", "flowforge_lease_epoch_key"})
 TASK_IDENTITY = "flowforge_task_identity"
 PROGRESS = "flowforge_task_progress_idx"
 EDGES = "flowforge_task_dependency_pkey"

@@ -22,6 +22,7 @@ from flowforge.store.events import run_history
 from flowforge.store.lease import (
     Fence,
     acquire_lease,
+    check_fence,
     current_lease,
     release_lease,
     renew_lease,
@@ -187,13 +188,13 @@ async def test_a_move_with_a_stale_epoch_is_refused_and_changes_nothing(
 async def test_a_takeover_waits_for_a_move_of_the_old_epoch_in_flight(
     store: Pool, fence: Fence
 ) -> None:
-    """A takeover updates the lease row, which waits for the old holder's in-flight move
-    (it holds the row FOR SHARE); the move after it is refused."""
+    """A takeover updates the lease row's epoch, which waits for the old holder's in-flight
+    move (it holds the fence's lock on the row); the move after it is refused."""
     run = (await start_run(store, fence, TASKS)).run
     await dispatch_due(store, fence=fence, run_id=run.id)
 
     async with store.connection() as connection, connection.transaction():
-        await connection.execute("SELECT 1 FROM flowforge_lease FOR SHARE")
+        await check_fence(connection, fence)
         takeover = asyncio.ensure_future(take_over(store))
         await asyncio.sleep(0.2)
         assert not takeover.done()  # waits for the old epoch's transaction
@@ -202,3 +203,17 @@ async def test_a_takeover_waits_for_a_move_of_the_old_epoch_in_flight(
     with pytest.raises(StaleEpochError):
         await record(store, deposed, run, "a")
     assert (await get_run(store, run.id)).phase is RunPhase.RUNNING
+
+
+async def test_a_renewal_does_not_wait_for_the_moves_in_flight(store: Pool, fence: Fence) -> None:
+    """The fence's lock does not block a renewal (it changes no key column): with the row
+    locked FOR SHARE, 50 concurrent moves kept a renewal waiting past its statement timeout
+    and the leader stopped acting. The renewal commits while a move holds the fence."""
+    lease = await current_lease(store)
+    assert lease is not None
+    async with store.connection() as connection, connection.transaction():
+        await check_fence(connection, fence)
+        longer = timedelta(hours=1)
+        renewed = await asyncio.wait_for(renew_lease(store, lease, ttl=longer), timeout=10)
+        assert renewed.epoch == lease.epoch and renewed.expires_at > lease.expires_at
+        await check_fence(connection, fence)  # the move goes on under the same epoch

@@ -38,10 +38,11 @@ running compensator per run.
 The fencing rule
 ----------------
 Every write takes a ``Fence`` (lease name and epoch, from ``lease.acquire_lease``). Its
-transaction starts by locking the lease row ``FOR SHARE`` and comparing epochs; a stale
+transaction starts by locking the lease row ``FOR KEY SHARE`` and comparing epochs; a stale
 epoch raises ``StaleEpochError`` and the transaction rolls back, changing nothing. A new
-holder increments the epoch with an UPDATE of that row, which waits for in-flight writes
-of the old epoch, so no old-epoch write can commit after a takeover. On top of the fence,
+holder increments the epoch (a key column) with an UPDATE of that row, which waits for
+in-flight writes of the old epoch, so no old-epoch write can commit after a takeover; a
+renewal (``expires_at`` only) waits for none of them. On top of the fence,
 every move is a compare-and-set on the expected state and attempt; a move that loses
 returns ``Decision.lost()`` (``flowforge.domain.decision``), never an exception. Every
 decision runs through ``transaction.in_transaction``, which re-runs it after a

@@ -3,11 +3,14 @@
 One row per lease name: the holder, a monotonically increasing ``epoch`` and an expiry.
 Acquiring a lease that another holder let expire (or released) increments the epoch;
 renewing keeps it. Every store write carries a ``Fence`` (lease name and epoch) and, as
-the first statement of its transaction, locks the lease row ``FOR SHARE`` and compares
-epochs. A takeover must update that row, so it waits for in-flight writes of the old epoch
-to commit, and every write of the old epoch that starts after the takeover is refused: a
-deposed operator cannot overwrite newer state. Expiry alone does not fence (only a new
-holder does), so an operator whose renewal was late but not taken over keeps working.
+the first statement of its transaction, locks the lease row ``FOR KEY SHARE`` and compares
+epochs. A takeover changes ``epoch``, a key column (migration 25 puts it in a unique
+constraint), so its row lock is ``FOR UPDATE``: it waits for in-flight writes of the old
+epoch to commit, and every write of the old epoch that starts after the takeover is
+refused: a deposed operator cannot overwrite newer state. A renewal changes ``expires_at``
+only, whose lock (``FOR NO KEY UPDATE``) the writes' ``KEY SHARE`` does not block, so a
+stream of writes cannot starve the renewal of its leader. Expiry alone does not fence (only
+a new holder does), so an operator whose renewal was late but not taken over keeps working.
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ async def current_lease(pool: Pool, name: str = DEFAULT_LEASE) -> Lease | None:
 # The fence of a single-statement move, as its first common table expression: the statement
 # locks the lease row like ``check_fence`` and writes only ``WHERE (SELECT epoch FROM fence)
 # = %(epoch)s``; it returns the epoch it found for ``refuse_stale``. Parameters: ``lease``.
-FENCE_CTE = "fence AS (SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR SHARE)"
+FENCE_CTE = "fence AS (SELECT epoch FROM flowforge_lease WHERE name = %(lease)s FOR KEY SHARE)"
 
 
 def refuse_stale(fence: Fence, current: object) -> None:
@@ -146,7 +149,7 @@ def refuse_stale(fence: Fence, current: object) -> None:
 async def check_fence(connection: Connection, fence: Fence) -> None:
     """Inside the writer's transaction: refuse the write unless its epoch is current."""
     cursor = await connection.execute(
-        "SELECT epoch FROM flowforge_lease WHERE name = %s FOR SHARE", (fence.lease,)
+        "SELECT epoch FROM flowforge_lease WHERE name = %s FOR KEY SHARE", (fence.lease,)
     )
     row = await cursor.fetchone()
     refuse_stale(fence, None if row is None else row[0])

@@ -1,8 +1,8 @@
 """The skeleton every locked move of a run shares, so its lock order is written once.
 
 The store's central invariant is one lock order (``queue.py``): the fence (the lease row
-``FOR SHARE``), then the run's namespace (a transaction-level advisory lock), then the run's
-row, then its task rows in id order. A move (record a failed attempt, hand a freed slot on,
+``FOR KEY SHARE``), then the run's namespace (a transaction-level advisory lock), then the
+run's row, then its task rows in id order. A move (record a failed attempt, hand a freed slot on,
 cancel, dispatch, settle) supplies only its own middle part, which takes the run row and task
 rows; ``locked_move`` takes what comes before it and, after it, settles the run and gives the
 slots it freed to the namespace's other runs, in that order, in the same transaction.

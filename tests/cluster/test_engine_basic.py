@@ -91,6 +91,7 @@ async def test_diamond_runs_in_dependency_order_and_succeeds(
         "running": 0,
         "succeeded": 4,
         "failed": 0,
+        "tolerated": 0,
         "skipped": 0,
         "cancelled": 0,
         "conditionSkipped": 0,

@@ -5,6 +5,8 @@ own attempts; dependents wait for every item; ``flowforge plan -p`` prints the s
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,13 +18,16 @@ from flowforge.domain.models import DefinitionSpec
 from flowforge.domain.planning import plan
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.domain.validation import parse_definition
+from flowforge.server import views
+from flowforge.store import browse
 from flowforge.store.browse import creation_skips
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.items import run_items, task_item
 from flowforge.store.lease import Fence
 from flowforge.store.queries import list_tasks
-from flowforge.store.reuse import find_run_by_name
+from flowforge.store.retention import prune
+from flowforge.store.reuse import NamedRun, find_run_by_name
 from flowforge.store.runs import RunRecord, create_run, get_run
 from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states, stored_edges
 
@@ -142,11 +147,9 @@ async def test_an_empty_list_runs_nothing(store: Pool, fence: Fence) -> None:
     assert (await get_run(store, run.id)).phase is RunPhase.SUCCEEDED
 
 
-async def test_describe_counts_a_tolerated_item_apart_from_the_failed(
-    store: Pool, fence: Fence
-) -> None:
-    """`flowforge describe run` of a run that succeeded with a PartialFailure: the item that
-    failed within ``tolerateFailures`` is no failure of the run (as in its status)."""
+async def tolerated_run(store: Pool, fence: Fence) -> NamedRun:
+    """A run that succeeded with a PartialFailure: its item ``deploy[us]`` failed within
+    ``tolerateFailures``."""
     run = await create(store, fence, {}, definition=fanned(tolerateFailures=1))
     await finish(store, fence, run, "migrate")
     await finish(store, fence, run, "deploy[eu]")
@@ -155,13 +158,48 @@ async def test_describe_counts_a_tolerated_item_apart_from_the_failed(
     await finish(store, fence, run, "verify")
     named = await find_run_by_name(store, namespace=NAMESPACE, name=run.name)
     assert named is not None and named.phase is RunPhase.SUCCEEDED
-    report = await load_report(store, named)
-    assert {state: n for state, n in report.counts.items() if n} == {
-        "total": 4,
-        "succeeded": 3,
-        "tolerated": 1,
-    }
+    return named
+
+
+# its counts, as every reader shows them: the item that failed within tolerateFailures is
+# no failure of the run (as in its status)
+TOLERATED_COUNTS = {"total": 4, "succeeded": 3, "tolerated": 1}
+
+
+def shown(counts: Mapping[str, int]) -> dict[str, int]:
+    return {state: n for state, n in counts.items() if n}
+
+
+async def test_describe_counts_a_tolerated_item_apart_from_the_failed(
+    store: Pool, fence: Fence
+) -> None:
+    """`flowforge describe run` of a run that succeeded with a PartialFailure."""
+    report = await load_report(store, await tolerated_run(store, fence))
+    assert shown(report.counts) == TOLERATED_COUNTS
     assert "Progress:   3/4 succeeded, 1 failed within tolerateFailures\n" in report_text(report)
+
+
+async def test_the_read_api_counts_a_tolerated_item_apart_and_so_does_a_pruned_run(
+    store: Pool, fence: Fence
+) -> None:
+    """The read API's run list and run (``browse``) count it as the status does, and so do
+    they and `flowforge describe` once retention pruned the run (its ``final_counts``)."""
+    named = await tolerated_run(store, fence)
+
+    async def read() -> list[dict[str, int]]:
+        async with store.connection() as connection:
+            listed = await browse.list_runs(connection, namespaces=[NAMESPACE])
+            found = await browse.find_run(connection, namespace=NAMESPACE, name=named.name)
+        assert found is not None and [row.id for row in listed] == [found.id]
+        api = views.progress(found.counts)
+        assert (api.failed, api.tolerated) == (0, 1)
+        report = await load_report(store, named, with_tasks=False)
+        return [shown(listed[0].counts), shown(found.counts), shown(report.counts)]
+
+    assert await read() == [TOLERATED_COUNTS] * 3
+    assert (await prune(store, older_than=timedelta(0))).runs == 1
+    assert await list_tasks(store, named.id) == []
+    assert await read() == [TOLERATED_COUNTS] * 3
 
 
 @pytest.mark.parametrize("parameters", [{}, {"regions": ["a", "b", "c"]}], ids=repr)

@@ -1,8 +1,13 @@
-"""Small builders of WorkflowDefinition specs for the domain and CLI tests."""
+"""Small builders of WorkflowDefinition specs (and a run's status) for the domain and CLI
+tests."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+from flowforge.domain.projection import StatusInput, TaskCounts, project_status
+from flowforge.domain.states import RunPhase
 
 
 def task(key: str, *depends_on: str, **fields: Any) -> dict[str, Any]:
@@ -22,3 +27,18 @@ def spec(*tasks: dict[str, Any], **fields: Any) -> dict[str, Any]:
     }
     document.update(fields)
     return document
+
+
+def succeeded_status(counts: TaskCounts) -> dict[str, Any]:
+    """The status body of a run that succeeded with ``counts``."""
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    return project_status(
+        StatusInput(
+            phase=RunPhase.SUCCEEDED,
+            counts=counts,
+            fingerprint="sha256:x",
+            started_at=now,
+            finished_at=now,
+            now=now,
+        )
+    )

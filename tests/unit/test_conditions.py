@@ -4,7 +4,6 @@ admission, ``flowforge plan -p`` and the SDK see them."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,13 @@ from flowforge.domain.conditions import (
 from flowforge.domain.errors import InvalidDefinitionError
 from flowforge.domain.expansion import expand
 from flowforge.domain.planning import plan
-from flowforge.domain.projection import StatusInput, TaskCounts, project_status
+from flowforge.domain.projection import TaskCounts
 from flowforge.domain.spec_schema import MAX_EXPRESSION_LENGTH
-from flowforge.domain.states import RunPhase
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.sdk import chain, task, workflow
 from tests.support.cli import flowforge
 from tests.unit.admission_fakes import create, wrap
-from tests.unit.domain_builders import spec
+from tests.unit.domain_builders import spec, succeeded_status
 from tests.unit.domain_builders import task as spec_task
 
 PARAMETERS: list[dict[str, Any]] = [
@@ -326,18 +324,7 @@ def test_the_sdk_writes_when_and_the_declarations() -> None:
 
 
 def test_the_status_counts_condition_skips_apart_from_skips_after_a_failure() -> None:
-    now = datetime(2026, 12, 1, tzinfo=UTC)
-    counts = TaskCounts(total=3, succeeded=2, skipped=1, condition_false=1)
-    status = project_status(
-        StatusInput(
-            phase=RunPhase.SUCCEEDED,
-            counts=counts,
-            fingerprint="sha256:x",
-            started_at=now,
-            finished_at=now,
-            now=now,
-        )
-    )
+    status = succeeded_status(TaskCounts(total=3, succeeded=2, skipped=1, condition_false=1))
     assert status["counts"]["skipped"] == 0
     assert status["counts"]["conditionSkipped"] == 1
     assert status["progress"] == "2/2"

@@ -25,6 +25,7 @@ from flowforge.domain.for_each import (
 )
 from flowforge.domain.models import ForEachSpec
 from flowforge.domain.planning import plan
+from flowforge.domain.projection import TaskCounts
 from flowforge.domain.states import TaskRole
 from flowforge.domain.validation import parse_definition, validate_spec
 from flowforge.kube.jobs import (
@@ -41,7 +42,7 @@ from flowforge.sdk import task as sdk_task
 from flowforge.sdk import task_item, workflow
 from tests.support.cli import flowforge
 from tests.unit.admission_fakes import create, wrap
-from tests.unit.domain_builders import spec
+from tests.unit.domain_builders import spec, succeeded_status
 from tests.unit.domain_builders import task as spec_task
 
 PARAMETERS: list[dict[str, Any]] = [
@@ -201,6 +202,17 @@ def test_tolerate_failures_is_a_count_or_a_percent_rounded_down() -> None:
     assert tolerated_failures(ForEachSpec(items=[], tolerate_failures="25%"), 10) == 2
     assert tolerated_failures(ForEachSpec(items=[], tolerate_failures="100%"), 3) == 3
     assert tolerated_failures(ForEachSpec(items=[]), 3) == 0
+
+
+def test_the_status_counts_a_tolerated_item_apart_from_the_failed() -> None:
+    """``kubectl get`` (the progress column) and the status say what `flowforge describe`
+    says of an item that failed within ``tolerateFailures``: no failure of the run."""
+    status = succeeded_status(TaskCounts(total=4, succeeded=3, tolerated=1))
+    assert (status["counts"]["failed"], status["counts"]["tolerated"]) == (0, 1)
+    assert status["progress"] == "3/4 (1 failed within tolerateFailures)"
+    assert status["message"] == "3 of 4 tasks succeeded, 1 failed within tolerateFailures"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("False", "NoTaskFailed")
 
 
 def test_an_empty_list_runs_nothing_and_its_dependents_wait_for_its_upstreams() -> None:

@@ -621,6 +621,11 @@ export interface components {
             skipped: number;
             /** Succeeded */
             succeeded: number;
+            /**
+             * Tolerated
+             * @default 0
+             */
+            tolerated: number;
             /** Total */
             total: number;
             /** Waiting */

@@ -14,7 +14,7 @@ from typing import Any
 from flowforge.cli.api_client import ServerClient, path_of
 from flowforge.cli.authoring import GraphSource
 from flowforge.cli.output import EXIT_FAILED, EXIT_OK, CommandError, emit, table
-from flowforge.cli.run_report import duration_text
+from flowforge.cli.run_report import duration_text, other_counts
 from flowforge.domain.models import ContainerTemplate, DefinitionSpec, TaskSpec
 
 Json = Mapping[str, Any]
@@ -76,9 +76,7 @@ def _task_cells(task: Json, *, wide: bool) -> list[str]:
 
 def report_text(run: Json, *, wide: bool = False) -> str:
     progress = run["progress"]
-    others = ", ".join(
-        f"{n} {state}" for state, n in progress.items() if state not in ("total", "succeeded") and n
-    )
+    others = other_counts(progress)
     lines = [
         f"Run:        {run['namespace']}/{run['name']} (uid {run['uid']})",
         f"Workflow:   {run['workflow']} v{run['version']}",

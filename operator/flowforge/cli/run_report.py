@@ -13,6 +13,7 @@ from typing import Any
 from flowforge.cli.output import table
 from flowforge.domain.execution import attempts_made
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
+from flowforge.domain.projection import TOLERATED_LABEL
 from flowforge.domain.states import CompensationState, TaskRole, TaskState
 from flowforge.store.connection import Pool
 from flowforge.store.events import Event, run_history
@@ -342,16 +343,22 @@ def _task_row(task: TaskReport, *, first: str, wide: bool) -> list[str]:
 
 
 # forEach items that failed within their task's tolerance: no failure of the run
-COUNT_LABELS = {"tolerated": "failed within tolerateFailures"}
+COUNT_LABELS = {"tolerated": TOLERATED_LABEL}
+
+
+def other_counts(counts: Mapping[str, int]) -> str:
+    """The counts besides the succeeded and the total, e.g. ``1 failed, 2 skipped`` (what
+    `flowforge describe` prints after its progress, from the store or the read API)."""
+    return ", ".join(
+        f"{n} {COUNT_LABELS.get(state, state)}"
+        for state, n in counts.items()
+        if state not in ("total", "succeeded") and n
+    )
 
 
 def report_text(report: RunReport, *, wide: bool = False) -> str:
     run = report.run
-    counts = ", ".join(
-        f"{n} {COUNT_LABELS.get(state, state)}"
-        for state, n in report.counts.items()
-        if state not in ("total", "succeeded") and n
-    )
+    counts = other_counts(report.counts)
     lines = [
         f"Run:        {run.namespace}/{run.name} (uid {run.uid})",
         f"Workflow:   {run.workflow} v{run.version}",

@@ -57,6 +57,8 @@ FINALIZING = "Finalizing"
 
 # per-task entries in the status only while the run is this small; above it, counts only
 STATUS_TASK_SUMMARY_LIMIT = 50
+# what people are told ``TaskCounts.tolerated`` counts (the status, `flowforge describe`)
+TOLERATED_LABEL = "failed within tolerateFailures"
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,13 @@ def settled_phase(*, counts: TaskCounts, cancel_requested: bool) -> RunPhase:
 def progress_text(counts: TaskCounts, *, rollback: Sequence[CompensationStep] = ()) -> str:
     """What the progress printer column shows: succeeded of total, e.g. ``3/4``; how many
     wait for Kueue's admission, e.g. ``1/6 (4 admitting)``, or for people's approval, e.g.
-    ``2/4 (1 awaiting approval)``; while a rollback runs, how far
+    ``2/4 (1 awaiting approval)``; forEach items that failed within their tolerance, e.g.
+    ``3/4 (1 failed within tolerateFailures)``; while a rollback runs, how far
     it got too, e.g. ``2/3 compensating 1/2``."""
     # a task whose condition is false is not part of the run's work
     text = f"{counts.succeeded}/{counts.total - counts.condition_false}"
+    if counts.tolerated:  # resolved, yet not succeeded: say why the run is not held up
+        text += f" ({counts.tolerated} {TOLERATED_LABEL})"
     if counts.admitting:  # Jobs that wait for Kueue are not running: say so
         text += f" ({counts.admitting} admitting)"
     if counts.awaiting:  # approval gates wait for people
@@ -494,11 +499,16 @@ def _phase_message(status: StatusInput) -> str:
         return duplicate_message(status.duplicate_of, finished=finished)
     rollback_failure = compensation_failure(status.compensation)
     after = f"; {rollback_failure}" if rollback_failure else ""
-    if status.phase is RunPhase.SUCCEEDED and counts.condition_false:
-        ran = counts.total - counts.condition_false
-        return f"all {ran} tasks succeeded; {counts.condition_false} skipped (ConditionFalse)"
     if status.phase is RunPhase.SUCCEEDED:
-        return f"all {counts.total} tasks succeeded"
+        ran = counts.total - counts.condition_false
+        text = (
+            f"{counts.succeeded} of {ran} tasks succeeded, {counts.tolerated} {TOLERATED_LABEL}"
+            if counts.tolerated
+            else f"all {ran} tasks succeeded"
+        )
+        if counts.condition_false:
+            text += f"; {counts.condition_false} skipped (ConditionFalse)"
+        return text
     if status.phase is RunPhase.FAILED:
         return (status.failure_message or f"{counts.failed} tasks failed") + after
     if status.phase is RunPhase.CANCELLED:
@@ -547,6 +557,7 @@ def project_status(status: StatusInput) -> dict[str, Any]:
             running=counts.running,
             succeeded=counts.succeeded,
             failed=counts.failed,
+            tolerated=counts.tolerated,
             skipped=counts.skipped - counts.condition_false,
             condition_skipped=counts.condition_false,
             cancelled=counts.cancelled,

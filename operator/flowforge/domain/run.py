@@ -218,6 +218,12 @@ class RunProgress(_WireModel):
     running: int = Field(default=0, ge=0, description="Tasks whose Job is running.")
     succeeded: int = Field(default=0, ge=0, description="Tasks that succeeded.")
     failed: int = Field(default=0, ge=0, description="Tasks that failed after their retries.")
+    tolerated: int = Field(
+        default=0,
+        ge=0,
+        description="forEach items that failed within their task's tolerateFailures (not in "
+        "failed): no failure of the run, their dependents ran.",
+    )
     skipped: int = Field(
         default=0, ge=0, description="Tasks never started because an upstream task failed."
     )

@@ -59,6 +59,8 @@ class Progress(ApiModel):
     cancelled: int
     # released, not yet dispatched (counted in none of the above)
     ready: int = 0
+    # forEach items that failed within their task's tolerateFailures (not in ``failed``)
+    tolerated: int = 0
 
 
 class RunSummary(ApiModel):

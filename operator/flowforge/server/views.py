@@ -22,6 +22,7 @@ from flowforge.store.browse import ATTEMPT_START_KINDS, RunRow, TaskRow
 from flowforge.store.definitions import DefinitionText, StoredDefinition
 from flowforge.store.events import Event
 from flowforge.store.final_reads import FinalRows
+from flowforge.store.queries import TOLERATED
 
 # a run detail lists its tasks only up to this size; above, the graph and per-task reads
 DETAIL_TASK_LIMIT = 2000
@@ -99,6 +100,7 @@ def progress(counts: Mapping[str, int]) -> models.Progress:
         skipped=counts.get(TaskState.SKIPPED, 0),
         cancelled=counts.get(TaskState.CANCELLED, 0),
         ready=counts.get(TaskState.READY, 0),
+        tolerated=counts.get(TOLERATED, 0),
     )
 
 
@@ -123,7 +125,9 @@ def summary(run: RunRow) -> models.RunSummary:
 
 def _task_counts(counts: Mapping[str, int]) -> TaskCounts:
     return TaskCounts(
-        total=counts.get("total", 0), **{state.value: counts.get(state, 0) for state in TaskState}
+        total=counts.get("total", 0),
+        tolerated=counts.get(TOLERATED, 0),
+        **{state.value: counts.get(state, 0) for state in TaskState},
     )
 
 

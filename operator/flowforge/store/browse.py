@@ -34,6 +34,7 @@ from flowforge.domain.states import RunPhase, TaskState, sql_list
 from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import Event
+from flowforge.store.queries import TOLERATED, tolerated_count
 from flowforge.store.roles import scope_namespaces
 
 MAX_EVENTS = 500
@@ -91,7 +92,8 @@ class RunRow:
     created_at: datetime
     finished_at: datetime | None
     pruned_at: datetime | None
-    # forward tasks by state, and their total
+    # forward tasks by state (the tolerated failures of forEach items apart from the
+    # failed, ``TaskCounts.tolerated``), and their total
     counts: Mapping[str, int]
     # the newest event's id: changes whenever anything of the run changes
     marker: int
@@ -102,21 +104,28 @@ class RunRow:
     def from_row(cls, row: Sequence[Any]) -> RunRow:
         values = list(row)
         values[7] = RunPhase(values[7])
+        # counted apart from the failed in the task rows; a pruned run's kept counts
+        # already hold them apart
+        tolerated = int(values.pop(15) or 0)
         by_state = {str(state): int(n) for state, n in dict(values[14] or {}).items()}
-        values[14] = {**{state.value: 0 for state in TaskState}, **by_state}
+        if tolerated:
+            by_state[TaskState.FAILED] -= tolerated
+            by_state[TOLERATED] = tolerated
+        values[14] = {**{state.value: 0 for state in TaskState}, TOLERATED: 0, **by_state}
         values[14]["total"] = sum(by_state.values())
         values[15] = int(values[15] or 0)
         return cls(*values)
 
 
-RUN_COLUMNS = """
+RUN_COLUMNS = f"""
 run.id, run.namespace, run.name, run.uid, definition.workflow, definition.version,
 run.definition_id, run.phase, run.compensating, run.cancel_requested, run.parameters,
 run.created_at, run.finished_at, run.pruned_at,
 coalesce((SELECT jsonb_object_agg(counted.state, counted.n) FROM (
     SELECT task.state, count(*) AS n FROM flowforge_task AS task
     WHERE task.run_id = run.id AND task.role = 'forward' GROUP BY task.state) AS counted),
-  run.final_counts -> 'forward', '{}'::jsonb),
+  run.final_counts -> 'forward', '{{}}'::jsonb),
+({tolerated_count("run.id")}),
 (SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id),
 definition.fingerprint
 FROM flowforge_run AS run

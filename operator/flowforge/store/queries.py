@@ -43,12 +43,22 @@ FORWARD_COUNTS_QUERY = (
     "GROUP BY state"
 )
 
-# of the failed forward tasks, the forEach items that failed within their tolerance
-# (``TaskCounts.tolerated``; read only when some failed, the progress index finds them)
-TOLERATED_COUNT_QUERY = (
-    "SELECT count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
-    f"AND state = '{TaskState.FAILED}' AND tolerated"
-)
+# a task row that is a forEach item failed within its task's tolerance: counted as
+# tolerated, not failed (``TaskCounts.tolerated``), wherever task rows are counted
+TOLERATED = "tolerated"
+TOLERATED_FAILURE = f"role = 'forward' AND state = '{TaskState.FAILED}' AND tolerated"
+# the state a task row is counted in (reads every row it counts: for one-off counts)
+COUNTED_STATE = f"CASE WHEN {TOLERATED_FAILURE} THEN '{TOLERATED}' ELSE state END"
+
+
+def tolerated_count(run: str) -> str:
+    """SQL: how many tasks of the run ``run`` (a parameter, or an outer query's column) are
+    tolerated failures; the progress index finds the failed ones, and only they are read."""
+    return f"SELECT count(*) FROM flowforge_task WHERE run_id = {run} AND {TOLERATED_FAILURE}"
+
+
+# read only when some failed
+TOLERATED_COUNT_QUERY = tolerated_count("%s")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,10 @@
 Only runs that finished (phase succeeded, failed or cancelled, so ``finished_at`` is set,
 a CHECK guarantees it) before the cutoff are considered; a run that is not finished is
 never touched. The run row itself stays, stamped ``pruned_at`` and keeping its final task
-counts in ``final_counts`` so its progress can still be shown. Runs are pruned in batches,
-each in its own transaction, locked with SKIP LOCKED so two pruners do not collide.
+counts in ``final_counts`` (by role and state, tolerated forEach failures apart from the
+failed, as the task rows are counted) so its progress can still be shown. Runs are pruned
+in batches, each in its own transaction, locked with SKIP LOCKED so two pruners do not
+collide.
 
 Every batch runs as ``flowforge_retention`` (``SET LOCAL ROLE``), the only role that may
 delete history (``roles.py``); a login that is not a member is refused before anything is
@@ -18,6 +20,7 @@ from datetime import timedelta
 
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.errors import StoreError
+from flowforge.store.queries import COUNTED_STATE
 from flowforge.store.roles import RETENTION, is_member, set_local_role
 from flowforge.store.transaction import in_transaction
 
@@ -74,17 +77,17 @@ async def prune(pool: Pool, *, older_than: timedelta, batch_size: int = 200) -> 
             if not run_ids:
                 return PruneReport()
             await connection.execute(
-                """
+                f"""
                 UPDATE flowforge_run AS run SET pruned_at = now(), final_counts = kept.counts
                 FROM (
                     SELECT id, coalesce((
                         SELECT jsonb_object_agg(role, states) FROM (
-                            SELECT role, jsonb_object_agg(state, n) AS states FROM (
-                                SELECT role, state, count(*) AS n FROM flowforge_task
-                                WHERE run_id = ids.id GROUP BY role, state
+                            SELECT role, jsonb_object_agg(counted, n) AS states FROM (
+                                SELECT role, {COUNTED_STATE} AS counted, count(*) AS n
+                                FROM flowforge_task WHERE run_id = ids.id GROUP BY role, counted
                             ) AS by_state GROUP BY role
                         ) AS by_role
-                    ), '{}'::jsonb) AS counts
+                    ), '{{}}'::jsonb) AS counts
                     FROM unnest(%s::bigint[]) AS ids(id)
                 ) AS kept
                 WHERE run.id = kept.id

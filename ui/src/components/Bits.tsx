@@ -23,13 +23,15 @@ export function StateBadge({ state, skip }: { state: string | null | undefined; 
   );
 }
 
+// `tolerated`: forEach items that failed within their task's tolerateFailures (not in
+// `failed`: no failure of the run)
 export function ProgressBar({ progress }: { progress: Progress }) {
   const total = Math.max(progress.total, 1);
   const parts: [keyof Progress, string][] = [
-    ["succeeded", "st-succeeded"], ["failed", "st-failed"], ["running", "st-running"],
-    ["cancelled", "st-cancelled"], ["skipped", "st-skipped"],
+    ["succeeded", "st-succeeded"], ["tolerated", "st-tolerated"], ["failed", "st-failed"],
+    ["running", "st-running"], ["cancelled", "st-cancelled"], ["skipped", "st-skipped"],
   ];
-  const done = progress.succeeded + progress.failed + progress.skipped + progress.cancelled;
+  const done = progress.succeeded + progress.tolerated + progress.failed + progress.skipped + progress.cancelled;
   return (
     <span class="progress" title={parts.map(([k]) => `${k} ${progress[k]}`).join(", ")}>
       <span class="bar" aria-hidden="true">

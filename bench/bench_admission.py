@@ -231,17 +231,27 @@ def local_cluster(cluster_dir: Path | None, scratch: Path) -> Iterator[Cluster]:
         kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         # the author of the reviews posted straight to the webhook: the webhook asks the
-        # apiserver whether they may create the Jobs the definition would make
+        # apiserver whether they may create the definition (before anything is read for
+        # them) and the Jobs it would make
         kubectl(
             cluster,
             "create",
-            "rolebinding",
-            "bench-edit",
-            "--clusterrole=edit",
-            "--user=bench",
-            "--namespace",
-            NAMESPACE,
+            "clusterrole",
+            "flowforge-publish",
+            "--verb=create",
+            "--resource=workflowdefinitions.flowforge.io",
         )
+        for role in ("edit", "flowforge-publish"):
+            kubectl(
+                cluster,
+                "create",
+                "rolebinding",
+                f"bench-{role}",
+                f"--clusterrole={role}",
+                "--user=bench",
+                "--namespace",
+                NAMESPACE,
+            )
         yield cluster
     finally:
         if cluster_dir is None:

@@ -2,7 +2,9 @@
 
 - A forged AdmissionReview, with the apiserver's client certificate or without one, changes
   nothing in the store (admission never writes); without a certificate the TLS handshake is
-  refused; a review whose object names another namespace than the request is denied.
+  refused; a review whose object names another namespace than the request is denied; one
+  naming a user RBAC lets do nothing there is refused before anything is checked for them,
+  while a user it lets publish is admitted through kubectl.
 - Hostile bodies (megabytes of unterminated escapes, random bytes, deep nesting) get an answer
   and leave the server answering real admissions (timings: bench/bench_admission.py).
 - Parameters and configs over the caps, colliding parameter env names and too-deep configs
@@ -36,6 +38,7 @@ from flowforge.store.connection import Pool
 from flowforge.store.definitions import list_versions
 from tests.plugins.webhooks import WebhookHttps, WebhookServer
 from tests.support.admission import admission_review, apply, definition, names_of, run, wrap
+from tests.support.rbac import grant
 
 pytestmark = [pytest.mark.cluster, pytest.mark.store]
 
@@ -72,6 +75,33 @@ async def test_a_forged_review_with_the_apiservers_certificate_changes_nothing(
     refused = apply(cluster, namespace, run(name="victim-run"))
     assert refused.returncode != 0
     assert "'etl' has no published version" in refused.stderr
+
+
+def test_who_asks_is_judged_by_the_apiserver_before_anything_is_read(
+    cluster: Cluster, namespace: str, admission_webhooks: WebhookServer, webhook_https: WebhookHttps
+) -> None:
+    # a user the cluster's RBAC lets publish is admitted as before, through kubectl
+    rules = [
+        {"apiGroups": ["flowforge.io"], "resources": ["workflowdefinitions"], "verbs": ["*"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+    ]
+    grant(cluster, namespace, role="publisher", rules=rules, subject="dana")
+    applied = kubectl(
+        cluster, "apply", "--as", "dana", "-n", namespace, "-f", "-",
+        stdin=json.dumps(definition()), check=False,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    # a forged review naming a user it lets do nothing there is refused naming the permission
+    review = json.loads(forged_definition(namespace))
+    review["request"]["userInfo"] = {"username": "stranger", "groups": ["system:authenticated"]}
+    response = webhook_https.post(VALIDATE_DEFINITION_HANDLER_ID, json.dumps(review).encode())
+    denied = response.json()["response"]
+    assert denied["allowed"] is False and denied["status"]["code"] == 403
+    assert (
+        f"user stranger may not create workflowdefinitions in namespace {namespace} "
+        "(verb create on workflowdefinitions.flowforge.io)"
+    ) in denied["status"]["message"]
+    assert "create jobs" not in denied["status"]["message"]  # nothing else was checked
 
 
 async def test_a_review_naming_two_namespaces_is_denied(

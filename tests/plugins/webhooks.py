@@ -9,7 +9,9 @@
 - ``store_webhooks``: a webhook server of its own on the operator's store, enforced.
 - ``start_operator``: an operator on the webhook server's database.
 - ``webhook_https``: POST raw AdmissionReview JSON to the server (for fuzzing), presenting
-  the apiserver's client certificate, as the apiserver does.
+  the apiserver's client certificate, as the apiserver does; their author
+  (``review_author``, session) may create and update FlowForge's kinds, cluster-wide, as
+  the apiserver would have checked, and nothing more.
 
 The server trusts only the CA of the cluster's webhook client certificate
 (``Cluster.webhook_client``), so a client without that certificate fails the TLS handshake.
@@ -37,7 +39,9 @@ from flowforge.admission.certs import (
     WebhookCertificates,
     generate_webhook_certificates,
 )
+from flowforge.domain.api import GROUP
 from flowforge.kube.webhook_config import (
+    VALIDATING_HANDLERS,
     apply_webhook_configurations,
     delete_webhook_configurations,
     local_endpoint,
@@ -47,6 +51,8 @@ from flowforge.store.connection import Pool
 from flowforge.store.pool import open_pool
 from tests.plugins.operator import OperatorProcess, wait_for_leader
 from tests.plugins.postgres import _create_database, _drop_database, dsn_for_database
+from tests.support.admission import SOMEONE
+from tests.support.rbac import grant
 from tests.support.waiting import wait_until_blocking
 
 STARTUP_TIMEOUT_SECONDS = 60.0
@@ -309,8 +315,20 @@ async def start_operator(
     return process
 
 
+@pytest.fixture(scope="session")
+def review_author(cluster: Cluster, flowforge_crds: list[str]) -> str:
+    """Who the reviews posted straight to the server name (`tests.support.admission.SOMEONE`),
+    allowed to make them, as the apiserver checks before it sends one (the webhook asks
+    first), and nothing more: not to create Jobs."""
+    author = str(SOMEONE["username"])
+    plurals = sorted({handler.plural for handler in VALIDATING_HANDLERS})
+    rules = [{"apiGroups": [GROUP], "resources": plurals, "verbs": ["create", "update", "get"]}]
+    grant(cluster, None, role="flowforge-review-author", rules=rules, subject=author)
+    return author
+
+
 @pytest.fixture
-def webhook_https(webhook_server: WebhookServer) -> WebhookHttps:
+def webhook_https(webhook_server: WebhookServer, review_author: str) -> WebhookHttps:
     return WebhookHttps(webhook_server, client=webhook_server.client)
 
 

@@ -64,7 +64,8 @@ def names_of(cluster: Cluster, namespace: str, resource: str) -> list[str]:
 
 
 _PLURALS = {DEFINITION_KIND: DEFINITION_PLURAL, RUN_KIND: RUN_PLURAL}
-# who asks: anyone signed in, or an administrator (so that only the webhook itself refuses)
+# who asks: someone who may make the request (`review_author` in tests/plugins/webhooks.py)
+# but not create Jobs, or an administrator (so that only the webhook itself refuses)
 SOMEONE = {"username": "fuzzer", "groups": ["system:authenticated"]}
 ADMIN = {"username": "an-admin", "groups": ["system:masters"]}
 

@@ -10,21 +10,29 @@ from tests.support.waiting import wait_until_blocking
 
 
 def grant(
-    cluster: Cluster, namespace: str, *, role: str, rules: list[dict[str, Any]], subject: str
+    cluster: Cluster,
+    namespace: str | None,
+    *,
+    role: str,
+    rules: list[dict[str, Any]],
+    subject: str,
 ) -> None:
-    """A Role and a RoleBinding of it to one user, then wait until RBAC answers for it."""
+    """A Role and a RoleBinding of it to one user (namespace None: a ClusterRole and a
+    ClusterRoleBinding), then wait until RBAC answers for it."""
+    kind = "Role" if namespace else "ClusterRole"
+    metadata = {"name": role, "namespace": namespace} if namespace else {"name": role}
     objects = [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": role, "namespace": namespace},
+            "kind": kind,
+            "metadata": metadata,
             "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": role, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "kind": f"{kind}Binding",
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
             "subjects": [
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": subject}
             ],
@@ -46,8 +54,9 @@ def grant(
         target += f"/{rule['resourceNames'][0]}"
 
     def allowed() -> bool:
+        where = ["-n", namespace] if namespace else ["--all-namespaces"]
         answer = kubectl(
-            cluster, "auth", "can-i", verb, target, "-n", namespace, "--as", subject, check=False
+            cluster, "auth", "can-i", verb, target, *where, "--as", subject, check=False
         )
         return answer.stdout.strip() == "yes"
 

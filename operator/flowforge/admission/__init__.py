@@ -8,6 +8,7 @@ From the top:
 - `server`      the process: arguments, the store pool, kopf's registry of admission handlers
 - `handlers`    the kopf validating/mutating handlers: a review in, a verdict out
 - `transport`   the HTTPS server kopf serves them on: client certificates, connection caps
+- `requester`   who asks, judged before anything is read for them
 - `registry`, `run_sources`   read-only views of the store the decisions ask
 - `access`, `dryrun`          who may ask for what; the dry-run creations of each task type
 - `review`      the decisions themselves, pure over a review and the views above

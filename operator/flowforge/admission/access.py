@@ -76,11 +76,15 @@ class AccessChecks:
     holdings: ReadHoldings
 
 
-def _missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:
+def missing_line(user: UserInfo, permission: Permission, *, namespace: str, why: str) -> str:
+    """One refusal line: who may not do what where, the permission, and ``why`` it is
+    needed."""
     if permission.resource == "serviceaccounts":
         action = f"use serviceaccount {permission.name!r}"
     else:
         action = f"{permission.verb} {permission.resource}"
+        if permission.name:
+            action += f" {permission.name!r}"
     return (
         f"user {user.username} may not {action} in namespace {namespace} "
         f"({permission.describe()}){why}"
@@ -125,7 +129,7 @@ async def _decide_access(
             raise missing
         return Verdict.deny(f"cannot {action} now: {missing}; try again", code=CODE_UNAVAILABLE)
     policies, problems = read_policies(objects, namespace=namespace)
-    lines = [_missing_line(user, p, namespace=namespace, why=needed[p]) for p in missing]
+    lines = [missing_line(user, p, namespace=namespace, why=needed[p]) for p in missing]
     lines += problems
     in_force = policies_or_default(policies, namespace=namespace)
     violations = definition_violations(definition, in_force)

@@ -8,7 +8,8 @@ all its errors reach the user together.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -20,6 +21,7 @@ from flowforge.admission.access import (
 )
 from flowforge.admission.actions import decide_action, decide_action_mutation
 from flowforge.admission.dryrun import DryRunBudget, decide_definition_dry_run
+from flowforge.admission.requester import judge_requester
 from flowforge.admission.review import (
     AdmissionRequest,
     DefinitionRegistry,
@@ -53,6 +55,7 @@ RegistryProvider = Callable[[], DefinitionRegistry]
 RetrySourcesProvider = Callable[[], RetrySources]
 AccessProvider = Callable[[], AccessChecks]
 DryRunProvider = Callable[[], DryRunCreator]
+Handler = Callable[..., Awaitable[None]]
 
 
 def _raw(body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -184,7 +187,9 @@ def register_admission_handlers(
     dry_run_budget: DryRunBudget | None = None,
 ) -> None:
     """Register the admission handlers on `registry`, one per webhook entry of
-    `kube/webhook_config.py` (its id, resource and operations).
+    `kube/webhook_config.py` (its id, resource and operations). Each first judges who asks
+    (`requester.judge_requester`, with ``access``'s reviewer): a requester who may not make
+    the request gets a refusal, and nothing is read for them.
 
     `definitions`, `access` (who asks, the namespace's policies), `runs` (where
     `spec.retryOf` is looked up) and `dry_run` (the apiserver's dry-run of each task type's
@@ -195,12 +200,13 @@ def register_admission_handlers(
     validating = {spec.handler_id: spec for spec in VALIDATING_HANDLERS}
     mutating = {spec.handler_id: spec for spec in MUTATING_HANDLERS}
 
-    def webhook(handler_id: str) -> kopf.on.WebhookDecorator:
+    def webhook(handler_id: str) -> Callable[[Handler], Handler]:
         """kopf's handler for the webhook entry ``handler_id``: validating or mutating, for
-        the resource and operations the webhook configuration names."""
+        the resource and operations the webhook configuration names; its requester judged
+        before it runs (`requester.py`)."""
         on = kopf.on.validate if handler_id in validating else kopf.on.mutate
         spec = validating.get(handler_id) or mutating[handler_id]
-        return on(
+        register = on(
             GROUP,
             VERSION,
             spec.plural,
@@ -209,6 +215,21 @@ def register_admission_handlers(
             side_effects=False,
             registry=registry,
         )
+
+        def judged_first(handler: Handler) -> Handler:
+            @functools.wraps(handler)
+            async def judged(**kwargs: Any) -> None:
+                reviewer = access().reviewer
+                request, user = _request(kwargs), _user(kwargs)
+                _enforce(
+                    await judge_requester(request, user, plural=spec.plural, reviewer=reviewer)
+                )
+                await handler(**kwargs)
+
+            register(judged)
+            return judged
+
+        return judged_first
 
     @webhook(VALIDATE_DEFINITION_HANDLER_ID)
     async def validate_workflow_definition(**kwargs: Any) -> None:

@@ -5,6 +5,7 @@ dependents waiting for their upstreams), the same expansion ``flowforge plan -p`
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,12 +19,14 @@ from flowforge.domain.planning import plan
 from flowforge.domain.projection import progress_text
 from flowforge.domain.states import CompensationState, RunPhase, TaskState
 from flowforge.domain.validation import parse_definition
+from flowforge.store import browse
 from flowforge.store.browse import creation_skips
 from flowforge.store.connection import Pool
 from flowforge.store.definitions import load_definition, publish_definition
 from flowforge.store.events import run_history
 from flowforge.store.lease import Fence
 from flowforge.store.queries import forward_counts, list_tasks, run_progress
+from flowforge.store.retention import prune
 from flowforge.store.runs import RunRecord, create_run, get_run
 from tests.store.conftest import NAMESPACE, failure, finish, roll_back, states, stored_edges
 
@@ -121,6 +124,30 @@ async def test_dependents_run_and_the_run_succeeds(store: Pool, fence: Fence) ->
     assert (counts.succeeded, counts.skipped, counts.condition_false) == (3, 2, 2)
     assert progress_text(counts) == "3/3"
     assert (await run_progress(store, run.id)).forward.condition_false == 2
+
+
+async def test_a_pruned_run_still_counts_its_condition_false_tasks_apart(
+    store: Pool, fence: Fence
+) -> None:
+    """Retention keeps them in ``final_counts``; the status, describe and the read API read
+    the same counts as before the task rows went."""
+    run = await create(store, fence, {})
+    for key in ("extract", "load", "report"):
+        await finish(store, fence, run, key)
+
+    async def read() -> tuple[tuple[int, int, int, int], dict[str, int]]:
+        forward = (await run_progress(store, run.id)).forward
+        async with store.connection() as connection:
+            found = await browse.find_run(connection, namespace=NAMESPACE, name=run.name)
+        assert found is not None
+        listed = {state: n for state, n in found.counts.items() if n}
+        return (forward.total, forward.succeeded, forward.skipped, forward.condition_false), listed
+
+    before = await read()
+    assert before == ((5, 3, 2, 2), {"total": 5, "succeeded": 3, "skipped": 2})
+    assert (await prune(store, older_than=timedelta(0))).runs >= 1
+    assert await list_tasks(store, run.id) == []
+    assert await read() == before
 
 
 async def test_a_skipped_task_is_never_compensated(store: Pool, fence: Fence) -> None:

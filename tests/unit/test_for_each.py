@@ -78,7 +78,7 @@ def test_each_item_is_an_instance_and_dependents_wait_for_all() -> None:
         "verify": tuple(instances),
     }
     assert expansion.instances["deploy[us]"].item == "us"
-    assert expansion.instances["deploy[ap]"].index == 2
+    assert expansion.instances["deploy[ap]"].position == 2
     assert expansion.levels() == [["migrate"], sorted(instances), ["verify"]]
     assert definition.task_of("deploy[us]").key == "deploy"
     assert definition.task_of("verify").key == "verify"

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from flowforge.domain.caps import (
     MAX_ITEM_BYTES,
@@ -50,23 +50,25 @@ NO_ITEMS_MESSAGE: Final = f"{NO_ITEMS}: forEach gave no items"
 _PLAIN_ITEM_KEY = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _PERCENT = re.compile(r"([0-9]{1,3})%")
 # json.dumps with sort_keys builds a new encoder per call: one shared, as a run of a
-# 200-item forEach encodes every item
+# 200-item forEach encodes every item; a string item (the usual list) is encoded directly,
+# as the encoder itself would. ASCII either way, so a text's length is its size in bytes
 _ITEM_ENCODER: Final = json.JSONEncoder(sort_keys=True)
+_encode_string: Final[Callable[[str], str]] = encode_basestring_ascii
 
 
 class ItemsError(ConditionError):
     """A ``forEach`` whose items cannot be expanded: ``path`` names the field."""
 
 
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """One item of a ``forEach`` task, as a task of the run."""
+class Instance(NamedTuple):
+    """One item of a ``forEach`` task, as a task of the run (a tuple: a run of a 200-item
+    forEach makes 200 of them while it is created)."""
 
     key: str  # ``<task>[<item key>]``
     task: str  # the forEach task's key (the group)
     item_key: str
     item: Any
-    index: int  # the item's position in the list
+    position: int  # the item's index in the list
     item_json: str  # the item as FLOWFORGE_ITEM holds it (`item_text`)
 
 
@@ -88,6 +90,8 @@ def split_instance(key: str) -> tuple[str, str | None]:
 
 def item_text(item: Any) -> str:
     """An item exactly as ``FLOWFORGE_ITEM`` holds it (JSON, ASCII, sorted keys)."""
+    if type(item) is str:
+        return _encode_string(item)
     return _ITEM_ENCODER.encode(item)
 
 
@@ -144,7 +148,7 @@ def instances(
     seen: dict[str, int] = {}
     for position, item in enumerate(items):
         text = item_text(item)
-        size = len(text.encode())
+        size = len(text)
         if size > MAX_ITEM_BYTES:
             raise ItemsError(
                 f"item {position} is {size} bytes as JSON; at most {MAX_ITEM_BYTES}", path=path
@@ -177,7 +181,7 @@ def check_total(groups: Sequence[tuple[int, tuple[Instance, ...]]], *, tasks: in
     size = 0
     for index, made in groups:
         total += len(made)
-        size += sum(len(instance.item_json.encode()) for instance in made)
+        size += sum(len(instance.item_json) for instance in made)
         if total > MAX_TASKS:
             raise ItemsError(
                 f"the run would have {total} or more tasks; at most {MAX_TASKS}",

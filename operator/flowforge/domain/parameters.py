@@ -118,7 +118,8 @@ def _normalised(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list | tuple):
-        return [_normalised(item) for item in value]
+        # a list of strings (a forEach's usual items) needs no call per item
+        return [item if type(item) is str else _normalised(item) for item in value]
     if isinstance(value, Mapping):
         return {key: _normalised(item) for key, item in value.items()}
     return value

@@ -34,7 +34,7 @@ from flowforge.domain.states import RunPhase, TaskState, sql_list
 from flowforge.domain.undo import UndoOf
 from flowforge.store.connection import Connection, Pool
 from flowforge.store.events import Event
-from flowforge.store.queries import TOLERATED, tolerated_count
+from flowforge.store.queries import TOLERATED, kept_states, tolerated_count
 from flowforge.store.roles import scope_namespaces
 
 MAX_EVENTS = 500
@@ -107,7 +107,9 @@ class RunRow:
         # counted apart from the failed in the task rows; a pruned run's kept counts
         # already hold them apart
         tolerated = int(values.pop(15) or 0)
-        by_state = {str(state): int(n) for state, n in dict(values[14] or {}).items()}
+        by_state, _ = kept_states(
+            {str(state): int(n) for state, n in dict(values[14] or {}).items()}
+        )
         if tolerated:
             by_state[TaskState.FAILED] -= tolerated
             by_state[TOLERATED] = tolerated

@@ -47,8 +47,30 @@ FORWARD_COUNTS_QUERY = (
 # tolerated, not failed (``TaskCounts.tolerated``), wherever task rows are counted
 TOLERATED = "tolerated"
 TOLERATED_FAILURE = f"role = 'forward' AND state = '{TaskState.FAILED}' AND tolerated"
-# the state a task row is counted in (reads every row it counts: for one-off counts)
-COUNTED_STATE = f"CASE WHEN {TOLERATED_FAILURE} THEN '{TOLERATED}' ELSE state END"
+# a forward task skipped at creation because its ``when`` was false (`domain/expansion.py`):
+# a part of the skipped ones (``TaskCounts.condition_false``)
+CONDITION_FALSE_TASK = (
+    f"role = 'forward' AND state = '{TaskState.SKIPPED}' "
+    f"AND starts_with(last_error, '{CONDITION_FALSE}:')"
+)
+# what retention keeps them as, apart from the other skipped tasks (``kept_states`` folds
+# them back)
+CONDITION_FALSE_KEPT = "conditionFalse"
+# the state a task row is counted in when its run is pruned (reads every row it counts)
+COUNTED_STATE = (
+    f"CASE WHEN {TOLERATED_FAILURE} THEN '{TOLERATED}' "
+    f"WHEN {CONDITION_FALSE_TASK} THEN '{CONDITION_FALSE_KEPT}' ELSE state END"
+)
+
+
+def kept_states(by_state: Mapping[str, int]) -> tuple[dict[str, int], int]:
+    """Forward counts by state as retention kept them: (the counts with the condition-false
+    tasks among the skipped, how many those are)."""
+    states = dict(by_state)
+    condition_false = states.pop(CONDITION_FALSE_KEPT, 0)
+    if condition_false:
+        states[TaskState.SKIPPED] = states.get(TaskState.SKIPPED, 0) + condition_false
+    return states, condition_false
 
 
 def tolerated_count(run: str) -> str:
@@ -68,22 +90,23 @@ class RunProgress:
 
 
 def _progress_from_counts(counts: Mapping[tuple[str, str], int]) -> RunProgress:
-    forward = {state: n for (role, state), n in counts.items() if role == TaskRole.FORWARD}
+    forward, condition_false = kept_states(
+        {state: n for (role, state), n in counts.items() if role == TaskRole.FORWARD}
+    )
     compensation = {
         CompensationState(state): n
         for (role, state), n in counts.items()
         if role == TaskRole.COMPENSATION
     }
     return RunProgress(
-        forward=TaskCounts(total=sum(forward.values()), **forward),
+        forward=TaskCounts(total=sum(forward.values()), condition_false=condition_false, **forward),
         compensation=compensation,
     )
 
 
 # skipped forward tasks whose ``when`` was false at creation (`domain/expansion.py`)
 CONDITION_FALSE_COUNT_QUERY = (
-    "SELECT count(*) FROM flowforge_task WHERE run_id = %s AND role = 'forward' "
-    f"AND state = '{TaskState.SKIPPED}' AND starts_with(last_error, '{CONDITION_FALSE}:')"
+    f"SELECT count(*) FROM flowforge_task WHERE run_id = %s AND {CONDITION_FALSE_TASK}"
 )
 
 

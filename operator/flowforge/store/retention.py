@@ -4,9 +4,9 @@ Only runs that finished (phase succeeded, failed or cancelled, so ``finished_at`
 a CHECK guarantees it) before the cutoff are considered; a run that is not finished is
 never touched. The run row itself stays, stamped ``pruned_at`` and keeping its final task
 counts in ``final_counts`` (by role and state, tolerated forEach failures apart from the
-failed, as the task rows are counted) so its progress can still be shown. Runs are pruned
-in batches, each in its own transaction, locked with SKIP LOCKED so two pruners do not
-collide.
+failed and condition-false tasks apart from the skipped, as the task rows are counted) so
+its progress can still be shown. Runs are pruned in batches, each in its own transaction,
+locked with SKIP LOCKED so two pruners do not collide.
 
 Every batch runs as ``flowforge_retention`` (``SET LOCAL ROLE``), the only role that may
 delete history (``roles.py``); a login that is not a member is refused before anything is

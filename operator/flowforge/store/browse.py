@@ -28,6 +28,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from flowforge.domain.expansion import CREATION_SKIP_REASONS, creation_skip_reason
 from flowforge.domain.history import OUTCOME_KINDS, EventKind
 from flowforge.domain.states import RunPhase, TaskState, sql_list
@@ -101,22 +103,24 @@ class RunRow:
     fingerprint: str
 
     @classmethod
-    def from_row(cls, row: Sequence[Any]) -> RunRow:
-        values = list(row)
-        values[7] = RunPhase(values[7])
+    def from_row(cls, row: Mapping[str, Any]) -> RunRow:
+        """The run among the columns of a row read by name (``RUN_COLUMNS``, ``dict_row``)."""
         # counted apart from the failed in the task rows; a pruned run's kept counts
         # already hold them apart
-        tolerated = int(values.pop(15) or 0)
+        tolerated = int(row["tolerated"] or 0)
         by_state, _ = kept_states(
-            {str(state): int(n) for state, n in dict(values[14] or {}).items()}
+            {str(state): int(n) for state, n in dict(row["counts"] or {}).items()}
         )
         if tolerated:
             by_state[TaskState.FAILED] -= tolerated
             by_state[TOLERATED] = tolerated
-        values[14] = {**{state.value: 0 for state in TaskState}, TOLERATED: 0, **by_state}
-        values[14]["total"] = sum(by_state.values())
-        values[15] = int(values[15] or 0)
-        return cls(*values)
+        counts = {**{state.value: 0 for state in TaskState}, TOLERATED: 0, **by_state}
+        counts["total"] = sum(by_state.values())
+        named = {field.name: row[field.name] for field in dataclasses.fields(cls)}
+        return cls(
+            **named
+            | {"phase": RunPhase(row["phase"]), "counts": counts, "marker": int(row["marker"] or 0)}
+        )
 
 
 RUN_COLUMNS = f"""
@@ -126,9 +130,9 @@ run.created_at, run.finished_at, run.pruned_at,
 coalesce((SELECT jsonb_object_agg(counted.state, counted.n) FROM (
     SELECT task.state, count(*) AS n FROM flowforge_task AS task
     WHERE task.run_id = run.id AND task.role = 'forward' GROUP BY task.state) AS counted),
-  run.final_counts -> 'forward', '{{}}'::jsonb),
-({tolerated_count("run.id")}),
-(SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id),
+  run.final_counts -> 'forward', '{{}}'::jsonb) AS counts,
+({tolerated_count("run.id")}) AS tolerated,
+(SELECT max(event.id) FROM flowforge_event AS event WHERE event.run_id = run.id) AS marker,
 definition.fingerprint
 FROM flowforge_run AS run
 JOIN flowforge_definition AS definition ON definition.id = run.definition_id
@@ -184,7 +188,8 @@ async def list_runs(
 ) -> list[RunRow]:
     """Runs of ``namespaces``, newest first; ``before`` is the id of the last run seen."""
     listed = RunFilter(namespaces, workflow=workflow, phase=phase, before=before, limit=limit)
-    cursor = await connection.execute(LIST_RUNS_QUERY, listed.parameters())
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(LIST_RUNS_QUERY, listed.parameters())
     return [RunRow.from_row(row) for row in await cursor.fetchall()]
 
 
@@ -199,15 +204,15 @@ async def runs_by_id(
     connection: Connection, *, ids: Sequence[int], namespaces: Sequence[str]
 ) -> list[RunRow]:
     """The runs ``ids`` of ``namespaces`` (others are left out), newest first."""
-    cursor = await connection.execute(
-        RUNS_BY_ID_QUERY, {"ids": list(ids), "namespaces": list(namespaces)}
-    )
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(RUNS_BY_ID_QUERY, {"ids": list(ids), "namespaces": list(namespaces)})
     return [RunRow.from_row(row) for row in await cursor.fetchall()]
 
 
 async def find_run(connection: Connection, *, namespace: str, name: str) -> RunRow | None:
     """The newest run called ``name`` in ``namespace``."""
-    cursor = await connection.execute(FIND_RUN_QUERY, {"namespace": namespace, "name": name})
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(FIND_RUN_QUERY, {"namespace": namespace, "name": name})
     row = await cursor.fetchone()
     return None if row is None else RunRow.from_row(row)
 

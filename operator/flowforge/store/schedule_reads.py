@@ -22,6 +22,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from psycopg.rows import dict_row
+
 from flowforge.domain.states import TERMINAL_RUN_PHASES, sql_list
 from flowforge.store.browse import RUN_COLUMNS, RunRow, current_row
 from flowforge.store.connection import Connection
@@ -54,7 +56,9 @@ ORDER BY s.name
 """
 
 FIRES_QUERY = f"""
-SELECT f.id, f.nominal_time, f.run_name, f.backfill_id, f.manual, f.fired_at, made.*
+SELECT f.id AS fire_id, f.nominal_time AS fire_nominal_time, f.run_name AS fire_run_name,
+       f.backfill_id AS fire_backfill_id, f.manual AS fire_manual, f.fired_at AS fire_fired_at,
+       made.*
 FROM flowforge_schedule_fire AS f
 LEFT JOIN LATERAL (
     SELECT {RUN_COLUMNS}
@@ -64,7 +68,6 @@ WHERE f.namespace = %(namespace)s AND f.schedule_name = %(name)s AND f.schedule_
   AND (%(before)s::bigint IS NULL OR f.id < %(before)s)
 ORDER BY f.id DESC LIMIT %(limit)s
 """
-_FIRE_COLUMNS = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,23 +126,22 @@ async def schedule_fires(
 ) -> list[FireRow]:
     """The fires of the schedule object ``uid``, newest first; ``before``: the id of the
     last fire seen."""
-    cursor = await connection.execute(
+    cursor = connection.cursor(row_factory=dict_row)
+    await cursor.execute(
         FIRES_QUERY,
         {"namespace": namespace, "name": name, "uid": uid, "before": before, "limit": limit},
     )
     fires = []
     for row in await cursor.fetchall():
-        fire_id, nominal, run_name, backfill, manual, fired_at = row[:_FIRE_COLUMNS]
-        made = row[_FIRE_COLUMNS:]
         fires.append(
             FireRow(
-                id=int(fire_id),
-                nominal_time=nominal,
-                run_name=str(run_name),
-                backfill=backfill,
-                manual=bool(manual),
-                fired_at=fired_at,
-                run=None if made[0] is None else RunRow.from_row(made),
+                id=int(row["fire_id"]),
+                nominal_time=row["fire_nominal_time"],
+                run_name=str(row["fire_run_name"]),
+                backfill=row["fire_backfill_id"],
+                manual=bool(row["fire_manual"]),
+                fired_at=row["fire_fired_at"],
+                run=None if row["id"] is None else RunRow.from_row(row),
             )
         )
     return fires

@@ -224,7 +224,8 @@ def register_admission_handlers(
                 _enforce(
                     await judge_requester(request, user, plural=spec.plural, reviewer=reviewer)
                 )
-                await handler(**kwargs)
+                # read from the review once: the handler gets them as it was judged
+                await handler(request=request, user=user, **kwargs)
 
             register(judged)
             return judged
@@ -232,12 +233,13 @@ def register_admission_handlers(
         return judged_first
 
     @webhook(VALIDATE_DEFINITION_HANDLER_ID)
-    async def validate_workflow_definition(**kwargs: Any) -> None:
-        request = _request(kwargs)
+    async def validate_workflow_definition(
+        *, request: AdmissionRequest, user: UserInfo | None, **kwargs: Any
+    ) -> None:
         verdict = await decide_definition_checks(
             request,
             registry=definitions(),
-            user=_user(kwargs),
+            user=user,
             checks=access(),
             creator=None if dry_run is None else dry_run(),
             warnings=kwargs.get("warnings"),
@@ -246,12 +248,13 @@ def register_admission_handlers(
         _enforce(verdict)
 
     @webhook(VALIDATE_RUN_HANDLER_ID)
-    async def validate_workflow_run(**kwargs: Any) -> None:
-        request = _request(kwargs)
+    async def validate_workflow_run(
+        *, request: AdmissionRequest, user: UserInfo | None, **_: Any
+    ) -> None:
         sources = None if runs is None else runs()
         _enforce(await decide_run(request, definitions(), runs=sources))
         checks = access()
-        _enforce(await decide_run_access(request, user=_user(kwargs), checks=checks))
+        _enforce(await decide_run_access(request, user=user, checks=checks))
         _enforce(
             await decide_run_limits(
                 request, definition=await _run_definition(request, checks), runs=sources
@@ -259,32 +262,39 @@ def register_admission_handlers(
         )
 
     @webhook(VALIDATE_SCHEDULE_HANDLER_ID)
-    async def validate_workflow_schedule(**kwargs: Any) -> None:
+    async def validate_workflow_schedule(
+        *, request: AdmissionRequest, user: UserInfo | None, **_: Any
+    ) -> None:
         checks = access()
         _enforce(
-            await decide_schedule(
-                _request(kwargs), definitions=definitions(), user=_user(kwargs), checks=checks
-            )
+            await decide_schedule(request, definitions=definitions(), user=user, checks=checks)
         )
 
     @webhook(MUTATE_SCHEDULE_HANDLER_ID)
-    async def record_workflow_schedule_author(*, patch: kopf.Patch, **kwargs: Any) -> None:
-        verdict = decide_schedule_mutation(_request(kwargs))
+    async def record_workflow_schedule_author(
+        *, patch: kopf.Patch, request: AdmissionRequest, **_: Any
+    ) -> None:
+        verdict = decide_schedule_mutation(request)
         _apply_to_patch(patch, verdict.patch)
 
     @webhook(MUTATE_RUN_HANDLER_ID)
-    async def pin_workflow_run_version(*, patch: kopf.Patch, **kwargs: Any) -> None:
-        request = _request(kwargs)
+    async def pin_workflow_run_version(
+        *, patch: kopf.Patch, request: AdmissionRequest, **_: Any
+    ) -> None:
         verdict = await decide_run_mutation(request, definitions())
         _enforce(verdict)
         _apply_to_patch(patch, verdict.patch)
 
     @webhook(VALIDATE_ACTION_HANDLER_ID)
-    async def validate_workflow_run_action(**kwargs: Any) -> None:
+    async def validate_workflow_run_action(
+        *, request: AdmissionRequest, user: UserInfo | None, **_: Any
+    ) -> None:
         reviewer = access().reviewer
-        _enforce(await decide_action(_request(kwargs), _user(kwargs), reviewer=reviewer))
+        _enforce(await decide_action(request, user, reviewer=reviewer))
 
     @webhook(MUTATE_ACTION_HANDLER_ID)
-    async def record_workflow_run_action_actor(*, patch: kopf.Patch, **kwargs: Any) -> None:
-        verdict = decide_action_mutation(_request(kwargs), _user(kwargs))
+    async def record_workflow_run_action_actor(
+        *, patch: kopf.Patch, request: AdmissionRequest, user: UserInfo | None, **_: Any
+    ) -> None:
+        verdict = decide_action_mutation(request, user)
         _apply_to_patch(patch, verdict.patch)

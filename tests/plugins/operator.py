@@ -149,7 +149,6 @@ class OperatorProcess:
             "FLOWFORGE_LEASE_TTL": "4",
             "FLOWFORGE_LEASE_RENEW": "1",
             "FLOWFORGE_RETRY_FIRST_DELAY": "0.5",
-            "FLOWFORGE_JOB_TTL": "-1",
             **self.extra_env,
         }
 
